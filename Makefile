@@ -1,0 +1,120 @@
+# slot: build, tests, benchmarks, install.  `make help` lists the targets.
+
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+SBINDIR    ?= $(PREFIX)/sbin
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+DOCDIR     ?= $(PREFIX)/share/doc/slot
+
+CC         ?= cc
+PKG_CONFIG ?= pkg-config
+B          ?= build
+
+CFLAGS     ?= -O2 -g
+WARNFLAGS  := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+              -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral -Wpointer-arith \
+              -Wvla -Wundef
+ALL_CFLAGS  = -std=gnu11 $(WARNFLAGS) $(CFLAGS) -fno-strict-aliasing
+ALL_CPPFLAGS = -Iinclude -D_GNU_SOURCE $(CPPFLAGS)
+
+# libev ships no pkg-config file on Debian: link it directly.
+PKGS_CORE  := libsodium inih
+CORE_LIBS  := $(shell $(PKG_CONFIG) --libs $(PKGS_CORE) 2>/dev/null)
+EV_LIBS    := -lev -lm
+TEST_LIBS  := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null)
+
+CORE_SRC   := $(sort $(wildcard src/core/*.c))
+RELAY_MAIN := src/relay/relayd.c
+RELAY_SRC  := $(filter-out $(RELAY_MAIN),$(sort $(wildcard src/relay/*.c)))
+UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
+TOOL_SRC   := $(sort $(wildcard tests/integration/*.c))
+
+obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+
+CORE_LIB   := $(B)/libslotcore.a
+RELAY_LIB  := $(B)/librelay.a
+BINS       := $(B)/slot-relayd
+UNIT_BINS  := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
+TOOL_BINS  := $(patsubst tests/integration/%.c,$(B)/tests/%,$(TOOL_SRC))
+
+.PHONY: all deps check unit asan-unit integration bench install uninstall clean help
+.DELETE_ON_ERROR:
+
+all: $(BINS) $(TOOL_BINS)
+
+help:
+	@echo "make               build daemons and test tools into $(B)/"
+	@echo "make check         install missing packages, run unit, sanitizer and integration tests"
+	@echo "make unit          unit tests only;  make asan-unit  the same under ASan+UBSan"
+	@echo "make integration   namespace tests (root)"
+	@echo "make bench         benchmarks; rewrites docs/benchmarks.md (root)"
+	@echo "make install       PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)"
+
+deps:
+	@./scripts/deps.sh
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(CORE_LIB): $(call obj,$(CORE_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(RELAY_LIB): $(call obj,$(RELAY_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(B)/slot-relayd: $(call obj,$(RELAY_MAIN)) $(RELAY_LIB) $(CORE_LIB)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(CORE_LIBS) $(EV_LIBS)
+
+$(B)/tests/test_%: $(call obj,tests/unit/test_%.c) $(RELAY_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(CORE_LIBS) $(EV_LIBS)
+
+$(B)/tests/%: $(call obj,tests/integration/%.c) $(RELAY_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(CORE_LIBS) $(EV_LIBS)
+
+unit: $(UNIT_BINS)
+	@./tests/unit/run.sh $(UNIT_BINS)
+
+# The same unit tests built with AddressSanitizer and UBSan, in their own tree.
+asan-unit:
+	@$(MAKE) --no-print-directory B=build/asan \
+	    CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	    LDFLAGS="-fsanitize=address,undefined" unit
+
+integration: all
+	@./tests/integration/run.sh
+
+check: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory asan-unit
+	@$(MAKE) --no-print-directory integration
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@./scripts/bench/run.sh
+
+install: $(BINS)
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) \
+	    $(DESTDIR)$(SYSCONFDIR)/slot
+	install -m 755 $(BINS) $(DESTDIR)$(SBINDIR)/
+	sed 's|@SBINDIR@|$(SBINDIR)|g' systemd/slot-relayd.service > $(DESTDIR)$(UNITDIR)/slot-relayd.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/slot-relayd.service
+	install -m 644 etc/relayd.conf $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example
+	install -m 644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/slot-relayd $(DESTDIR)$(UNITDIR)/slot-relayd.service \
+	    $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example
+	rm -rf $(DESTDIR)$(DOCDIR)
+
+clean:
+	rm -rf build
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

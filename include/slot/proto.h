@@ -1,0 +1,160 @@
+#ifndef SLOT_PROTO_H
+#define SLOT_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "slot/addr.h"
+#include "slot/auth.h"
+
+/* Wire codec, normative description in docs/protocol.md. Every message:
+ *
+ *   0  magic "SL" (0x53 0x4c)      2
+ *   2  version (1)                 1
+ *   3  type                        1
+ *   4  length of the whole message 2   big endian, header + body + MAC
+ *   6  flags (send 0, ignore)      2
+ *   8  timestamp, unix us          8
+ *  16  nonce                       8
+ *  24  request id                  4
+ *  28  body                        fixed size per type
+ *  ..  HMAC-SHA256(key, bytes 0 .. length-33)   32
+ *
+ * An endpoint in a body is 20 bytes: family (4 or 6), 0, port (2), address
+ * (16, IPv4 in the first 4 bytes, the rest zero). */
+
+#define PROTO_MAGIC0 0x53
+#define PROTO_MAGIC1 0x4c
+#define PROTO_VERSION 1
+#define PROTO_HDR_LEN 28
+#define PROTO_EP_LEN 20
+#define PROTO_MIN_LEN (PROTO_HDR_LEN + AUTH_MAC_LEN)
+#define PROTO_MAX_LEN 512	/* longest accepted; longer is malformed */
+
+enum proto_type {
+	PROTO_PROBE_REQUEST = 0x01,
+	PROTO_PROBE_REPLY = 0x02,
+	PROTO_PIPE_ESTABLISH = 0x10,
+	PROTO_PIPE_OK = 0x11,
+	PROTO_PIPE_FAIL = 0x12,
+	PROTO_KEEPALIVE = 0x13,
+	PROTO_KEEPALIVE_ACK = 0x14,
+	PROTO_ERROR = 0x1f,
+};
+
+/* PROBE_REPLY status */
+enum proto_probe_status {
+	PROBE_ST_OK = 0,		/* rtt_us is the relay's RTT to the target */
+	PROBE_ST_REFUSED = 1,		/* target answered with RST; rtt_us valid */
+	PROBE_ST_UNREACHABLE = 2,	/* ICMP unreachable or local routing error */
+	PROBE_ST_TIMEOUT = 3,		/* no answer within the probe timeout */
+	PROBE_ST_POLICY = 4,		/* relay will not relay to that address or port */
+	PROBE_ST_RATE_LIMITED = 5,	/* requester or target over its rate */
+	PROBE_ST_BUSY = 6,		/* too many probes in flight at the relay */
+};
+#define PROBE_FLAG_CACHED 0x01	/* answer came from the relay's RTT cache */
+
+/* PIPE_FAIL reason */
+enum proto_fail_reason {
+	FAIL_REFUSED = 1,	/* server answered the connect with RST */
+	FAIL_UNREACHABLE = 2,	/* ICMP unreachable, no route */
+	FAIL_TIMEOUT = 3,	/* connect timeout */
+	FAIL_POLICY_ADDR = 4,	/* destination address not allowed */
+	FAIL_POLICY_PORT = 5,	/* destination port not allowed */
+	FAIL_LIMIT = 6,		/* relay at its maximum number of pipes */
+	FAIL_CLIENT_LIMIT = 7,	/* this client at its maximum pending pipes */
+	FAIL_DUPLICATE = 8,	/* a pending pipe with that client endpoint exists */
+	FAIL_SHUTTING_DOWN = 9,	/* relay is draining */
+	FAIL_INTERNAL = 10,	/* local resource error (descriptors, memory) */
+};
+
+/* ERROR code */
+enum proto_error_code {
+	ERR_MALFORMED = 1,
+	ERR_AUTH = 2,
+	ERR_STALE = 3,
+	ERR_REPLAY = 4,
+	ERR_VERSION = 5,
+	ERR_TYPE = 6,		/* type not valid on this channel */
+};
+
+struct proto_msg {
+	uint8_t type;
+	uint64_t ts_us;
+	uint64_t nonce;
+	uint32_t id;
+	union {
+		struct {
+			struct endpoint target;
+		} probe_req;
+		struct {
+			uint8_t status;
+			uint8_t flags;
+			uint32_t rtt_us;
+			uint32_t hold_us;	/* time the relay held the request */
+			struct endpoint target;
+		} probe_reply;
+		struct {
+			struct endpoint client;
+			struct endpoint server;
+		} establish;
+		struct {
+			uint32_t connect_us;	/* relay's connect time to the server */
+			uint32_t pending_ms;	/* how long the relay waits for the data connection */
+		} ok;
+		struct {
+			uint8_t reason;
+			uint32_t detail;	/* errno at the relay, 0 if none */
+		} fail;
+		struct {
+			uint8_t code;
+		} error;
+	} u;
+};
+
+enum proto_result {
+	PROTO_OK = 0,
+	PROTO_NEED_MORE = 1,	/* not a whole message yet */
+	PROTO_BAD = -1,		/* malformed or not authentic */
+};
+
+/* Why a message was BAD. */
+enum proto_err {
+	PERR_NONE = 0,
+	PERR_MAGIC,
+	PERR_VERSION,
+	PERR_LENGTH,	/* length field out of range or wrong for the type */
+	PERR_TYPE,	/* unknown type */
+	PERR_BODY,	/* field value invalid (family, reserved bytes, port 0...) */
+	PERR_MAC,
+};
+
+/* Encodes and signs m into buf. Returns the message length, or -1 if cap is
+ * too small or m holds a value the format cannot carry (unknown type, bad
+ * family, port 0). */
+int proto_encode(const struct proto_msg *m, const struct auth_key *key,
+    uint8_t *buf, size_t cap);
+
+/* Decodes the message at the start of buf[0..len). PROTO_OK: *m is filled,
+ * the MAC checked, *used is its length. PROTO_NEED_MORE: fewer bytes than the
+ * header or its length field says (header fields already read are checked
+ * first, so garbage is BAD as early as possible). PROTO_BAD: *why says why;
+ * a stream carrying it cannot be resynchronised. Freshness (timestamp, nonce)
+ * is the caller's job, with replay_check(). */
+enum proto_result proto_decode(const uint8_t *buf, size_t len,
+    const struct auth_key *key, struct proto_msg *m, size_t *used,
+    enum proto_err *why);
+
+/* Expected body length for a type, or -1 if the type is unknown. */
+int proto_body_len(uint8_t type);
+
+const char *proto_type_str(uint8_t type);
+const char *proto_err_str(enum proto_err e);
+const char *proto_fail_str(uint8_t reason);
+const char *proto_probe_status_str(uint8_t status);
+const char *proto_error_code_str(uint8_t code);
+
+/* The ERROR code that answers a decode failure. */
+uint8_t proto_error_for(enum proto_err e);
+
+#endif

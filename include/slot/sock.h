@@ -1,0 +1,40 @@
+#ifndef SLOT_SOCK_H
+#define SLOT_SOCK_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "slot/addr.h"
+
+/* Socket helpers. Like Redis' anet they never log: they return -1 with errno
+ * set and the caller decides what to say. Every descriptor is non-blocking
+ * and close-on-exec. */
+
+/* TCP listener with SO_REUSEADDR (IPV6_V6ONLY for IPv6). Returns fd or -1. */
+int sock_listen_tcp(const struct endpoint *ep, int backlog);
+
+/* Bound UDP socket. Returns fd or -1. */
+int sock_bind_udp(const struct endpoint *ep);
+
+/* Starts a non-blocking connect to dst. mark != 0 sets SO_MARK (needs
+ * CAP_NET_ADMIN). Returns fd (connection in progress or done) or -1. */
+int sock_connect_nb(const struct endpoint *dst, uint32_t mark);
+
+/* Result of a finished non-blocking connect: 0, or the errno it failed with. */
+int sock_connect_result(int fd);
+
+int sock_set_keepalive(int fd, int idle_s, int intvl_s, int cnt);
+int sock_set_nodelay(int fd);
+
+/* Closes fd so that the peer gets a RST rather than a FIN (SO_LINGER 0). */
+void sock_close_rst(int fd);
+
+/* Unix stream listener at path (a stale socket file is replaced), chmod mode.
+ * Returns fd or -1. */
+int sock_listen_unix(const char *path, mode_t mode, int backlog);
+
+/* Local and peer endpoints of a connected socket. Return 0 or -1. */
+int sock_local_ep(int fd, struct endpoint *out);
+int sock_peer_ep(int fd, struct endpoint *out);
+
+#endif

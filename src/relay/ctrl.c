@@ -1,0 +1,351 @@
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "slot/clock.h"
+#include "slot/log.h"
+#include "slot/proto.h"
+#include "slot/sock.h"
+#include "ctrl.h"
+#include "pipe.h"
+
+/* Answers queued beyond this stop the reading of requests until the client
+ * takes them: a client that never reads cannot make us buffer without end. */
+#define CTRL_OUT_HIGH (64 * 1024)
+
+struct ctrl_conn {
+	struct relay *r;
+	int fd;
+	struct endpoint peer;
+	ev_io io;
+	int events;
+	ev_timer idle;
+	ev_tstamp last_msg;
+	uint8_t in[4 * PROTO_MAX_LEN];
+	size_t inlen;
+	uint8_t *out;
+	size_t outlen, outcap;
+	int closing;		/* answer sent, close once flushed */
+	TAILQ_ENTRY(ctrl_conn) link;
+};
+
+static void ctrl_io_cb(struct ev_loop *loop, ev_io *w, int revents);
+
+const struct addr *
+ctrl_peer_addr(const struct ctrl_conn *c)
+{
+	return &c->peer.addr;
+}
+
+static void
+ctrl_close(struct ctrl_conn *c, const char *why)
+{
+	struct relay *r = c->r;
+	char b[EP_STRLEN];
+
+	log_debug("control %s closed: %s", ep_fmt(&c->peer, b), why);
+	pipe_ctrl_gone(r, c);
+	ev_io_stop(r->loop, &c->io);
+	ev_timer_stop(r->loop, &c->idle);
+	close(c->fd);
+	TAILQ_REMOVE(&r->ctrls, c, link);
+	r->ctr.control_conns--;
+	free(c->out);
+	free(c);
+}
+
+static void
+ctrl_set_events(struct ctrl_conn *c)
+{
+	int ev = 0;
+
+	if (!c->closing && c->outlen < CTRL_OUT_HIGH)
+		ev |= EV_READ;
+	if (c->outlen > 0)
+		ev |= EV_WRITE;
+	if (ev == c->events)
+		return;
+	ev_io_stop(c->r->loop, &c->io);
+	c->events = ev;
+	if (ev) {
+		ev_io_set(&c->io, c->fd, ev);
+		ev_io_start(c->r->loop, &c->io);
+	}
+}
+
+/* Writes what is queued. Returns -1 if the connection was closed. */
+static int
+ctrl_flush(struct ctrl_conn *c)
+{
+	while (c->outlen > 0) {
+		ssize_t n = send(c->fd, c->out, c->outlen, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				break;
+			ctrl_close(c, strerror(errno));
+			return -1;
+		}
+		memmove(c->out, c->out + n, c->outlen - (size_t)n);
+		c->outlen -= (size_t)n;
+	}
+	if (c->closing && c->outlen == 0) {
+		ctrl_close(c, "after error");
+		return -1;
+	}
+	ctrl_set_events(c);
+	return 0;
+}
+
+static void
+ctrl_queue(struct ctrl_conn *c, struct proto_msg *m)
+{
+	uint8_t buf[PROTO_MAX_LEN];
+	int n;
+
+	m->ts_us = clock_real_us();
+	m->nonce = ((uint64_t)arc4random() << 32) | arc4random();
+	if ((n = proto_encode(m, &c->r->key, buf, sizeof(buf))) < 0) {
+		log_warnx("control: cannot encode %s", proto_type_str(m->type));
+		return;
+	}
+	if (c->outlen + (size_t)n > c->outcap) {
+		size_t cap = c->outcap ? c->outcap * 2 : 1024;
+		while (cap < c->outlen + (size_t)n)
+			cap *= 2;
+		uint8_t *o = realloc(c->out, cap);
+		if (o == NULL) {
+			log_warnx("control: out of memory, answer dropped");
+			return;
+		}
+		c->out = o;
+		c->outcap = cap;
+	}
+	memcpy(c->out + c->outlen, buf, (size_t)n);
+	c->outlen += (size_t)n;
+	/* Sent from the loop's write event, so that an answer produced inside
+	 * another connection's callback never closes this one under it. */
+	ctrl_set_events(c);
+}
+
+void
+ctrl_send_ok(struct ctrl_conn *c, uint32_t id, uint32_t connect_us, uint32_t pending_ms)
+{
+	struct proto_msg m = { .type = PROTO_PIPE_OK, .id = id };
+
+	m.u.ok.connect_us = connect_us;
+	m.u.ok.pending_ms = pending_ms;
+	ctrl_queue(c, &m);
+}
+
+void
+ctrl_send_fail(struct ctrl_conn *c, uint32_t id, uint8_t reason, uint32_t detail)
+{
+	struct proto_msg m = { .type = PROTO_PIPE_FAIL, .id = id };
+
+	m.u.fail.reason = reason;
+	m.u.fail.detail = detail;
+	ctrl_queue(c, &m);
+}
+
+static void
+ctrl_send_error(struct ctrl_conn *c, uint32_t id, uint8_t code, int fatal_)
+{
+	struct proto_msg m = { .type = PROTO_ERROR, .id = id };
+	char b[EP_STRLEN];
+
+	m.u.error.code = code;
+	c->r->ctr.control_errors++;
+	log_info("control %s: %s%s", ep_fmt(&c->peer, b), proto_error_code_str(code),
+	    fatal_ ? ", closing" : "");
+	ctrl_queue(c, &m);
+	if (fatal_)
+		c->closing = 1;
+}
+
+static void
+ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
+{
+	struct relay *r = c->r;
+
+	switch (replay_check(r->replay, m->ts_us, m->nonce, clock_real_us())) {
+	case REPLAY_OK:
+		break;
+	case REPLAY_STALE:
+		ctrl_send_error(c, m->id, ERR_STALE, 0);
+		return;
+	case REPLAY_DUP:
+		ctrl_send_error(c, m->id, ERR_REPLAY, 0);
+		return;
+	case REPLAY_FULL:
+		/* Cannot prove it fresh: refuse without blaming the client. */
+		log_warnx("replay cache full: request refused");
+		if (m->type == PROTO_PIPE_ESTABLISH)
+			ctrl_send_fail(c, m->id, FAIL_INTERNAL, 0);
+		return;
+	}
+	c->last_msg = ev_now(r->loop);
+	switch (m->type) {
+	case PROTO_PIPE_ESTABLISH:
+		pipe_establish(r, c, m->id, &m->u.establish.client, &m->u.establish.server);
+		break;
+	case PROTO_KEEPALIVE: {
+		struct proto_msg a = { .type = PROTO_KEEPALIVE_ACK, .id = m->id };
+		ctrl_queue(c, &a);
+		break;
+	}
+	default:
+		ctrl_send_error(c, m->id, ERR_TYPE, 0);
+		break;
+	}
+}
+
+/* Reads and handles whole messages. Returns -1 if the connection closed. */
+static int
+ctrl_read(struct ctrl_conn *c)
+{
+	ssize_t n = recv(c->fd, c->in + c->inlen, sizeof(c->in) - c->inlen, 0);
+
+	if (n == 0) {
+		ctrl_close(c, "closed by peer");
+		return -1;
+	}
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EINTR)
+			return 0;
+		ctrl_close(c, strerror(errno));
+		return -1;
+	}
+	c->inlen += (size_t)n;
+
+	size_t off = 0;
+	while (!c->closing && off < c->inlen) {
+		struct proto_msg m;
+		size_t used;
+		enum proto_err why;
+		enum proto_result res = proto_decode(c->in + off, c->inlen - off,
+		    &c->r->key, &m, &used, &why);
+		if (res == PROTO_NEED_MORE)
+			break;
+		if (res == PROTO_BAD) {
+			/* The stream cannot be trusted past a bad message. */
+			ctrl_send_error(c, 0, proto_error_for(why), 1);
+			off = c->inlen;
+			break;
+		}
+		off += used;
+		ctrl_handle(c, &m);
+	}
+	memmove(c->in, c->in + off, c->inlen - off);
+	c->inlen -= off;
+	return 0;
+}
+
+static void
+ctrl_io_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct ctrl_conn *c = w->data;
+	(void)loop;
+
+	if ((revents & EV_READ) && ctrl_read(c) == -1)
+		return;
+	ctrl_flush(c);
+}
+
+static void
+ctrl_idle_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct ctrl_conn *c = w->data;
+	double limit = (double)c->r->conf.control_idle_timeout_ms / 1000.0;
+	double left = c->last_msg + limit - ev_now(loop);
+	(void)revents;
+
+	if (left > 0.001) {
+		ev_timer_set(w, left, 0.);
+		ev_timer_start(loop, w);
+		return;
+	}
+	ctrl_close(c, "idle");
+}
+
+static void
+ctrl_accept_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct relay *r = w->data;
+	(void)revents;
+
+	for (int i = 0; i < 16; i++) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		int fd = accept4(r->ctrl_fd, (struct sockaddr *)&ss, &len,
+		    SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd == -1) {
+			if (errno == EMFILE || errno == ENFILE) {
+				log_warn("control accept paused");
+				ev_io_stop(loop, w);
+				ev_timer_start(loop, &r->accept_retry);
+			} else if (errno != EAGAIN && errno != EINTR &&
+			    errno != ECONNABORTED)
+				log_warn("control accept");
+			return;
+		}
+		struct ctrl_conn *c = calloc(1, sizeof(*c));
+		if (c == NULL || ep_from_sockaddr((struct sockaddr *)&ss, len, &c->peer) == -1) {
+			free(c);
+			close(fd);
+			continue;
+		}
+		c->r = r;
+		c->fd = fd;
+		(void)sock_set_nodelay(fd);
+		(void)sock_set_keepalive(fd, (int)(r->conf.keepalive_idle_ms / 1000),
+		    (int)(r->conf.keepalive_interval_ms / 1000),
+		    (int)r->conf.keepalive_count);
+		ev_io_init(&c->io, ctrl_io_cb, fd, 0);
+		c->io.data = c;
+		ev_timer_init(&c->idle, ctrl_idle_cb,
+		    (double)r->conf.control_idle_timeout_ms / 1000.0, 0.);
+		c->idle.data = c;
+		c->last_msg = ev_now(loop);
+		ev_timer_start(loop, &c->idle);
+		TAILQ_INSERT_TAIL(&r->ctrls, c, link);
+		r->ctr.control_conns++;
+		ctrl_set_events(c);
+	}
+}
+
+void
+ctrl_start(struct relay *r)
+{
+	TAILQ_INIT(&r->ctrls);
+	ev_io_init(&r->ctrl_accept, ctrl_accept_cb, r->ctrl_fd, EV_READ);
+	r->ctrl_accept.data = r;
+	ev_io_start(r->loop, &r->ctrl_accept);
+}
+
+void
+ctrl_resume_accepting(struct relay *r)
+{
+	if (r->ctrl_fd >= 0 && !r->draining)
+		ev_io_start(r->loop, &r->ctrl_accept);
+}
+
+void
+ctrl_stop_accepting(struct relay *r)
+{
+	ev_io_stop(r->loop, &r->ctrl_accept);
+	if (r->ctrl_fd >= 0) {
+		close(r->ctrl_fd);
+		r->ctrl_fd = -1;
+	}
+}
+
+void
+ctrl_close_all(struct relay *r)
+{
+	struct ctrl_conn *c;
+
+	while ((c = TAILQ_FIRST(&r->ctrls)) != NULL)
+		ctrl_close(c, "relay exiting");
+}

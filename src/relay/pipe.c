@@ -1,0 +1,559 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "slot/clock.h"
+#include "slot/log.h"
+#include "slot/proto.h"
+#include "slot/sock.h"
+#include "flow.h"
+#include "pipe.h"
+
+enum pipe_state { PS_CONNECTING, PS_PENDING, PS_OPEN };
+
+struct pipe;
+
+struct half {
+	struct pipe *p;
+	int fd;			/* -1 when absent */
+	ev_io io;
+	int events;		/* what io is started with, 0 when stopped */
+};
+
+struct dir {
+	struct flow f;
+	struct half *src, *dst;
+	struct kpipe *kp;	/* only while bytes are in flight */
+};
+
+struct owner {			/* pending pipes of one control peer */
+	struct hnode hn;
+	struct addr addr;
+	size_t n;
+};
+
+struct pipe {
+	struct relay *r;
+	uint64_t id;
+	enum pipe_state state;
+	struct endpoint client, server;
+	struct ctrl_conn *ctl;	/* while connecting: where the answer goes */
+	uint32_t req_id;
+	struct owner *owner;	/* while connecting or pending */
+	struct hnode hn;	/* r->pending, while connecting or pending */
+	TAILQ_ENTRY(pipe) link;	/* r->pipes */
+	struct half cli, srv;
+	struct dir c2s, s2c;
+	ev_timer timer;		/* connect, pending or idle timeout */
+	ev_tstamp started, connected, last_io;
+};
+
+enum close_how { CLOSE_CLEAN, CLOSE_RESET };
+
+static void pipe_close(struct pipe *p, enum close_how how, const char *why);
+static void half_cb(struct ev_loop *loop, ev_io *w, int revents);
+static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
+
+int
+pipes_init(struct relay *r)
+{
+	TAILQ_INIT(&r->pipes);
+	r->npipes = 0;
+	r->next_pipe_id = 1;
+	if (htab_init(&r->pending, 64) == -1)
+		return -1;
+	if (htab_init(&r->owners, 16) == -1) {
+		htab_destroy(&r->pending);
+		return -1;
+	}
+	return 0;
+}
+
+void
+pipes_destroy(struct relay *r)
+{
+	pipe_reset_all(r);
+	htab_destroy(&r->pending);
+	htab_destroy(&r->owners);
+}
+
+/* --- pending table and per-client counts --- */
+
+static struct pipe *
+pending_find(struct relay *r, const struct endpoint *client)
+{
+	uint64_t h = ep_hash(client, r->hkey);
+
+	for (struct hnode *n = htab_first(&r->pending, h); n; n = htab_next(n, h)) {
+		struct pipe *p = container_of(n, struct pipe, hn);
+		if (ep_eq(&p->client, client))
+			return p;
+	}
+	return NULL;
+}
+
+static struct owner *
+owner_get(struct relay *r, const struct addr *a, int create)
+{
+	uint64_t h = addr_hash(a, r->hkey);
+	struct owner *o;
+
+	for (struct hnode *n = htab_first(&r->owners, h); n; n = htab_next(n, h)) {
+		o = container_of(n, struct owner, hn);
+		if (addr_eq(&o->addr, a))
+			return o;
+	}
+	if (!create || (o = calloc(1, sizeof(*o))) == NULL)
+		return NULL;
+	o->addr = *a;
+	htab_insert(&r->owners, &o->hn, h);
+	return o;
+}
+
+/* The pipe stops being pending: out of the table, its owner's count down. */
+static void
+pending_leave(struct pipe *p)
+{
+	struct relay *r = p->r;
+
+	if (p->owner == NULL)
+		return;
+	htab_remove(&r->pending, &p->hn);
+	if (--p->owner->n == 0) {
+		htab_remove(&r->owners, &p->owner->hn);
+		free(p->owner);
+	}
+	p->owner = NULL;
+	r->ctr.pipes_pending--;
+}
+
+/* --- watchers --- */
+
+static void
+half_set(struct half *h, int events)
+{
+	struct ev_loop *loop = h->p->r->loop;
+
+	if (h->fd < 0 || h->events == events)
+		return;
+	if (h->events)
+		ev_io_stop(loop, &h->io);
+	h->events = events;
+	if (events) {
+		ev_io_set(&h->io, h->fd, events);
+		ev_io_start(loop, &h->io);
+	}
+}
+
+/* Recomputes what each socket waits for from the two flows: this is where
+ * backpressure happens (no read interest while the peer is full). */
+static void
+pipe_update(struct pipe *p)
+{
+	half_set(&p->cli, (flow_wants_read(&p->c2s.f) ? EV_READ : 0) |
+	    (flow_wants_write(&p->s2c.f) ? EV_WRITE : 0));
+	half_set(&p->srv, (flow_wants_read(&p->s2c.f) ? EV_READ : 0) |
+	    (flow_wants_write(&p->c2s.f) ? EV_WRITE : 0));
+}
+
+static void
+half_init(struct pipe *p, struct half *h)
+{
+	h->p = p;
+	h->fd = -1;
+	h->events = 0;
+	ev_io_init(&h->io, half_cb, -1, 0);
+	h->io.data = h;
+}
+
+static void
+half_close(struct half *h, enum close_how how)
+{
+	if (h->fd < 0)
+		return;
+	half_set(h, 0);
+	if (how == CLOSE_RESET)
+		sock_close_rst(h->fd);
+	else
+		close(h->fd);
+	h->fd = -1;
+}
+
+/* --- splice engine --- */
+
+static void
+dir_release_kpipe(struct relay *r, struct dir *d)
+{
+	if (d->kp && !flow_needs_kpipe(&d->f)) {
+		kpipe_put(&r->kpipes, d->kp, 0);
+		d->kp = NULL;
+	}
+}
+
+static unsigned long long *
+dir_counter(struct pipe *p, struct dir *d)
+{
+	return d == &p->c2s ? &p->r->ctr.bytes_client_to_server :
+	    &p->r->ctr.bytes_server_to_client;
+}
+
+/* Writes what is in flight. Returns -1 if the pipe was closed. */
+static int
+dir_flush(struct pipe *p, struct dir *d)
+{
+	while (d->f.inflight > 0) {
+		ssize_t n = splice(d->kp->rfd, NULL, d->dst->fd, NULL, d->f.inflight,
+		    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		int err = errno;
+		if (n > 0) {
+			*dir_counter(p, d) += (unsigned long long)n;
+			p->last_io = ev_now(p->r->loop);
+		}
+		switch (flow_on_write(&d->f, n, err)) {
+		case FLOW_RESET:
+			errno = err;
+			pipe_close(p, CLOSE_RESET, d == &p->c2s ?
+			    "write to server failed" : "write to client failed");
+			return -1;
+		case FLOW_SHUTDOWN:
+			(void)shutdown(d->dst->fd, SHUT_WR);
+			break;
+		case FLOW_FLUSH:
+			continue;
+		case FLOW_NONE:
+			break;
+		}
+		break;
+	}
+	if (d->f.state == FLOW_DRAINING && d->f.inflight == 0) {
+		/* Reached by a write that emptied the pipe exactly. */
+		(void)flow_on_write(&d->f, 0, 0);
+		(void)shutdown(d->dst->fd, SHUT_WR);
+	}
+	dir_release_kpipe(p->r, d);
+	return 0;
+}
+
+/* Moves bytes from the source into the kernel pipe and on. A few rounds
+ * per wake-up save event-loop trips on a fast stream. Returns -1 if the
+ * pipe was closed. */
+static int
+dir_pump(struct pipe *p, struct dir *d)
+{
+	for (int round = 0; round < 4 && flow_wants_read(&d->f); round++) {
+		if (d->kp == NULL && (d->kp = kpipe_get(&p->r->kpipes)) == NULL) {
+			log_warn("pipe %llu: no kernel pipe", (unsigned long long)p->id);
+			pipe_close(p, CLOSE_RESET, "out of pipes");
+			return -1;
+		}
+		ssize_t n = splice(d->src->fd, NULL, d->kp->wfd, NULL,
+		    d->f.cap - d->f.inflight, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		int err = errno;
+		if (n > 0)
+			p->last_io = ev_now(p->r->loop);
+		enum flow_action a = flow_on_read(&d->f, n, err);
+		if (a == FLOW_RESET) {
+			pipe_close(p, CLOSE_RESET, d == &p->c2s ?
+			    "client reset" : "server reset");
+			return -1;
+		}
+		if (a == FLOW_SHUTDOWN) {
+			(void)shutdown(d->dst->fd, SHUT_WR);
+			break;
+		}
+		if (a == FLOW_FLUSH && dir_flush(p, d) == -1)
+			return -1;
+		if (a == FLOW_NONE || n == 0 || d->f.inflight > 0)
+			break;
+	}
+	dir_release_kpipe(p->r, d);
+	return 0;
+}
+
+static void
+half_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct half *h = w->data;
+	struct pipe *p = h->p;
+	struct dir *in = h == &p->cli ? &p->c2s : &p->s2c;	/* h is its source */
+	struct dir *out = h == &p->cli ? &p->s2c : &p->c2s;	/* h is its destination */
+
+	(void)loop;
+	if ((revents & EV_WRITE) && dir_flush(p, out) == -1)
+		return;
+	if ((revents & EV_READ) && dir_pump(p, in) == -1)
+		return;
+	if (flow_pair_done(&p->c2s.f, &p->s2c.f)) {
+		pipe_close(p, CLOSE_CLEAN, "closed");
+		return;
+	}
+	pipe_update(p);
+}
+
+/* --- life cycle --- */
+
+static const char *
+state_str(enum pipe_state s)
+{
+	return s == PS_CONNECTING ? "connecting" : s == PS_PENDING ? "pending" : "open";
+}
+
+static void
+pipe_close(struct pipe *p, enum close_how how, const char *why)
+{
+	struct relay *r = p->r;
+	char cb[EP_STRLEN], sb[EP_STRLEN];
+
+	ev_timer_stop(r->loop, &p->timer);
+	half_close(&p->cli, how);
+	half_close(&p->srv, how);
+	for (struct dir *d = &p->c2s; d; d = d == &p->c2s ? &p->s2c : NULL)
+		if (d->kp) {
+			kpipe_put(&r->kpipes, d->kp, d->f.inflight > 0);
+			d->kp = NULL;
+		}
+	if (p->state == PS_OPEN)
+		r->ctr.pipes_open--;
+	else
+		pending_leave(p);
+	TAILQ_REMOVE(&r->pipes, p, link);
+	r->npipes--;
+
+	if (p->state == PS_OPEN)
+		log_info("pipe %llu %s -> %s %s: client->server %llu, server->client %llu bytes, %.3f s",
+		    (unsigned long long)p->id, ep_fmt(&p->client, cb), ep_fmt(&p->server, sb),
+		    why, p->c2s.f.bytes, p->s2c.f.bytes, ev_now(r->loop) - p->started);
+	else
+		log_info("pipe %llu %s -> %s %s while %s", (unsigned long long)p->id,
+		    ep_fmt(&p->client, cb), ep_fmt(&p->server, sb), why, state_str(p->state));
+	free(p);
+	relay_pipe_gone(r);
+}
+
+static uint8_t
+fail_reason(int err)
+{
+	switch (err) {
+	case ECONNREFUSED:
+		return FAIL_REFUSED;
+	case ETIMEDOUT:
+		return FAIL_TIMEOUT;
+	case EMFILE: case ENFILE: case ENOMEM: case ENOBUFS:
+		return FAIL_INTERNAL;
+	default:	/* ENETUNREACH, EHOSTUNREACH, EHOSTDOWN, EACCES (a reject rule)... */
+		return FAIL_UNREACHABLE;
+	}
+}
+
+static void
+pipe_fail(struct pipe *p, uint8_t reason, int err)
+{
+	p->r->ctr.pipes_failed++;
+	if (p->ctl)
+		ctrl_send_fail(p->ctl, p->req_id, reason, (uint32_t)err);
+	pipe_close(p, CLOSE_RESET, proto_fail_str(reason));
+}
+
+static void
+timer_arm(struct pipe *p, uint64_t ms)
+{
+	ev_timer_stop(p->r->loop, &p->timer);
+	ev_timer_set(&p->timer, (double)ms / 1000.0, 0.);
+	ev_timer_start(p->r->loop, &p->timer);
+}
+
+static void
+timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct pipe *p = w->data;
+	(void)revents;
+
+	switch (p->state) {
+	case PS_CONNECTING:
+		pipe_fail(p, FAIL_TIMEOUT, ETIMEDOUT);
+		return;
+	case PS_PENDING:
+		p->r->ctr.pipes_expired++;
+		pipe_close(p, CLOSE_RESET, "expired");
+		return;
+	case PS_OPEN: {
+		/* Activity does not re-arm the timer (that would cost a timer
+		 * operation per splice); check here instead. */
+		double idle = (double)p->r->conf.idle_timeout_ms / 1000.0;
+		double left = p->last_io + idle - ev_now(loop);
+		if (left > 0.001) {
+			ev_timer_set(w, left, 0.);
+			ev_timer_start(loop, w);
+			return;
+		}
+		pipe_close(p, CLOSE_RESET, "idle timeout");
+		return;
+	}
+	}
+}
+
+/* The connect to the server finished (srv writable) or failed. */
+static void
+connect_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct half *h = w->data;
+	struct pipe *p = h->p;
+	int err;
+	(void)revents;
+
+	half_set(h, 0);
+	if ((err = sock_connect_result(h->fd)) != 0) {
+		pipe_fail(p, fail_reason(err), err);
+		return;
+	}
+	p->connected = ev_now(loop);
+	p->state = PS_PENDING;
+	ev_set_cb(&h->io, half_cb);
+	timer_arm(p, p->r->conf.pending_timeout_ms);
+	if (p->ctl) {
+		double us = (p->connected - p->started) * 1e6;
+		ctrl_send_ok(p->ctl, p->req_id, us > 4e9 ? UINT32_MAX : (uint32_t)us,
+		    (uint32_t)p->r->conf.pending_timeout_ms);
+		p->ctl = NULL;
+	}
+}
+
+static void
+sock_tune(struct relay *r, int fd)
+{
+	const struct rconf *c = &r->conf;
+
+	(void)sock_set_nodelay(fd);	/* the sender already applied Nagle */
+	(void)sock_set_keepalive(fd, (int)(c->keepalive_idle_ms / 1000),
+	    (int)(c->keepalive_interval_ms / 1000), (int)c->keepalive_count);
+}
+
+void
+pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
+    const struct endpoint *client, const struct endpoint *server)
+{
+	struct pipe *p;
+	struct owner *o;
+	uint8_t reason = 0;
+	int fd, err = 0;
+
+	if (r->draining)
+		reason = FAIL_SHUTTING_DOWN;
+	else if (client->port == 0)
+		reason = FAIL_POLICY_ADDR;
+	else switch (policy_check(&r->conf.policy, server)) {
+	case POLICY_ADDR:
+		reason = FAIL_POLICY_ADDR;
+		break;
+	case POLICY_PORT:
+		reason = FAIL_POLICY_PORT;
+		break;
+	case POLICY_OK:
+		break;
+	}
+	if (!reason && r->npipes >= r->conf.max_pipes)
+		reason = FAIL_LIMIT;
+	o = owner_get(r, ctrl_peer_addr(c), 0);
+	if (!reason && o && o->n >= r->conf.max_pending_per_client)
+		reason = FAIL_CLIENT_LIMIT;
+	if (!reason && pending_find(r, client))
+		reason = FAIL_DUPLICATE;
+	if (reason) {
+		r->ctr.pipes_failed++;
+		ctrl_send_fail(c, id, reason, 0);
+		return;
+	}
+	if ((fd = sock_connect_nb(server, 0)) == -1) {
+		err = errno;
+		r->ctr.pipes_failed++;
+		ctrl_send_fail(c, id, fail_reason(err), (uint32_t)err);
+		return;
+	}
+	if ((p = calloc(1, sizeof(*p))) == NULL ||
+	    (o = owner_get(r, ctrl_peer_addr(c), 1)) == NULL) {
+		free(p);
+		close(fd);
+		r->ctr.pipes_failed++;
+		ctrl_send_fail(c, id, FAIL_INTERNAL, ENOMEM);
+		return;
+	}
+	p->r = r;
+	p->id = r->next_pipe_id++;
+	p->state = PS_CONNECTING;
+	p->client = *client;
+	p->server = *server;
+	p->ctl = c;
+	p->req_id = id;
+	p->owner = o;
+	o->n++;
+	htab_insert(&r->pending, &p->hn, ep_hash(client, r->hkey));
+	TAILQ_INSERT_TAIL(&r->pipes, p, link);
+	r->npipes++;
+	r->ctr.pipes_pending++;
+	half_init(p, &p->cli);
+	half_init(p, &p->srv);
+	flow_init(&p->c2s.f, r->conf.pipe_size);
+	flow_init(&p->s2c.f, r->conf.pipe_size);
+	p->c2s.src = p->s2c.dst = &p->cli;
+	p->c2s.dst = p->s2c.src = &p->srv;
+	p->started = ev_now(r->loop);
+	ev_timer_init(&p->timer, timer_cb, 0., 0.);
+	p->timer.data = p;
+
+	p->srv.fd = fd;
+	sock_tune(r, fd);
+	ev_set_cb(&p->srv.io, connect_cb);
+	half_set(&p->srv, EV_WRITE);
+	timer_arm(p, r->conf.connect_timeout_ms);
+}
+
+void
+pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
+{
+	struct pipe *p = pending_find(r, peer);
+	char b[EP_STRLEN];
+
+	if (p == NULL || p->state != PS_PENDING) {
+		r->ctr.data_rejected++;
+		log_info("data connection from %s matches no pending pipe: reset",
+		    ep_fmt(peer, b));
+		sock_close_rst(fd);
+		return;
+	}
+	pending_leave(p);
+	p->state = PS_OPEN;
+	p->cli.fd = fd;
+	sock_tune(r, fd);
+	r->ctr.pipes_open++;
+	r->ctr.pipes_total++;
+	p->started = p->last_io = ev_now(r->loop);
+	timer_arm(p, r->conf.idle_timeout_ms);
+	pipe_update(p);
+}
+
+void
+pipe_ctrl_gone(struct relay *r, struct ctrl_conn *c)
+{
+	struct pipe *p, *next;
+
+	for (p = TAILQ_FIRST(&r->pipes); p; p = next) {
+		next = TAILQ_NEXT(p, link);
+		if (p->ctl != c)
+			continue;
+		p->ctl = NULL;
+		if (p->state == PS_CONNECTING)
+			pipe_close(p, CLOSE_RESET, "control connection closed");
+	}
+}
+
+void
+pipe_reset_all(struct relay *r)
+{
+	struct pipe *p;
+
+	while ((p = TAILQ_FIRST(&r->pipes)) != NULL)
+		pipe_close(p, CLOSE_RESET, "relay shutting down");
+}

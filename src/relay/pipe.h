@@ -1,0 +1,45 @@
+#ifndef SLOT_RELAY_PIPE_H
+#define SLOT_RELAY_PIPE_H
+
+#include <stdint.h>
+
+#include "slot/addr.h"
+#include "relay.h"
+
+/* Pipes: one client connection joined to one server connection.
+ *
+ * Life of a pipe: CONNECTING (PIPE_ESTABLISH received, connect to the server
+ * in progress) -> PENDING (PIPE_OK sent, waiting on the data port for the
+ * client's connection from the announced endpoint) -> OPEN (splicing both
+ * ways) -> closed. pipe_close() is the one place a pipe ends: it stops the
+ * watchers, closes both sockets (with RST when the pipe was reset), updates
+ * the counters, logs one line and frees it. */
+
+/* Answers to a control connection, implemented by ctrl.c. */
+void ctrl_send_ok(struct ctrl_conn *c, uint32_t id, uint32_t connect_us,
+    uint32_t pending_ms);
+void ctrl_send_fail(struct ctrl_conn *c, uint32_t id, uint8_t reason,
+    uint32_t detail);
+/* Address of the control connection's peer (for per-client limits). */
+const struct addr *ctrl_peer_addr(const struct ctrl_conn *c);
+
+int pipes_init(struct relay *r);
+void pipes_destroy(struct relay *r);	/* resets every pipe */
+
+/* An authenticated PIPE_ESTABLISH on c. The answer (PIPE_OK or PIPE_FAIL)
+ * goes back through ctrl_send_*, now or when the connect finishes. */
+void pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
+    const struct endpoint *client, const struct endpoint *server);
+
+/* A connection accepted on the data port from peer: joined to its pending
+ * pipe, or reset. Takes ownership of fd. */
+void pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer);
+
+/* Control connection c is closing: pipes still connecting for it are
+ * cancelled (nobody would learn their answer); pending ones stay. */
+void pipe_ctrl_gone(struct relay *r, struct ctrl_conn *c);
+
+/* Drain deadline or exit: reset every pipe. */
+void pipe_reset_all(struct relay *r);
+
+#endif

@@ -1,0 +1,36 @@
+#ifndef SLOT_RELAY_POLICY_H
+#define SLOT_RELAY_POLICY_H
+
+#include <stddef.h>
+
+#include "slot/addr.h"
+
+/* Where the relay agrees to connect. Special-purpose addresses (loopback,
+ * link-local, private, reserved) are refused unless an allow CIDR covers
+ * them, so that a relay cannot be used to reach the network behind it; its
+ * own addresses, multicast, broadcast and deny CIDRs are refused always; the
+ * port must be in the allowed set. */
+
+struct policy {
+	struct portset ports;
+	struct cidr_list allow;
+	struct cidr_list deny;
+	struct addr *self;	/* the host's own addresses */
+	size_t nself;
+};
+
+enum policy_verdict {
+	POLICY_OK = 0,
+	POLICY_ADDR,	/* address refused */
+	POLICY_PORT,	/* port not allowed */
+};
+
+void policy_init(struct policy *p);
+void policy_free(struct policy *p);
+
+/* Reads the host's addresses (getifaddrs) into p->self. Returns 0 or -1. */
+int policy_load_self(struct policy *p);
+
+enum policy_verdict policy_check(const struct policy *p, const struct endpoint *dst);
+
+#endif

@@ -1,0 +1,298 @@
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "slot/clock.h"
+#include "slot/log.h"
+#include "slot/proto.h"
+#include "slot/ratelimit.h"
+#include "slot/rttcache.h"
+#include "slot/sock.h"
+#include "probe.h"
+
+#define PROBE_MAX_WAITERS 64	/* requesters sharing one measurement */
+#define PROBE_BATCH 64		/* datagrams read per wake-up */
+#define PROBE_FAIL_TTL_MS 30000	/* failures are re-measured sooner */
+
+struct waiter {
+	struct endpoint from;
+	uint32_t id;
+	uint64_t t_recv;
+};
+
+struct job {
+	struct probe_srv *ps;
+	struct hnode hn;
+	struct endpoint target;
+	int fd;
+	uint64_t t_start;
+	ev_io io;
+	ev_timer timer;
+	size_t nw;
+	struct waiter w[PROBE_MAX_WAITERS];
+};
+
+struct probe_srv {
+	struct relay *r;
+	int fd;
+	ev_io io;
+	struct htab jobs;	/* by target */
+	size_t njobs;
+	struct rttcache *cache;
+	struct ratelimit *rl_req, *rl_dst;
+};
+
+static void
+probe_reply(struct probe_srv *ps, const struct waiter *w, const struct endpoint *target,
+    uint8_t status, uint8_t flags, uint32_t rtt_us)
+{
+	struct proto_msg m = { .type = PROTO_PROBE_REPLY, .id = w->id };
+	struct sockaddr_storage ss;
+	uint8_t buf[PROTO_MAX_LEN];
+	int n;
+	uint64_t now = clock_mono_us();
+
+	m.ts_us = clock_real_us();
+	m.nonce = ((uint64_t)arc4random() << 32) | arc4random();
+	m.u.probe_reply.status = status;
+	m.u.probe_reply.flags = flags;
+	m.u.probe_reply.rtt_us = rtt_us;
+	m.u.probe_reply.hold_us = (uint32_t)(now - w->t_recv);
+	m.u.probe_reply.target = *target;
+	if ((n = proto_encode(&m, &ps->r->key, buf, sizeof(buf))) < 0)
+		return;
+	socklen_t len = ep_to_sockaddr(&w->from, &ss);
+	/* A full socket buffer loses the reply; the client treats it as a
+	 * relay that did not answer, as it would a lost datagram. */
+	(void)sendto(ps->fd, buf, (size_t)n, MSG_DONTWAIT, (struct sockaddr *)&ss, len);
+	if (status == PROBE_ST_POLICY || status == PROBE_ST_RATE_LIMITED ||
+	    status == PROBE_ST_BUSY)
+		ps->r->ctr.probes_refused++;
+	else
+		ps->r->ctr.probes_answered++;
+}
+
+static void
+job_finish(struct job *j, uint8_t status, uint32_t rtt_us)
+{
+	struct probe_srv *ps = j->ps;
+
+	ev_io_stop(ps->r->loop, &j->io);
+	ev_timer_stop(ps->r->loop, &j->timer);
+	if (j->fd >= 0)
+		sock_close_rst(j->fd);	/* no FIN handshake: the server sees a RST only */
+	htab_remove(&ps->jobs, &j->hn);
+	ps->njobs--;
+	if (status != PROBE_ST_BUSY)
+		(void)rttc_put(ps->cache, &j->target, rtt_us, status, clock_mono_us());
+	for (size_t i = 0; i < j->nw; i++)
+		probe_reply(ps, &j->w[i], &j->target, status, 0, rtt_us);
+	free(j);
+}
+
+static void
+job_io_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct job *j = w->data;
+	uint64_t rtt = clock_mono_us() - j->t_start;
+	int err = sock_connect_result(j->fd);
+	(void)loop;
+	(void)revents;
+
+	if (rtt > UINT32_MAX)
+		rtt = UINT32_MAX;
+	if (err == 0)
+		job_finish(j, PROBE_ST_OK, (uint32_t)rtt);
+	else if (err == ECONNREFUSED)
+		job_finish(j, PROBE_ST_REFUSED, (uint32_t)rtt);
+	else if (err == ETIMEDOUT)
+		job_finish(j, PROBE_ST_TIMEOUT, 0);
+	else
+		job_finish(j, PROBE_ST_UNREACHABLE, 0);
+}
+
+static void
+job_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	job_finish(w->data, PROBE_ST_TIMEOUT, 0);
+}
+
+static struct job *
+job_find(struct probe_srv *ps, const struct endpoint *t, uint64_t h)
+{
+	for (struct hnode *n = htab_first(&ps->jobs, h); n; n = htab_next(n, h)) {
+		struct job *j = container_of(n, struct job, hn);
+		if (ep_eq(&j->target, t))
+			return j;
+	}
+	return NULL;
+}
+
+static void
+probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waiter *w)
+{
+	struct relay *r = ps->r;
+	const struct endpoint *t = &m->u.probe_req.target;
+	uint64_t now = w->t_recv;
+	uint32_t rtt;
+	uint8_t st;
+
+	if (!rl_allow(ps->rl_req, &w->from.addr, now)) {
+		probe_reply(ps, w, t, PROBE_ST_RATE_LIMITED, 0, 0);
+		return;
+	}
+	if (r->draining || policy_check(&r->conf.policy, t) != POLICY_OK) {
+		probe_reply(ps, w, t, r->draining ? PROBE_ST_BUSY : PROBE_ST_POLICY, 0, 0);
+		return;
+	}
+	uint64_t ttl = r->conf.rtt_cache_ttl_ms * 1000;
+	uint64_t fail_ttl = ttl < PROBE_FAIL_TTL_MS * 1000 ? ttl : PROBE_FAIL_TTL_MS * 1000;
+	if (rttc_get(ps->cache, t, now, ttl, &rtt, &st)) {
+		int measured = st == PROBE_ST_OK || st == PROBE_ST_REFUSED;
+		if (measured || rttc_get(ps->cache, t, now, fail_ttl, &rtt, &st)) {
+			probe_reply(ps, w, t, st, PROBE_FLAG_CACHED, rtt);
+			return;
+		}
+	}
+	uint64_t h = ep_hash(t, r->hkey);
+	struct job *j = job_find(ps, t, h);
+	if (j) {
+		if (j->nw == PROBE_MAX_WAITERS)
+			probe_reply(ps, w, t, PROBE_ST_BUSY, 0, 0);
+		else
+			j->w[j->nw++] = *w;
+		return;
+	}
+	if (ps->njobs >= r->conf.max_inflight) {
+		probe_reply(ps, w, t, PROBE_ST_BUSY, 0, 0);
+		return;
+	}
+	if (!rl_allow(ps->rl_dst, &t->addr, now)) {
+		probe_reply(ps, w, t, PROBE_ST_RATE_LIMITED, 0, 0);
+		return;
+	}
+	if ((j = calloc(1, sizeof(*j))) == NULL) {
+		probe_reply(ps, w, t, PROBE_ST_BUSY, 0, 0);
+		return;
+	}
+	j->ps = ps;
+	j->target = *t;
+	j->w[0] = *w;
+	j->nw = 1;
+	j->t_start = clock_mono_us();
+	htab_insert(&ps->jobs, &j->hn, h);
+	ps->njobs++;
+	ev_init(&j->io, job_io_cb);
+	j->io.data = j;
+	ev_timer_init(&j->timer, job_timer_cb, (double)r->conf.probe_timeout_ms / 1000.0, 0.);
+	j->timer.data = j;
+	if ((j->fd = sock_connect_nb(t, 0)) == -1) {
+		int e = errno;
+		job_finish(j, e == EMFILE || e == ENFILE || e == ENOBUFS ? PROBE_ST_BUSY :
+		    PROBE_ST_UNREACHABLE, 0);
+		return;
+	}
+	ev_io_set(&j->io, j->fd, EV_WRITE);
+	ev_io_start(r->loop, &j->io);
+	ev_timer_start(r->loop, &j->timer);
+}
+
+static void
+probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct probe_srv *ps = w->data;
+	struct relay *r = ps->r;
+	(void)loop;
+	(void)revents;
+
+	for (int i = 0; i < PROBE_BATCH; i++) {
+		uint8_t buf[PROTO_MAX_LEN + 1];
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		ssize_t n = recvfrom(ps->fd, buf, sizeof(buf), 0, (struct sockaddr *)&ss, &len);
+		if (n < 0)
+			return;	/* EAGAIN, or an ICMP error queued by an earlier reply */
+
+		struct waiter wt = { .t_recv = clock_mono_us() };
+		struct proto_msg m;
+		size_t used;
+		enum proto_err why;
+		if (ep_from_sockaddr((struct sockaddr *)&ss, len, &wt.from) == -1 ||
+		    proto_decode(buf, (size_t)n, &r->key, &m, &used, &why) != PROTO_OK ||
+		    used != (size_t)n || m.type != PROTO_PROBE_REQUEST ||
+		    replay_check(r->replay, m.ts_us, m.nonce, clock_real_us()) != REPLAY_OK) {
+			/* Silently: an answer would help scanners and reflectors. */
+			r->ctr.probes_dropped++;
+			continue;
+		}
+		wt.id = m.id;
+		probe_handle(ps, &m, &wt);
+	}
+}
+
+struct probe_srv *
+probe_start(struct relay *r, int fd)
+{
+	struct probe_srv *ps = calloc(1, sizeof(*ps));
+
+	if (ps == NULL)
+		goto fail;
+	ps->r = r;
+	ps->fd = fd;
+	if (htab_init(&ps->jobs, 64) == -1)
+		goto fail;
+	ps->cache = rttc_new(65536);
+	ps->rl_req = rl_new(65536, r->conf.requester_rate, r->conf.requester_burst);
+	ps->rl_dst = rl_new(65536, r->conf.destination_rate, r->conf.destination_burst);
+	if (!ps->cache || !ps->rl_req || !ps->rl_dst)
+		goto fail;
+	ev_io_init(&ps->io, probe_read_cb, fd, EV_READ);
+	ps->io.data = ps;
+	ev_io_start(r->loop, &ps->io);
+	return ps;
+fail:
+	if (ps) {
+		rttc_free(ps->cache);
+		rl_free(ps->rl_req);
+		rl_free(ps->rl_dst);
+		htab_destroy(&ps->jobs);
+		free(ps);
+	}
+	close(fd);
+	return NULL;
+}
+
+void
+probe_reconfigure(struct probe_srv *ps)
+{
+	rl_set(ps->rl_req, ps->r->conf.requester_rate, ps->r->conf.requester_burst);
+	rl_set(ps->rl_dst, ps->r->conf.destination_rate, ps->r->conf.destination_burst);
+}
+
+void
+probe_stop(struct probe_srv *ps)
+{
+	if (ps == NULL)
+		return;
+	ev_io_stop(ps->r->loop, &ps->io);
+	close(ps->fd);
+	ps->fd = -1;
+	/* Waiters get no answer; their clients stop waiting after C_wait. */
+	for (size_t b = 0; b < ps->jobs.nb; b++) {
+		struct hnode *n;
+		while ((n = ps->jobs.b[b]) != NULL) {
+			struct job *j = container_of(n, struct job, hn);
+			j->nw = 0;
+			job_finish(j, PROBE_ST_BUSY, 0);
+		}
+	}
+	htab_destroy(&ps->jobs);
+	rttc_free(ps->cache);
+	rl_free(ps->rl_req);
+	rl_free(ps->rl_dst);
+	free(ps);
+}

@@ -1,0 +1,20 @@
+#ifndef SLOT_RELAY_PROBE_H
+#define SLOT_RELAY_PROBE_H
+
+#include "relay.h"
+
+/* The UDP probe responder: answers an authenticated PROBE_REQUEST with the
+ * relay's RTT to the target (from the RTT cache, else a TCP connect measured
+ * and closed with RST) and how long it held the request. Requests for the
+ * same target while a measurement runs wait for that one measurement;
+ * requesters and targets are rate limited, so relays cannot be turned into a
+ * flood against a server. */
+
+/* fd: the bound UDP socket (owned from now on). Returns NULL on failure. */
+struct probe_srv *probe_start(struct relay *r, int fd);
+/* Applies changed rates (after a reload). */
+void probe_reconfigure(struct probe_srv *ps);
+/* Stops answering: closes the socket and abandons measurements. */
+void probe_stop(struct probe_srv *ps);
+
+#endif

@@ -1,0 +1,187 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "slot/conf.h"
+#include "rconf.h"
+
+void
+rconf_defaults(struct rconf *c)
+{
+	memset(c, 0, sizeof(*c));
+	snprintf(c->user, sizeof(c->user), "slot");
+	snprintf(c->key_file, sizeof(c->key_file), "/etc/slot/key");
+	ep_parse("0.0.0.0:7600", 0, &c->probe_listen);
+	ep_parse("0.0.0.0:7600", 0, &c->control_listen);
+	ep_parse("0.0.0.0:7601", 0, &c->data_listen);
+	snprintf(c->stats_socket, sizeof(c->stats_socket), "/run/slot/relayd.sock");
+	c->log_level = SLOG_INFO;
+
+	c->max_pipes = 4096;
+	c->max_pending_per_client = 256;
+	c->connect_timeout_ms = 5000;
+	c->pending_timeout_ms = 10000;
+	c->idle_timeout_ms = 15 * 60 * 1000;
+	c->drain_timeout_ms = 30000;
+	c->control_idle_timeout_ms = 120000;
+	c->pipe_size = 65536;
+	c->keepalive_idle_ms = 60000;
+	c->keepalive_interval_ms = 10000;
+	c->keepalive_count = 6;
+
+	policy_init(&c->policy);
+
+	c->rtt_cache_ttl_ms = 5 * 60 * 1000;
+	c->probe_timeout_ms = 2000;
+	c->requester_rate = 50;
+	c->requester_burst = 100;
+	c->destination_rate = 5;
+	c->destination_burst = 10;
+	c->max_inflight = 1024;
+
+	c->max_clock_skew_ms = 30000;
+}
+
+void
+rconf_free(struct rconf *c)
+{
+	policy_free(&c->policy);
+}
+
+#define DAY_MS (24ull * 3600 * 1000)
+
+struct key_spec {
+	const char *section, *name;
+	enum { K_STR, K_EP, K_LEVEL, K_UINT, K_MS, K_SIZE, K_DOUBLE, K_PORTS, K_CIDRS } kind;
+	size_t off;
+	uint64_t min, max;	/* K_UINT, K_MS, K_SIZE; K_STR: buffer size */
+};
+
+#define F(m) offsetof(struct rconf, m)
+static const struct key_spec keys[] = {
+	{ "relay", "user", K_STR, F(user), 0, sizeof(((struct rconf *)0)->user) },
+	{ "relay", "key_file", K_STR, F(key_file), 0, RCONF_PATH_MAX },
+	{ "relay", "probe_listen", K_EP, F(probe_listen), 0, 0 },
+	{ "relay", "control_listen", K_EP, F(control_listen), 0, 0 },
+	{ "relay", "data_listen", K_EP, F(data_listen), 0, 0 },
+	{ "relay", "stats_socket", K_STR, F(stats_socket), 0, RCONF_PATH_MAX },
+	{ "relay", "log_level", K_LEVEL, F(log_level), 0, 0 },
+	{ "limits", "max_pipes", K_UINT, F(max_pipes), 1, 1000000 },
+	{ "limits", "max_pending_per_client", K_UINT, F(max_pending_per_client), 1, 1000000 },
+	{ "limits", "connect_timeout", K_MS, F(connect_timeout_ms), 100, 600000 },
+	{ "limits", "pending_timeout", K_MS, F(pending_timeout_ms), 100, 600000 },
+	{ "limits", "idle_timeout", K_MS, F(idle_timeout_ms), 1000, 7 * DAY_MS },
+	{ "limits", "drain_timeout", K_MS, F(drain_timeout_ms), 0, DAY_MS },
+	{ "limits", "control_idle_timeout", K_MS, F(control_idle_timeout_ms), 1000, DAY_MS },
+	{ "limits", "pipe_size", K_SIZE, F(pipe_size), 4096, 1 << 20 },
+	{ "limits", "keepalive_idle", K_MS, F(keepalive_idle_ms), 1000, DAY_MS },
+	{ "limits", "keepalive_interval", K_MS, F(keepalive_interval_ms), 1000, DAY_MS },
+	{ "limits", "keepalive_count", K_UINT, F(keepalive_count), 1, 127 },
+	{ "policy", "allowed_ports", K_PORTS, F(policy.ports), 0, 0 },
+	{ "policy", "allow_destinations", K_CIDRS, F(policy.allow), 0, 0 },
+	{ "policy", "deny_destinations", K_CIDRS, F(policy.deny), 0, 0 },
+	{ "probe", "rtt_cache_ttl", K_MS, F(rtt_cache_ttl_ms), 0, 7 * DAY_MS },
+	{ "probe", "probe_timeout", K_MS, F(probe_timeout_ms), 10, 60000 },
+	{ "probe", "requester_rate", K_DOUBLE, F(requester_rate), 0, 0 },
+	{ "probe", "requester_burst", K_DOUBLE, F(requester_burst), 0, 0 },
+	{ "probe", "destination_rate", K_DOUBLE, F(destination_rate), 0, 0 },
+	{ "probe", "destination_burst", K_DOUBLE, F(destination_burst), 0, 0 },
+	{ "probe", "max_inflight", K_UINT, F(max_inflight), 1, 100000 },
+	{ "auth", "max_clock_skew", K_MS, F(max_clock_skew_ms), 1000, 3600000 },
+};
+#undef F
+
+static int
+set_key(void *user, const char *section, const char *name, const char *value,
+    char *err, size_t errlen)
+{
+	struct rconf *c = user;
+	const struct key_spec *k = NULL;
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (strcmp(keys[i].section, section) == 0 &&
+		    strcmp(keys[i].name, name) == 0)
+			k = &keys[i];
+	if (k == NULL) {
+		snprintf(err, errlen, "unknown key '%s' in section [%s]", name, section);
+		return -1;
+	}
+	void *dst = (char *)c + k->off;
+	int rc = 0;
+	char sub[200] = "";
+
+	switch (k->kind) {
+	case K_STR:
+		rc = conf_string(value, dst, k->max, sub, sizeof(sub));
+		break;
+	case K_EP:
+		if (ep_parse(value, 0, dst) == -1) {
+			snprintf(sub, sizeof(sub), "expected address:port");
+			rc = -1;
+		}
+		break;
+	case K_LEVEL:
+		if (log_level_parse(value, dst) == -1) {
+			snprintf(sub, sizeof(sub), "expected error, warn, info or debug");
+			rc = -1;
+		}
+		break;
+	case K_UINT:
+		rc = conf_uint(value, k->min, k->max, dst, sub, sizeof(sub));
+		break;
+	case K_MS: {
+		uint64_t v;
+		rc = conf_duration_ms(value, &v, sub, sizeof(sub));
+		if (rc == 0 && (v < k->min || v > k->max)) {
+			snprintf(sub, sizeof(sub), "must be between %llu ms and %llu ms",
+			    (unsigned long long)k->min, (unsigned long long)k->max);
+			rc = -1;
+		}
+		if (rc == 0)
+			*(uint64_t *)dst = v;
+		break;
+	}
+	case K_SIZE:
+		rc = conf_size(value, k->min, k->max, dst, sub, sizeof(sub));
+		break;
+	case K_DOUBLE:
+		rc = conf_double(value, 0.001, 1e6, dst, sub, sizeof(sub));
+		break;
+	case K_PORTS:
+		rc = portset_parse(value, dst, sub, sizeof(sub));
+		break;
+	case K_CIDRS: {
+		struct cidr_list l = { 0 };
+		rc = cidr_list_parse(value, &l, sub, sizeof(sub));
+		if (rc == 0) {
+			cidr_list_free(dst);
+			*(struct cidr_list *)dst = l;
+		}
+		break;
+	}
+	}
+	if (rc == -1)
+		snprintf(err, errlen, "[%s] %s = %s: %s", section, name, value, sub);
+	return rc;
+}
+
+int
+rconf_load(struct rconf *c, const char *path, char *err, size_t errlen)
+{
+	rconf_defaults(c);
+	if (path == NULL)
+		return 0;
+	if (conf_load(path, set_key, c, err, errlen) == -1)
+		goto fail;
+	if (c->requester_burst < 1 || c->destination_burst < 1) {
+		snprintf(err, errlen, "%s: [probe] bursts must be at least 1", path);
+		goto fail;
+	}
+	if (c->stats_socket[0] == '\0' || c->key_file[0] == '\0') {
+		snprintf(err, errlen, "%s: [relay] key_file and stats_socket must be set", path);
+		goto fail;
+	}
+	return 0;
+fail:
+	rconf_free(c);
+	return -1;
+}

@@ -1,0 +1,61 @@
+#ifndef SLOT_RELAY_RCONF_H
+#define SLOT_RELAY_RCONF_H
+
+#include <stdint.h>
+
+#include "slot/addr.h"
+#include "slot/log.h"
+#include "policy.h"
+
+/* slot-relayd's configuration: defaults, INI keys, validation. The key
+ * itself is loaded by the daemon (it needs privileges); here only its path. */
+
+#define RCONF_PATH_MAX 256
+
+struct rconf {
+	/* [relay] */
+	char user[64];
+	char key_file[RCONF_PATH_MAX];
+	struct endpoint probe_listen;
+	struct endpoint control_listen;
+	struct endpoint data_listen;
+	char stats_socket[RCONF_PATH_MAX];
+	enum slog_level log_level;
+
+	/* [limits] */
+	uint64_t max_pipes;
+	uint64_t max_pending_per_client;
+	uint64_t connect_timeout_ms;
+	uint64_t pending_timeout_ms;
+	uint64_t idle_timeout_ms;
+	uint64_t drain_timeout_ms;
+	uint64_t control_idle_timeout_ms;
+	uint64_t pipe_size;
+	uint64_t keepalive_idle_ms;
+	uint64_t keepalive_interval_ms;
+	uint64_t keepalive_count;
+
+	/* [policy] */
+	struct policy policy;	/* ports, allow, deny; self filled by the daemon */
+
+	/* [probe] */
+	uint64_t rtt_cache_ttl_ms;
+	uint64_t probe_timeout_ms;
+	double requester_rate, requester_burst;
+	double destination_rate, destination_burst;
+	uint64_t max_inflight;
+
+	/* [auth] */
+	uint64_t max_clock_skew_ms;
+};
+
+/* Fills c with the defaults (those of etc/relayd.conf). */
+void rconf_defaults(struct rconf *c);
+
+/* Defaults, then path (NULL: defaults only). Returns 0, or -1 with
+ * "path:line: reason" in err; c is then freed and must not be used. */
+int rconf_load(struct rconf *c, const char *path, char *err, size_t errlen);
+
+void rconf_free(struct rconf *c);
+
+#endif

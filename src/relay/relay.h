@@ -1,0 +1,72 @@
+#ifndef SLOT_RELAY_RELAY_H
+#define SLOT_RELAY_RELAY_H
+
+#include <sys/queue.h>
+#include <ev.h>
+
+#include "slot/auth.h"
+#include "slot/htab.h"
+#include "slot/replay.h"
+#include "kpipe.h"
+#include "rconf.h"
+
+/* The state of one slot-relayd: configuration, key, tables and counters,
+ * shared by the modules that make up the daemon (pipe, ctrl, probe, stats). */
+
+struct relay_counters {
+	unsigned long long pipes_open;		/* gauge: joined, splicing */
+	unsigned long long pipes_pending;	/* gauge: connecting or waiting for data */
+	unsigned long long pipes_total;		/* pipes joined since start */
+	unsigned long long pipes_failed;	/* PIPE_FAIL answers */
+	unsigned long long pipes_expired;	/* pending pipes never joined */
+	unsigned long long bytes_client_to_server;
+	unsigned long long bytes_server_to_client;
+	unsigned long long probes_answered;
+	unsigned long long probes_refused;	/* answered with policy, rate or busy */
+	unsigned long long probes_dropped;	/* malformed, unauthentic, stale, replayed */
+	unsigned long long control_conns;	/* gauge */
+	unsigned long long control_errors;	/* ERROR messages sent */
+	unsigned long long data_rejected;	/* data connections with no pipe */
+};
+
+struct pipe;
+struct ctrl_conn;
+struct probe_srv;
+struct stats_srv;
+
+TAILQ_HEAD(pipe_list, pipe);
+TAILQ_HEAD(ctrl_list, ctrl_conn);
+
+struct relay {
+	struct ev_loop *loop;
+	struct rconf conf;
+	const char *conf_path;
+	struct auth_key key;
+	struct replay *replay;
+	struct kpipe_pool kpipes;
+	struct relay_counters ctr;
+	uint8_t hkey[16];		/* hash key of the tables below */
+
+	struct pipe_list pipes;		/* every pipe */
+	size_t npipes;
+	struct htab pending;		/* connecting or pending, by client endpoint */
+	struct htab owners;		/* pending count per control peer address */
+	uint64_t next_pipe_id;
+
+	struct ctrl_list ctrls;
+	int ctrl_fd, data_fd;
+	ev_io ctrl_accept, data_accept;
+	ev_timer accept_retry;		/* paused accepting on EMFILE */
+
+	struct probe_srv *probe;
+	struct stats_srv *stats;
+
+	int draining;
+	ev_timer drain_timer;
+	ev_signal sig_hup, sig_term, sig_int;
+};
+
+/* Called whenever a pipe goes away: ends a drain once nothing is left. */
+void relay_pipe_gone(struct relay *r);
+
+#endif

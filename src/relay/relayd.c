@@ -1,0 +1,376 @@
+/* slot-relayd: the relay daemon of every overlay node. Answers probes, sets
+ * up pipes for client daemons over authenticated control connections and
+ * splices each pipe's two sockets. See docs/relay.md. */
+
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "slot/auth.h"
+#include "slot/clock.h"
+#include "slot/log.h"
+#include "slot/sock.h"
+#include "ctrl.h"
+#include "pipe.h"
+#include "probe.h"
+#include "stats.h"
+
+#ifndef SLOT_VERSION
+#define SLOT_VERSION "0.1.0"
+#endif
+
+#define REPLAY_CAPACITY (1u << 18)
+#define KPIPE_MAX_FREE 256
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: slot-relayd [-c config] [-l level] [-t] [-V]\n"
+	    "  -c config  configuration file (default /etc/slot/relayd.conf)\n"
+	    "  -l level   log level: error, warn, info, debug (overrides the file)\n"
+	    "  -t         check the configuration and the key file, then exit\n"
+	    "  -V         print the version\n");
+}
+
+void
+relay_pipe_gone(struct relay *r)
+{
+	if (r->draining && r->npipes == 0)
+		ev_break(r->loop, EVBREAK_ALL);
+}
+
+static void
+data_accept_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct relay *r = w->data;
+	(void)revents;
+
+	for (int i = 0; i < 64; i++) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		struct endpoint peer;
+		int fd = accept4(r->data_fd, (struct sockaddr *)&ss, &len,
+		    SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd == -1) {
+			if (errno == EMFILE || errno == ENFILE) {
+				/* Retrying at once would spin on the pending
+				 * connection; wait for descriptors to free up. */
+				log_warn("data accept paused");
+				ev_io_stop(loop, w);
+				ev_timer_start(loop, &r->accept_retry);
+			}
+			return;
+		}
+		if (ep_from_sockaddr((struct sockaddr *)&ss, len, &peer) == -1) {
+			sock_close_rst(fd);
+			continue;
+		}
+		pipe_accept_data(r, fd, &peer);
+	}
+}
+
+static void
+accept_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct relay *r = w->data;
+	(void)revents;
+
+	if (r->data_fd >= 0)
+		ev_io_start(loop, &r->data_accept);
+	ctrl_resume_accepting(r);
+}
+
+static void
+reload(struct relay *r)
+{
+	struct rconf n;
+	struct auth_key k;
+	char err[512];
+
+	if (rconf_load(&n, r->conf_path, err, sizeof(err)) == -1) {
+		log_warnx("reload failed, keeping the running configuration: %s", err);
+		return;
+	}
+	if (!ep_eq(&n.probe_listen, &r->conf.probe_listen) ||
+	    !ep_eq(&n.control_listen, &r->conf.control_listen) ||
+	    !ep_eq(&n.data_listen, &r->conf.data_listen) ||
+	    strcmp(n.user, r->conf.user) != 0 ||
+	    strcmp(n.stats_socket, r->conf.stats_socket) != 0)
+		log_warnx("reload: listen addresses, user and stats_socket change only on restart");
+	n.probe_listen = r->conf.probe_listen;
+	n.control_listen = r->conf.control_listen;
+	n.data_listen = r->conf.data_listen;
+	memcpy(n.user, r->conf.user, sizeof(n.user));
+	memcpy(n.stats_socket, r->conf.stats_socket, sizeof(n.stats_socket));
+	if (auth_key_load(n.key_file, &k, err, sizeof(err)) == 0) {
+		r->key = k;
+		auth_key_wipe(&k);
+	} else
+		log_warnx("reload: key not reloaded (%s); the running key stays", err);
+
+	/* Our own addresses were read with privileges at start: keep them. */
+	free(n.policy.self);
+	n.policy.self = r->conf.policy.self;
+	n.policy.nself = r->conf.policy.nself;
+	r->conf.policy.self = NULL;
+	rconf_free(&r->conf);
+	r->conf = n;
+
+	log_set_level(r->conf.log_level);
+	replay_set_window(r->replay, r->conf.max_clock_skew_ms * 1000);
+	r->kpipes.size = r->conf.pipe_size;
+	if (r->probe)
+		probe_reconfigure(r->probe);
+	log_info("configuration reloaded from %s", r->conf_path);
+}
+
+static void
+drain_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct relay *r = w->data;
+	(void)loop;
+	(void)revents;
+
+	log_warnx("drain deadline reached: resetting %zu pipes", r->npipes);
+	pipe_reset_all(r);
+	ev_break(r->loop, EVBREAK_ALL);
+}
+
+static void
+signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
+{
+	struct relay *r = w->data;
+	(void)revents;
+
+	if (w->signum == SIGHUP) {
+		reload(r);
+		return;
+	}
+	if (r->draining) {
+		log_warnx("second signal: exiting now");
+		pipe_reset_all(r);
+		ev_break(loop, EVBREAK_ALL);
+		return;
+	}
+	r->draining = 1;
+	log_info("draining: %zu pipes, deadline %.1f s", r->npipes,
+	    (double)r->conf.drain_timeout_ms / 1000.0);
+	probe_stop(r->probe);
+	r->probe = NULL;
+	ctrl_stop_accepting(r);
+	ev_timer_set(&r->drain_timer, (double)r->conf.drain_timeout_ms / 1000.0, 0.);
+	ev_timer_start(loop, &r->drain_timer);
+	relay_pipe_gone(r);
+}
+
+static int
+listen_all(struct relay *r, int *probe_fd, int *stats_fd, char *err, size_t errlen)
+{
+	char b[EP_STRLEN];
+	const struct rconf *c = &r->conf;
+
+	if ((*probe_fd = sock_bind_udp(&c->probe_listen)) == -1) {
+		snprintf(err, errlen, "probe socket %s: %s", ep_fmt(&c->probe_listen, b),
+		    strerror(errno));
+		return -1;
+	}
+	if ((r->ctrl_fd = sock_listen_tcp(&c->control_listen, 128)) == -1) {
+		snprintf(err, errlen, "control listener %s: %s",
+		    ep_fmt(&c->control_listen, b), strerror(errno));
+		return -1;
+	}
+	if ((r->data_fd = sock_listen_tcp(&c->data_listen, 1024)) == -1) {
+		snprintf(err, errlen, "data listener %s: %s", ep_fmt(&c->data_listen, b),
+		    strerror(errno));
+		return -1;
+	}
+	/* The directory of the socket is created here if missing (systemd
+	 * makes it with RuntimeDirectory=). */
+	char dir[RCONF_PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", c->stats_socket);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		if (mkdir(dir, 0755) == -1 && errno != EEXIST) {
+			snprintf(err, errlen, "stats socket directory %s: %s", dir,
+			    strerror(errno));
+			return -1;
+		}
+	}
+	if ((*stats_fd = sock_listen_unix(c->stats_socket, 0660, 16)) == -1) {
+		snprintf(err, errlen, "stats socket %s: %s", c->stats_socket, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int
+drop_privileges(const struct rconf *c, char *err, size_t errlen)
+{
+	struct passwd *pw;
+
+	if (geteuid() != 0)
+		return 0;
+	if (c->user[0] == '\0' || strcmp(c->user, "root") == 0) {
+		log_warnx("running as root: set [relay] user to an unprivileged account");
+		return 0;
+	}
+	if ((pw = getpwnam(c->user)) == NULL) {
+		snprintf(err, errlen, "user '%s' does not exist (create it, or set [relay] user)",
+		    c->user);
+		return -1;
+	}
+	/* Let the operator's group read the counters. */
+	if (chown(c->stats_socket, pw->pw_uid, pw->pw_gid) == -1)
+		log_warn("chown %s", c->stats_socket);
+	if (setgroups(0, NULL) == -1 || setgid(pw->pw_gid) == -1 ||
+	    setuid(pw->pw_uid) == -1) {
+		snprintf(err, errlen, "cannot drop privileges to %s: %s", c->user,
+		    strerror(errno));
+		return -1;
+	}
+	if (setuid(0) != -1) {
+		snprintf(err, errlen, "privileges could be regained after dropping them");
+		return -1;
+	}
+	return 0;
+}
+
+static void
+raise_nofile(void)
+{
+	struct rlimit rl;
+
+	/* Two sockets and up to two kernel pipes (four descriptors) per pipe. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct relay relay;
+	struct relay *r = &relay;
+	const char *path = "/etc/slot/relayd.conf";
+	const char *level_arg = NULL;
+	int check_only = 0, ch, probe_fd = -1, stats_fd = -1;
+	enum slog_level level;
+	char err[512];
+
+	while ((ch = getopt(argc, argv, "c:l:tVh")) != -1) {
+		switch (ch) {
+		case 'c':
+			path = optarg;
+			break;
+		case 'l':
+			level_arg = optarg;
+			break;
+		case 't':
+			check_only = 1;
+			break;
+		case 'V':
+			printf("slot-relayd %s\n", SLOT_VERSION);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	log_init("slot-relayd", SLOG_INFO);
+	if (level_arg && log_level_parse(level_arg, &level) == -1)
+		fatalx("-l %s: expected error, warn, info or debug", level_arg);
+	if (auth_init() == -1)
+		fatalx("libsodium failed to initialise");
+	r->conf_path = path;
+	r->ctrl_fd = r->data_fd = -1;
+	if (rconf_load(&r->conf, path, err, sizeof(err)) == -1)
+		fatalx("%s", err);
+	if (level_arg)
+		r->conf.log_level = level;
+	log_set_level(r->conf.log_level);
+	if (auth_key_load(r->conf.key_file, &r->key, err, sizeof(err)) == -1)
+		fatalx("%s", err);
+	if (check_only) {
+		printf("%s: configuration ok\n", path);
+		rconf_free(&r->conf);
+		return 0;
+	}
+
+	signal(SIGPIPE, SIG_IGN);
+	raise_nofile();
+	if ((r->loop = ev_default_loop(EVFLAG_AUTO)) == NULL)
+		fatalx("cannot create the event loop");
+	addr_hash_key(r->hkey);
+	if (listen_all(r, &probe_fd, &stats_fd, err, sizeof(err)) == -1)
+		fatalx("%s", err);
+	if (policy_load_self(&r->conf.policy) == -1)
+		fatal("reading the host's addresses");
+	if (drop_privileges(&r->conf, err, sizeof(err)) == -1)
+		fatalx("%s", err);
+
+	if ((r->replay = replay_new(REPLAY_CAPACITY, r->conf.max_clock_skew_ms * 1000)) == NULL ||
+	    pipes_init(r) == -1)
+		fatalx("out of memory");
+	kpipe_pool_init(&r->kpipes, r->conf.pipe_size, KPIPE_MAX_FREE);
+	ctrl_start(r);
+	ev_io_init(&r->data_accept, data_accept_cb, r->data_fd, EV_READ);
+	r->data_accept.data = r;
+	ev_io_start(r->loop, &r->data_accept);
+	ev_timer_init(&r->accept_retry, accept_retry_cb, 0.1, 0.);
+	r->accept_retry.data = r;
+	ev_timer_init(&r->drain_timer, drain_timer_cb, 0., 0.);
+	r->drain_timer.data = r;
+	if ((r->probe = probe_start(r, probe_fd)) == NULL ||
+	    (r->stats = stats_start(r, stats_fd)) == NULL)
+		fatalx("out of memory");
+
+	ev_signal_init(&r->sig_hup, signal_cb, SIGHUP);
+	ev_signal_init(&r->sig_term, signal_cb, SIGTERM);
+	ev_signal_init(&r->sig_int, signal_cb, SIGINT);
+	r->sig_hup.data = r->sig_term.data = r->sig_int.data = r;
+	ev_signal_start(r->loop, &r->sig_hup);
+	ev_signal_start(r->loop, &r->sig_term);
+	ev_signal_start(r->loop, &r->sig_int);
+
+	char pb[EP_STRLEN], cb[EP_STRLEN], db[EP_STRLEN];
+	log_info("slot-relayd %s: probes %s/udp, control %s, data %s, counters %s",
+	    SLOT_VERSION, ep_fmt(&r->conf.probe_listen, pb),
+	    ep_fmt(&r->conf.control_listen, cb), ep_fmt(&r->conf.data_listen, db),
+	    r->conf.stats_socket);
+
+	ev_run(r->loop, 0);
+
+	log_info("exiting: %llu pipes served, %llu bytes client->server, %llu server->client",
+	    r->ctr.pipes_total, r->ctr.bytes_client_to_server, r->ctr.bytes_server_to_client);
+	probe_stop(r->probe);
+	ctrl_close_all(r);
+	ctrl_stop_accepting(r);
+	pipes_destroy(r);
+	ev_io_stop(r->loop, &r->data_accept);
+	close(r->data_fd);
+	stats_stop(r->stats);
+	(void)unlink(r->conf.stats_socket);	/* fails once unprivileged: harmless */
+	kpipe_pool_destroy(&r->kpipes);
+	replay_free(r->replay);
+	auth_key_wipe(&r->key);
+	rconf_free(&r->conf);
+	ev_loop_destroy(r->loop);
+	return 0;
+}
