@@ -1,0 +1,138 @@
+/* slot-relayd configuration (src/relay/rconf.c): defaults, every kind of
+ * key, and broken files with the line named. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "../../src/relay/rconf.h"
+
+static char path[64];
+
+static const char *
+write_conf(const char *text)
+{
+	snprintf(path, sizeof(path), "/tmp/slot-test-rconf-XXXXXX");
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	return path;
+}
+
+static void
+test_defaults_match_example(void **state)
+{
+	struct rconf c;
+	char err[256], b[EP_STRLEN];
+	(void)state;
+
+	/* etc/relayd.conf lists the defaults: loading it changes nothing. */
+	assert_int_equal(rconf_load(&c, "etc/relayd.conf", err, sizeof(err)), 0);
+	struct rconf d;
+	rconf_defaults(&d);
+	assert_string_equal(c.user, d.user);
+	assert_string_equal(c.key_file, d.key_file);
+	assert_true(ep_eq(&c.probe_listen, &d.probe_listen));
+	assert_true(ep_eq(&c.data_listen, &d.data_listen));
+	assert_string_equal(ep_fmt(&c.control_listen, b), "0.0.0.0:7600");
+	assert_int_equal(c.max_pipes, d.max_pipes);
+	assert_int_equal(c.connect_timeout_ms, d.connect_timeout_ms);
+	assert_int_equal(c.idle_timeout_ms, d.idle_timeout_ms);
+	assert_int_equal(c.pipe_size, d.pipe_size);
+	assert_int_equal(c.rtt_cache_ttl_ms, d.rtt_cache_ttl_ms);
+	assert_int_equal(c.max_clock_skew_ms, d.max_clock_skew_ms);
+	assert_true(c.requester_rate == d.requester_rate);
+	assert_memory_equal(c.policy.ports.bits, d.policy.ports.bits, sizeof(d.policy.ports.bits));
+	assert_int_equal(c.policy.allow.n, 0);
+	rconf_free(&c);
+	rconf_free(&d);
+}
+
+static void
+test_values(void **state)
+{
+	struct rconf c;
+	char err[256];
+	(void)state;
+
+	write_conf("[relay]\nuser = nobody\ndata_listen = [::]:9000\nlog_level = debug\n"
+	    "[limits]\nconnect_timeout = 1500ms\npipe_size = 256k\nmax_pipes = 10\n"
+	    "[policy]\nallowed_ports = 80, 443\nallow_destinations = 10.0.0.0/8, fd00::/8\n"
+	    "[probe]\nrequester_rate = 2.5\n[auth]\nmax_clock_skew = 1m\n");
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	assert_string_equal(c.user, "nobody");
+	assert_int_equal(c.data_listen.addr.family, AF_INET6);
+	assert_int_equal(c.data_listen.port, 9000);
+	assert_int_equal(c.log_level, SLOG_DEBUG);
+	assert_int_equal(c.connect_timeout_ms, 1500);
+	assert_int_equal(c.pipe_size, 262144);
+	assert_int_equal(c.max_pipes, 10);
+	assert_true(portset_has(&c.policy.ports, 443));
+	assert_false(portset_has(&c.policy.ports, 22));
+	assert_int_equal(c.policy.allow.n, 2);
+	assert_true(c.requester_rate == 2.5);
+	assert_int_equal(c.max_clock_skew_ms, 60000);
+	rconf_free(&c);
+}
+
+static void
+bad(const char *text, const char *want)
+{
+	struct rconf c;
+	char err[256] = "";
+
+	write_conf(text);
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), -1);
+	unlink(path);
+	if (strstr(err, want) == NULL)
+		fail_msg("error \"%s\" lacks \"%s\"", err, want);
+}
+
+static void
+test_errors_name_the_line(void **state)
+{
+	(void)state;
+	bad("[relay]\nuser = x\nbogus = 1\n", ":3: unknown key 'bogus'");
+	bad("[relays]\nuser = x\n", ":2: unknown key 'user' in section [relays]");
+	bad("[relay]\n\ndata_listen = 1.2.3.4\n", ":3:");
+	bad("[limits]\nmax_pipes = 0\n", ":2:");
+	bad("[limits]\nmax_pipes = lots\n", "max_pipes");
+	bad("[limits]\nconnect_timeout = 10ms\n", "between");
+	bad("[limits]\npipe_size = 2M\n", "pipe_size");
+	bad("[policy]\nallowed_ports = 80-70\n", "allowed_ports");
+	bad("[policy]\nallow_destinations = 10.0.0.1/8\n", "allow_destinations");
+	bad("[relay]\nlog_level = loud\n", "expected error, warn, info or debug");
+	bad("[probe]\nrequester_burst = 0.5\n", "bursts must be at least 1");
+	bad("[relay]\nkey_file =\n", "must be set");
+	bad("this is not ini\n", ":1:");
+}
+
+static void
+test_missing_file(void **state)
+{
+	struct rconf c;
+	char err[256];
+	(void)state;
+
+	assert_int_equal(rconf_load(&c, "/nonexistent/relayd.conf", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "/nonexistent/relayd.conf"));
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults_match_example),
+		cmocka_unit_test(test_values),
+		cmocka_unit_test(test_errors_name_the_line),
+		cmocka_unit_test(test_missing_file),
+	};
+	return cmocka_run_group_tests_name("rconf", tests, NULL, NULL);
+}
