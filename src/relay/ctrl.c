@@ -175,14 +175,13 @@ ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
 	case REPLAY_STALE:
 		ctrl_send_error(c, m->id, ERR_STALE, 0);
 		return;
+	case REPLAY_FULL:
+		/* It cannot be proven fresh, so it counts as a replay
+		 * (docs/protocol.md). */
+		log_warnx("replay cache full: request refused as a replay");
+		/* FALLTHROUGH */
 	case REPLAY_DUP:
 		ctrl_send_error(c, m->id, ERR_REPLAY, 0);
-		return;
-	case REPLAY_FULL:
-		/* Cannot prove it fresh: refuse without blaming the client. */
-		log_warnx("replay cache full: request refused");
-		if (m->type == PROTO_PIPE_ESTABLISH)
-			ctrl_send_fail(c, m->id, FAIL_INTERNAL, 0);
 		return;
 	}
 	c->last_msg = ev_now(r->loop);

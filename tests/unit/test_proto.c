@@ -1,0 +1,1178 @@
+/*
+ * Wire codec tests. The byte-exact expectations come from
+ * tests/unit/gen_proto_vectors.py (an independent Python encoder) through
+ * proto_vectors.h; the same bytes are printed in docs/protocol.md, and
+ * doc_matches_vectors makes sure the two copies never drift apart.
+ */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "slot/auth.h"
+#include "slot/proto.h"
+
+#include "proto_vectors.h"
+
+#define NVEC (sizeof(proto_vectors) / sizeof(proto_vectors[0]))
+#define TS 1700000000000000ULL
+#define NONCE 0x0123456789abcd00ULL
+
+static struct auth_key key;
+
+static struct endpoint
+ep4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint16_t port)
+{
+	struct endpoint e;
+
+	memset(&e, 0, sizeof(e));
+	e.addr.family = AF_INET;
+	e.addr.bytes[0] = a;
+	e.addr.bytes[1] = b;
+	e.addr.bytes[2] = c;
+	e.addr.bytes[3] = d;
+	e.port = port;
+	return e;
+}
+
+/* groups: the eight 16-bit groups of the address. */
+static struct endpoint
+ep6(const uint16_t g[8], uint16_t port)
+{
+	struct endpoint e;
+	int i;
+
+	memset(&e, 0, sizeof(e));
+	e.addr.family = AF_INET6;
+	for (i = 0; i < 8; i++) {
+		e.addr.bytes[2 * i] = (uint8_t)(g[i] >> 8);
+		e.addr.bytes[2 * i + 1] = (uint8_t)g[i];
+	}
+	e.port = port;
+	return e;
+}
+
+static struct proto_msg
+msg(uint8_t type, uint8_t nonce_lo, uint32_t id)
+{
+	struct proto_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = type;
+	m.ts_us = TS;
+	m.nonce = NONCE | nonce_lo;
+	m.id = id;
+	return m;
+}
+
+static const uint16_t target6[8] = { 0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10 };
+static const uint16_t client6[8] = { 0x2001, 0xdb8, 1, 0, 0, 0, 0, 7 };
+static const uint16_t server6[8] = { 0x2001, 0xdb8, 2, 0, 0, 0, 0xbeef, 5 };
+
+/* The messages behind the valid vectors, written from the vector
+ * descriptions, not from the generator. Returns -1 for an unknown name. */
+static int
+vector_msg(const char *name, struct proto_msg *m)
+{
+	if (strcmp(name, "probe_request_v4") == 0 ||
+	    strcmp(name, "flags_ignored") == 0) {
+		*m = msg(PROTO_PROBE_REQUEST, 0x01, 1);
+		m->u.probe_req.target = ep4(203, 0, 113, 5, 443);
+	} else if (strcmp(name, "probe_request_v6") == 0) {
+		*m = msg(PROTO_PROBE_REQUEST, 0x02, 2);
+		m->u.probe_req.target = ep6(target6, 8080);
+	} else if (strcmp(name, "probe_reply_cached") == 0) {
+		*m = msg(PROTO_PROBE_REPLY, 0x03, 1);
+		m->u.probe_reply.status = PROBE_ST_OK;
+		m->u.probe_reply.flags = PROBE_FLAG_CACHED;
+		m->u.probe_reply.rtt_us = 23456;
+		m->u.probe_reply.hold_us = 120;
+		m->u.probe_reply.target = ep4(203, 0, 113, 5, 443);
+	} else if (strcmp(name, "probe_reply_timeout_v6") == 0) {
+		*m = msg(PROTO_PROBE_REPLY, 0x04, 2);
+		m->u.probe_reply.status = PROBE_ST_TIMEOUT;
+		m->u.probe_reply.hold_us = 2000150;
+		m->u.probe_reply.target = ep6(target6, 8080);
+	} else if (strcmp(name, "pipe_establish_v4") == 0) {
+		*m = msg(PROTO_PIPE_ESTABLISH, 0x05, 7);
+		m->u.establish.client = ep4(198, 51, 100, 7, 40000);
+		m->u.establish.server = ep4(203, 0, 113, 5, 443);
+	} else if (strcmp(name, "pipe_establish_v6") == 0) {
+		*m = msg(PROTO_PIPE_ESTABLISH, 0x06, 8);
+		m->u.establish.client = ep6(client6, 51000);
+		m->u.establish.server = ep6(server6, 443);
+	} else if (strcmp(name, "pipe_ok") == 0) {
+		*m = msg(PROTO_PIPE_OK, 0x07, 7);
+		m->u.ok.connect_us = 48213;
+		m->u.ok.pending_ms = 10000;
+	} else if (strcmp(name, "pipe_fail") == 0) {
+		*m = msg(PROTO_PIPE_FAIL, 0x08, 8);
+		m->u.fail.reason = FAIL_TIMEOUT;
+		m->u.fail.detail = 110;
+	} else if (strcmp(name, "keepalive") == 0) {
+		*m = msg(PROTO_KEEPALIVE, 0x09, 9);
+	} else if (strcmp(name, "keepalive_ack") == 0) {
+		*m = msg(PROTO_KEEPALIVE_ACK, 0x0a, 9);
+	} else if (strcmp(name, "error_replay") == 0) {
+		*m = msg(PROTO_ERROR, 0x0b, 7);
+		m->u.error.code = ERR_REPLAY;
+	} else
+		return -1;
+	return 0;
+}
+
+static int
+ep_same(const struct endpoint *a, const struct endpoint *b)
+{
+	return a->addr.family == b->addr.family && a->port == b->port &&
+	    memcmp(a->addr.bytes, b->addr.bytes, 16) == 0;
+}
+
+/* Field by field: struct padding is not guaranteed to be zero. */
+static int
+msg_same(const struct proto_msg *a, const struct proto_msg *b)
+{
+	if (a->type != b->type || a->ts_us != b->ts_us ||
+	    a->nonce != b->nonce || a->id != b->id)
+		return 0;
+	switch (a->type) {
+	case PROTO_PROBE_REQUEST:
+		return ep_same(&a->u.probe_req.target, &b->u.probe_req.target);
+	case PROTO_PROBE_REPLY:
+		return a->u.probe_reply.status == b->u.probe_reply.status &&
+		    a->u.probe_reply.flags == b->u.probe_reply.flags &&
+		    a->u.probe_reply.rtt_us == b->u.probe_reply.rtt_us &&
+		    a->u.probe_reply.hold_us == b->u.probe_reply.hold_us &&
+		    ep_same(&a->u.probe_reply.target, &b->u.probe_reply.target);
+	case PROTO_PIPE_ESTABLISH:
+		return ep_same(&a->u.establish.client, &b->u.establish.client) &&
+		    ep_same(&a->u.establish.server, &b->u.establish.server);
+	case PROTO_PIPE_OK:
+		return a->u.ok.connect_us == b->u.ok.connect_us &&
+		    a->u.ok.pending_ms == b->u.ok.pending_ms;
+	case PROTO_PIPE_FAIL:
+		return a->u.fail.reason == b->u.fail.reason &&
+		    a->u.fail.detail == b->u.fail.detail;
+	case PROTO_KEEPALIVE:
+	case PROTO_KEEPALIVE_ACK:
+		return 1;
+	case PROTO_ERROR:
+		return a->u.error.code == b->u.error.code;
+	}
+	return 0;
+}
+
+static enum proto_result
+dec(const uint8_t *buf, size_t len, struct proto_msg *m, size_t *used,
+    enum proto_err *why)
+{
+	return proto_decode(buf, len, &key, m, used, why);
+}
+
+static const struct proto_vector *
+vec(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < NVEC; i++)
+		if (strcmp(proto_vectors[i].name, name) == 0)
+			return &proto_vectors[i];
+	fail_msg("no vector %s", name);
+	return NULL;
+}
+
+/* Re-signs buf[0..len) in place after a test patched it. */
+static void
+resign(uint8_t *buf, size_t len)
+{
+	auth_mac(&key, buf, len - AUTH_MAC_LEN, buf + len - AUTH_MAC_LEN);
+}
+
+static int
+setup(void **state)
+{
+	int i;
+
+	(void)state;
+	if (auth_init() == -1)
+		return -1;
+	for (i = 0; i < AUTH_KEY_LEN; i++)
+		key.k[i] = (uint8_t)i;
+	return 0;
+}
+
+static void
+vectors_encode(void **state)
+{
+	uint8_t buf[PROTO_MAX_LEN];
+	struct proto_msg m;
+	size_t i, n = 0;
+	int len;
+
+	(void)state;
+	for (i = 0; i < NVEC; i++) {
+		const struct proto_vector *v = &proto_vectors[i];
+
+		if (v->result != PROTO_OK || strcmp(v->name, "flags_ignored") == 0)
+			continue;
+		if (vector_msg(v->name, &m) == -1)
+			fail_msg("valid vector %s has no message in the test", v->name);
+		len = proto_encode(&m, &key, buf, sizeof(buf));
+		if (len < 0 || (size_t)len != v->len ||
+		    memcmp(buf, v->bytes, v->len) != 0)
+			fail_msg("%s: encoding differs from the vector", v->name);
+		/* Exactly enough room is enough; one byte less is not. */
+		assert_int_equal(proto_encode(&m, &key, buf, v->len), len);
+		assert_int_equal(proto_encode(&m, &key, buf, v->len - 1), -1);
+		n++;
+	}
+	/* Every type has a vector. */
+	assert_true(n >= 8);
+}
+
+static void
+vectors_decode(void **state)
+{
+	struct proto_msg m, want;
+	enum proto_err why;
+	enum proto_result r;
+	size_t i, used;
+
+	(void)state;
+	for (i = 0; i < NVEC; i++) {
+		const struct proto_vector *v = &proto_vectors[i];
+
+		used = 12345;
+		r = dec(v->bytes, v->len, &m, &used, &why);
+		if (r != v->result || why != v->err)
+			fail_msg("%s: got %d/%s, want %d/%s", v->name, r,
+			    proto_err_str(why), v->result, proto_err_str(v->err));
+		if (r != PROTO_OK) {
+			assert_int_equal(used, 0);
+			continue;
+		}
+		assert_int_equal(used, v->len);
+		assert_int_equal(vector_msg(v->name, &want), 0);
+		if (!msg_same(&m, &want))
+			fail_msg("%s: decoded message differs", v->name);
+	}
+}
+
+/* Every type of the header appears among the valid vectors. */
+static void
+vectors_cover_types(void **state)
+{
+	static const uint8_t types[] = { PROTO_PROBE_REQUEST, PROTO_PROBE_REPLY,
+	    PROTO_PIPE_ESTABLISH, PROTO_PIPE_OK, PROTO_PIPE_FAIL,
+	    PROTO_KEEPALIVE, PROTO_KEEPALIVE_ACK, PROTO_ERROR };
+	size_t i, j;
+	int found;
+
+	(void)state;
+	for (i = 0; i < sizeof(types); i++) {
+		found = 0;
+		for (j = 0; j < NVEC; j++)
+			if (proto_vectors[j].result == PROTO_OK &&
+			    proto_vectors[j].bytes[3] == types[i])
+				found = 1;
+		if (!found)
+			fail_msg("no vector for %s", proto_type_str(types[i]));
+	}
+}
+
+/*
+ * docs/protocol.md is looked for above the working directory and above the
+ * test binary, so the test works from the repository root (make unit) and
+ * from any build directory inside it.
+ */
+static FILE *
+open_doc(void)
+{
+	char dir[4096], path[4200];
+	const char *env;
+	ssize_t n;
+	char *p;
+	FILE *f;
+	int pass, up;
+
+	if ((env = getenv("SLOT_SRCDIR")) != NULL) {
+		snprintf(path, sizeof(path), "%s/docs/protocol.md", env);
+		return fopen(path, "r");
+	}
+	for (pass = 0; pass < 2; pass++) {
+		if (pass == 0) {
+			if (getcwd(dir, sizeof(dir)) == NULL)
+				continue;
+		} else {
+			if ((n = readlink("/proc/self/exe", dir, sizeof(dir) - 1)) < 0)
+				continue;
+			dir[n] = '\0';
+			if ((p = strrchr(dir, '/')) != NULL)
+				*p = '\0';
+		}
+		for (up = 0; up < 8; up++) {
+			snprintf(path, sizeof(path), "%s/docs/protocol.md", dir);
+			if ((f = fopen(path, "r")) != NULL)
+				return f;
+			if ((p = strrchr(dir, '/')) == NULL || p == dir)
+				break;
+			*p = '\0';
+		}
+	}
+	return NULL;
+}
+
+static int
+hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/*
+ * Reads the vector "name" from the doc: after the heading "#### `name`", the
+ * first fenced block; on each of its lines the leading hex token is data,
+ * the rest a comment. Returns the byte count, or -1.
+ */
+static ssize_t
+doc_vector(FILE *f, const char *name, uint8_t *out, size_t cap)
+{
+	char line[512], head[128];
+	int state = 0, hi, lo;
+	size_t n = 0;
+	char *p;
+
+	snprintf(head, sizeof(head), "#### `%s`\n", name);
+	rewind(f);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (state == 0) {
+			if (strcmp(line, head) == 0)
+				state = 1;
+		} else if (state == 1) {
+			if (strncmp(line, "```", 3) == 0)
+				state = 2;
+			else if (strncmp(line, "####", 4) == 0)
+				return -1;
+		} else {
+			if (strncmp(line, "```", 3) == 0)
+				return (ssize_t)n;
+			for (p = line; (hi = hexval(p[0])) >= 0; p += 2) {
+				if ((lo = hexval(p[1])) < 0 || n == cap)
+					return -1;
+				out[n++] = (uint8_t)(hi << 4 | lo);
+			}
+			if (*p != ' ' && *p != '\n')
+				return -1;
+		}
+	}
+	return -1;
+}
+
+static void
+doc_matches_vectors(void **state)
+{
+	uint8_t buf[PROTO_MAX_LEN];
+	size_t i;
+	ssize_t n;
+	FILE *f;
+
+	(void)state;
+	if ((f = open_doc()) == NULL)
+		fail_msg("docs/protocol.md not found (set SLOT_SRCDIR)");
+	for (i = 0; i < NVEC; i++) {
+		const struct proto_vector *v = &proto_vectors[i];
+
+		n = doc_vector(f, v->name, buf, sizeof(buf));
+		if (n < 0 || (size_t)n != v->len ||
+		    memcmp(buf, v->bytes, v->len) != 0) {
+			fclose(f);
+			fail_msg("docs/protocol.md vector %s differs from "
+			    "proto_vectors.h: rerun gen_proto_vectors.py", v->name);
+		}
+	}
+	fclose(f);
+}
+
+/* A valid prefix is never an error, whatever its length. */
+static void
+truncation(void **state)
+{
+	struct proto_msg m;
+	enum proto_err why;
+	size_t i, k, used;
+
+	(void)state;
+	for (i = 0; i < NVEC; i++) {
+		const struct proto_vector *v = &proto_vectors[i];
+
+		if (v->result != PROTO_OK)
+			continue;
+		for (k = 0; k < v->len; k++) {
+			used = 99;
+			if (dec(v->bytes, k, &m, &used, &why) != PROTO_NEED_MORE)
+				fail_msg("%s: prefix of %zu bytes is not NEED_MORE",
+				    v->name, k);
+			assert_int_equal(used, 0);
+			assert_int_equal(why, PERR_NONE);
+		}
+	}
+}
+
+static void
+expect_bad(const uint8_t *buf, size_t len, enum proto_err want)
+{
+	struct proto_msg m;
+	enum proto_err why;
+	size_t used = 99;
+
+	assert_int_equal(dec(buf, len, &m, &used, &why), PROTO_BAD);
+	assert_int_equal(why, want);
+	assert_int_equal(used, 0);
+}
+
+/* Garbage is refused as soon as the byte that shows it has arrived. */
+static void
+early_rejection(void **state)
+{
+	const uint8_t *ok = vec("probe_request_v4")->bytes;
+	uint8_t b[8];
+
+	(void)state;
+	expect_bad((const uint8_t *)"\x00", 1, PERR_MAGIC);
+	expect_bad((const uint8_t *)"GET / HTTP/1.1\r\n", 1, PERR_MAGIC);
+	expect_bad((const uint8_t *)"\x16\x03\x01", 3, PERR_MAGIC);
+	expect_bad((const uint8_t *)"SX", 2, PERR_MAGIC);
+	expect_bad((const uint8_t *)"SL\x00", 3, PERR_VERSION);
+	expect_bad((const uint8_t *)"SL\x02", 3, PERR_VERSION);
+	expect_bad((const uint8_t *)"SL\xff", 3, PERR_VERSION);
+	expect_bad((const uint8_t *)"SL\x01\x00", 4, PERR_TYPE);
+	expect_bad((const uint8_t *)"SL\x01\x03", 4, PERR_TYPE);
+	expect_bad((const uint8_t *)"SL\x01\xff", 4, PERR_TYPE);
+
+	/* Length is checked with 6 bytes, before the rest has come. */
+	memcpy(b, ok, 6);
+	b[4] = 0xff;
+	b[5] = 0xff;
+	expect_bad(b, 6, PERR_LENGTH);
+	b[4] = 0x02;
+	b[5] = 0x01;	/* 513 */
+	expect_bad(b, 6, PERR_LENGTH);
+	b[4] = 0;
+	b[5] = 0;
+	expect_bad(b, 6, PERR_LENGTH);
+	b[5] = PROTO_MIN_LEN - 1;
+	expect_bad(b, 6, PERR_LENGTH);
+	b[5] = 81;
+	expect_bad(b, 6, PERR_LENGTH);
+	b[5] = 79;
+	expect_bad(b, 6, PERR_LENGTH);
+}
+
+/* Wrong magic, version, type and length on whole, signed messages. */
+static void
+header_fields(void **state)
+{
+	uint8_t b[PROTO_MAX_LEN];
+	size_t i, len;
+
+	(void)state;
+	for (i = 0; i < NVEC; i++) {
+		const struct proto_vector *v = &proto_vectors[i];
+
+		if (v->result != PROTO_OK)
+			continue;
+		len = v->len;
+		memcpy(b, v->bytes, len);
+		b[0] = 'X';
+		resign(b, len);
+		expect_bad(b, len, PERR_MAGIC);
+
+		memcpy(b, v->bytes, len);
+		b[1] = 'l';
+		resign(b, len);
+		expect_bad(b, len, PERR_MAGIC);
+
+		memcpy(b, v->bytes, len);
+		b[2] = 2;
+		resign(b, len);
+		expect_bad(b, len, PERR_VERSION);
+
+		memcpy(b, v->bytes, len);
+		b[3] = 0x20;
+		resign(b, len);
+		expect_bad(b, len, PERR_TYPE);
+
+		/* A length that does not fit the type, even if the buffer does. */
+		memset(b, 0, sizeof(b));
+		memcpy(b, v->bytes, len);
+		b[5] = (uint8_t)(len + 4);
+		resign(b, len + 4);
+		expect_bad(b, len + 4, PERR_LENGTH);
+	}
+}
+
+/* Any single changed byte fails; from byte 6 on only the MAC can see it. */
+static void
+flipped_bytes(void **state)
+{
+	uint8_t b[PROTO_MAX_LEN];
+	enum proto_err want;
+	size_t i, k;
+	int bl, bit;
+
+	(void)state;
+	for (i = 0; i < NVEC; i++) {
+		const struct proto_vector *v = &proto_vectors[i];
+
+		if (v->result != PROTO_OK)
+			continue;
+		for (k = 0; k < v->len; k++) {
+			for (bit = 0; bit < 8; bit++) {
+				memcpy(b, v->bytes, v->len);
+				b[k] ^= (uint8_t)(1 << bit);
+				if (k < 2)
+					want = PERR_MAGIC;
+				else if (k == 2)
+					want = PERR_VERSION;
+				else if (k == 3) {
+					bl = proto_body_len(b[3]);
+					if (bl < 0)
+						want = PERR_TYPE;
+					else if (bl != proto_body_len(v->bytes[3]))
+						want = PERR_LENGTH;
+					else
+						want = PERR_MAC;
+				} else if (k < 6)
+					want = PERR_LENGTH;
+				else
+					want = PERR_MAC;
+				expect_bad(b, v->len, want);
+			}
+		}
+	}
+}
+
+static void
+wrong_key(void **state)
+{
+	struct auth_key other = key;
+	struct proto_msg m;
+	enum proto_err why;
+	size_t i, used;
+
+	(void)state;
+	other.k[31] ^= 0x80;
+	for (i = 0; i < NVEC; i++) {
+		const struct proto_vector *v = &proto_vectors[i];
+
+		if (v->result != PROTO_OK)
+			continue;
+		assert_int_equal(proto_decode(v->bytes, v->len, &other, &m,
+		    &used, &why), PROTO_BAD);
+		assert_int_equal(why, PERR_MAC);
+	}
+}
+
+/* Patches byte off of vector name to val, re-signs, expects PERR_BODY. */
+static void
+body_bad(const char *name, size_t off, uint8_t val)
+{
+	const struct proto_vector *v = vec(name);
+	uint8_t b[PROTO_MAX_LEN];
+
+	memcpy(b, v->bytes, v->len);
+	b[off] = val;
+	resign(b, v->len);
+	expect_bad(b, v->len, PERR_BODY);
+}
+
+static void
+body_fields(void **state)
+{
+	struct proto_msg m;
+	enum proto_err why;
+	uint8_t b[PROTO_MAX_LEN];
+	size_t used, k;
+	int v;
+
+	(void)state;
+	/* Endpoint at 28 of a probe request: family, reserved, port, addr. */
+	body_bad("probe_request_v4", 28, 0);
+	body_bad("probe_request_v4", 28, 5);
+	body_bad("probe_request_v4", 28, 255);
+	body_bad("probe_request_v4", 28, 2);	/* AF_INET is not the wire value */
+	body_bad("probe_request_v4", 28, 10);	/* nor AF_INET6 */
+	body_bad("probe_request_v4", 29, 1);
+	body_bad("probe_request_v6", 29, 0x80);
+	for (k = 36; k < 48; k++)
+		body_bad("probe_request_v4", k, 1);	/* IPv4 padding */
+
+	/* Port 0 needs both bytes zero. */
+	memcpy(b, vec("probe_request_v4")->bytes, 80);
+	b[30] = 0;
+	b[31] = 0;
+	resign(b, 80);
+	expect_bad(b, 80, PERR_BODY);
+	b[31] = 1;	/* port 1 is fine */
+	resign(b, 80);
+	assert_int_equal(dec(b, 80, &m, &used, &why), PROTO_OK);
+	assert_int_equal(m.u.probe_req.target.port, 1);
+
+	/* ::ffff:a.b.c.d under family 6. */
+	memcpy(b, vec("probe_request_v6")->bytes, 80);
+	memset(b + 32, 0, 16);
+	b[42] = 0xff;
+	b[43] = 0xff;
+	b[44] = 192;
+	resign(b, 80);
+	expect_bad(b, 80, PERR_BODY);
+	b[42] = 0xfe;	/* not mapped: a plain IPv6 address */
+	resign(b, 80);
+	assert_int_equal(dec(b, 80, &m, &used, &why), PROTO_OK);
+
+	/* Probe reply: status 28, flags 29, reserved 30-31, target at 40. */
+	for (v = PROBE_ST_BUSY + 1; v < 256; v++)
+		body_bad("probe_reply_cached", 28, (uint8_t)v);
+	for (v = 1; v < 8; v++)
+		body_bad("probe_reply_cached", 29, (uint8_t)(1 << v));
+	body_bad("probe_reply_cached", 30, 1);
+	body_bad("probe_reply_cached", 31, 1);
+	body_bad("probe_reply_cached", 40, 7);
+	body_bad("probe_reply_timeout_v6", 41, 1);
+
+	/* Both endpoints of an establish are checked. */
+	body_bad("pipe_establish_v4", 28, 0);
+	body_bad("pipe_establish_v4", 48, 0);
+	body_bad("pipe_establish_v6", 49, 1);
+	memcpy(b, vec("pipe_establish_v4")->bytes, 100);
+	b[50] = 0;
+	b[51] = 0;
+	resign(b, 100);
+	expect_bad(b, 100, PERR_BODY);
+
+	/* Pipe fail: reason 28, reserved 29-31. */
+	body_bad("pipe_fail", 28, 0);
+	for (v = FAIL_INTERNAL + 1; v < 256; v++)
+		body_bad("pipe_fail", 28, (uint8_t)v);
+	for (k = 29; k < 32; k++)
+		body_bad("pipe_fail", k, 1);
+
+	/* Error: code 28, reserved 29-31. */
+	body_bad("error_replay", 28, 0);
+	for (v = ERR_TYPE + 1; v < 256; v++)
+		body_bad("error_replay", 28, (uint8_t)v);
+	for (k = 29; k < 32; k++)
+		body_bad("error_replay", k, 0x40);
+
+	/* Every defined value is accepted. */
+	memcpy(b, vec("probe_reply_cached")->bytes, 92);
+	for (v = PROBE_ST_OK; v <= PROBE_ST_BUSY; v++) {
+		b[28] = (uint8_t)v;
+		b[29] = (uint8_t)(v & 1);
+		resign(b, 92);
+		assert_int_equal(dec(b, 92, &m, &used, &why), PROTO_OK);
+		assert_int_equal(m.u.probe_reply.status, v);
+	}
+	memcpy(b, vec("pipe_fail")->bytes, 68);
+	for (v = FAIL_REFUSED; v <= FAIL_INTERNAL; v++) {
+		b[28] = (uint8_t)v;
+		resign(b, 68);
+		assert_int_equal(dec(b, 68, &m, &used, &why), PROTO_OK);
+		assert_int_equal(m.u.fail.reason, v);
+	}
+	memcpy(b, vec("error_replay")->bytes, 64);
+	for (v = ERR_MALFORMED; v <= ERR_TYPE; v++) {
+		b[28] = (uint8_t)v;
+		resign(b, 64);
+		assert_int_equal(dec(b, 64, &m, &used, &why), PROTO_OK);
+		assert_int_equal(m.u.error.code, v);
+	}
+}
+
+/* Header flags are authenticated but otherwise ignored. */
+static void
+header_flags_ignored(void **state)
+{
+	const struct proto_vector *v = vec("probe_request_v4");
+	struct proto_msg m, want;
+	enum proto_err why;
+	uint8_t b[80];
+	size_t used;
+	int f;
+
+	(void)state;
+	assert_int_equal(vector_msg("probe_request_v4", &want), 0);
+	for (f = 0; f < 16; f++) {
+		memcpy(b, v->bytes, 80);
+		b[6] = (uint8_t)(0x80 >> (f & 7));
+		b[7] = (uint8_t)(f * 17);
+		resign(b, 80);
+		assert_int_equal(dec(b, 80, &m, &used, &why), PROTO_OK);
+		assert_true(msg_same(&m, &want));
+	}
+}
+
+static void
+back_to_back(void **state)
+{
+	const struct proto_vector *a = vec("pipe_establish_v6");
+	const struct proto_vector *b = vec("keepalive");
+	const struct proto_vector *c = vec("pipe_ok");
+	uint8_t buf[3 * PROTO_MAX_LEN];
+	struct proto_msg m;
+	enum proto_err why;
+	size_t n = 0, off = 0, used;
+
+	(void)state;
+	memcpy(buf + n, a->bytes, a->len);
+	n += a->len;
+	memcpy(buf + n, b->bytes, b->len);
+	n += b->len;
+	memcpy(buf + n, c->bytes, 10);	/* a third, still arriving */
+	n += 10;
+
+	assert_int_equal(dec(buf + off, n - off, &m, &used, &why), PROTO_OK);
+	assert_int_equal(used, a->len);
+	assert_int_equal(m.type, PROTO_PIPE_ESTABLISH);
+	off += used;
+	assert_int_equal(dec(buf + off, n - off, &m, &used, &why), PROTO_OK);
+	assert_int_equal(used, b->len);
+	assert_int_equal(m.type, PROTO_KEEPALIVE);
+	off += used;
+	assert_int_equal(dec(buf + off, n - off, &m, &used, &why),
+	    PROTO_NEED_MORE);
+	memcpy(buf + n, c->bytes + 10, c->len - 10);
+	n += c->len - 10;
+	assert_int_equal(dec(buf + off, n - off, &m, &used, &why), PROTO_OK);
+	assert_int_equal(used, c->len);
+	assert_int_equal(m.u.ok.pending_ms, 10000);
+
+	/* Trailing garbage does not spoil the message before it. */
+	memcpy(buf, b->bytes, b->len);
+	memset(buf + b->len, 0xee, 40);
+	assert_int_equal(dec(buf, b->len + 40, &m, &used, &why), PROTO_OK);
+	assert_int_equal(used, b->len);
+	expect_bad(buf + used, 40, PERR_MAGIC);
+}
+
+static void
+encode_refuses(void **state)
+{
+	uint8_t buf[PROTO_MAX_LEN];
+	struct proto_msg m, base;
+	int t;
+
+	(void)state;
+	for (t = 0; t < 256; t++) {
+		m = msg((uint8_t)t, 0, 1);
+		m.u.probe_req.target = ep4(203, 0, 113, 5, 443);
+		if (proto_body_len((uint8_t)t) < 0)
+			assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	}
+
+	assert_int_equal(vector_msg("probe_request_v4", &base), 0);
+	m = base;
+	m.u.probe_req.target.addr.family = 0;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m.u.probe_req.target.addr.family = AF_UNIX;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m.u.probe_req.target.addr.family = 4;	/* the wire value, not AF_INET */
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m = base;
+	m.u.probe_req.target.port = 0;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m = base;
+	m.u.probe_req.target.addr.family = AF_INET6;
+	memset(m.u.probe_req.target.addr.bytes, 0, 16);
+	m.u.probe_req.target.addr.bytes[10] = 0xff;
+	m.u.probe_req.target.addr.bytes[11] = 0xff;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	assert_int_equal(proto_encode(&base, &key, buf, 0), -1);
+	assert_int_equal(proto_encode(&base, &key, buf, PROTO_HDR_LEN), -1);
+
+	assert_int_equal(vector_msg("pipe_establish_v4", &base), 0);
+	m = base;
+	m.u.establish.client.port = 0;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m = base;
+	m.u.establish.server.addr.family = 0;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+
+	assert_int_equal(vector_msg("probe_reply_cached", &base), 0);
+	m = base;
+	m.u.probe_reply.status = PROBE_ST_BUSY + 1;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m = base;
+	m.u.probe_reply.flags = 0x02;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m = base;
+	m.u.probe_reply.target.port = 0;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+
+	assert_int_equal(vector_msg("pipe_fail", &base), 0);
+	m = base;
+	m.u.fail.reason = 0;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m.u.fail.reason = FAIL_INTERNAL + 1;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+
+	assert_int_equal(vector_msg("error_replay", &base), 0);
+	m = base;
+	m.u.error.code = 0;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m.u.error.code = ERR_TYPE + 1;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+}
+
+/* IPv4 bytes beyond the first 4 are not carried (and decode as zero). */
+static void
+encode_ipv4_padding(void **state)
+{
+	uint8_t buf[PROTO_MAX_LEN], want[PROTO_MAX_LEN];
+	struct proto_msg m;
+	int len;
+
+	(void)state;
+	assert_int_equal(vector_msg("probe_request_v4", &m), 0);
+	assert_int_equal(proto_encode(&m, &key, want, sizeof(want)), 80);
+	memset(m.u.probe_req.target.addr.bytes + 4, 0xaa, 12);
+	len = proto_encode(&m, &key, buf, sizeof(buf));
+	assert_int_equal(len, 80);
+	assert_memory_equal(buf, want, 80);
+}
+
+/* Deterministic xorshift64*, so a failure can be replayed. */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t
+rnd(void)
+{
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 0x2545f4914f6cdd1dULL;
+}
+
+static struct endpoint
+rnd_ep(void)
+{
+	struct endpoint e;
+	uint64_t r = rnd();
+	int i;
+
+	memset(&e, 0, sizeof(e));
+	e.port = (uint16_t)(r | 1);
+	if (r & (1ULL << 20)) {
+		e.addr.family = AF_INET;
+		for (i = 0; i < 4; i++)
+			e.addr.bytes[i] = (uint8_t)rnd();
+	} else {
+		e.addr.family = AF_INET6;
+		for (i = 0; i < 16; i++)
+			e.addr.bytes[i] = (uint8_t)rnd();
+		e.addr.bytes[0] |= 0x20;	/* never ::ffff:0:0/96 */
+	}
+	return e;
+}
+
+static struct proto_msg
+rnd_msg(void)
+{
+	static const uint8_t types[] = { PROTO_PROBE_REQUEST, PROTO_PROBE_REPLY,
+	    PROTO_PIPE_ESTABLISH, PROTO_PIPE_OK, PROTO_PIPE_FAIL,
+	    PROTO_KEEPALIVE, PROTO_KEEPALIVE_ACK, PROTO_ERROR };
+	struct proto_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = types[rnd() % sizeof(types)];
+	m.ts_us = rnd();
+	m.nonce = rnd();
+	m.id = (uint32_t)rnd();
+	switch (m.type) {
+	case PROTO_PROBE_REQUEST:
+		m.u.probe_req.target = rnd_ep();
+		break;
+	case PROTO_PROBE_REPLY:
+		m.u.probe_reply.status = (uint8_t)(rnd() % (PROBE_ST_BUSY + 1));
+		m.u.probe_reply.flags = (uint8_t)(rnd() & PROBE_FLAG_CACHED);
+		m.u.probe_reply.rtt_us = (uint32_t)rnd();
+		m.u.probe_reply.hold_us = (uint32_t)rnd();
+		m.u.probe_reply.target = rnd_ep();
+		break;
+	case PROTO_PIPE_ESTABLISH:
+		m.u.establish.client = rnd_ep();
+		m.u.establish.server = rnd_ep();
+		break;
+	case PROTO_PIPE_OK:
+		m.u.ok.connect_us = (uint32_t)rnd();
+		m.u.ok.pending_ms = (uint32_t)rnd();
+		break;
+	case PROTO_PIPE_FAIL:
+		m.u.fail.reason = (uint8_t)(1 + rnd() % FAIL_INTERNAL);
+		m.u.fail.detail = (uint32_t)rnd();
+		break;
+	case PROTO_ERROR:
+		m.u.error.code = (uint8_t)(1 + rnd() % ERR_TYPE);
+		break;
+	}
+	return m;
+}
+
+static void
+roundtrip(void **state)
+{
+	uint8_t buf[PROTO_MAX_LEN];
+	struct proto_msg m, d;
+	enum proto_err why;
+	size_t used;
+	int i, len;
+
+	(void)state;
+	for (i = 0; i < 20000; i++) {
+		m = rnd_msg();
+		len = proto_encode(&m, &key, buf, sizeof(buf));
+		assert_true(len >= PROTO_MIN_LEN && len <= PROTO_MAX_LEN);
+		assert_int_equal(len, PROTO_HDR_LEN + proto_body_len(m.type) +
+		    AUTH_MAC_LEN);
+		assert_int_equal(dec(buf, (size_t)len, &d, &used, &why), PROTO_OK);
+		assert_int_equal(used, (size_t)len);
+		if (!msg_same(&m, &d))
+			fail_msg("round trip %d (%s) differs", i,
+			    proto_type_str(m.type));
+	}
+}
+
+/* What any decode must satisfy, whatever the input. */
+static void
+check_decode(const uint8_t *buf, size_t len)
+{
+	uint8_t again[PROTO_MAX_LEN];
+	struct proto_msg m;
+	enum proto_err why;
+	enum proto_result r;
+	size_t used = 777;
+	int n;
+
+	r = dec(buf, len, &m, &used, &why);
+	switch (r) {
+	case PROTO_OK:
+		assert_int_equal(why, PERR_NONE);
+		assert_true(used >= PROTO_MIN_LEN && used <= len &&
+		    used <= PROTO_MAX_LEN);
+		/* What decodes re-encodes to the same bytes (flags aside). */
+		n = proto_encode(&m, &key, again, sizeof(again));
+		assert_int_equal(n, (int)used);
+		if (buf[6] == 0 && buf[7] == 0)
+			assert_memory_equal(again, buf, used);
+		break;
+	case PROTO_NEED_MORE:
+		assert_int_equal(why, PERR_NONE);
+		assert_int_equal(used, 0);
+		assert_true(len < PROTO_MAX_LEN);
+		break;
+	case PROTO_BAD:
+		assert_true(why > PERR_NONE && why <= PERR_MAC);
+		assert_int_equal(used, 0);
+		break;
+	default:
+		fail_msg("result %d", r);
+	}
+}
+
+/*
+ * Inputs go into a heap buffer of exactly their length, so ASan catches
+ * any read past the end.
+ */
+static void
+fuzz_one(const uint8_t *src, size_t len)
+{
+	uint8_t *p = malloc(len ? len : 1);
+
+	assert_non_null(p);
+	memcpy(p, src, len);
+	check_decode(p, len);
+	free(p);
+}
+
+static void
+fuzz(void **state)
+{
+	uint8_t b[PROTO_MAX_LEN + 64];
+	struct proto_msg m, d;
+	enum proto_result r;
+	enum proto_err why;
+	size_t len, k, i, used;
+	int it, n, nmut, bl;
+
+	(void)state;
+	/* Random bytes, sometimes behind a plausible header. */
+	for (it = 0; it < 200000; it++) {
+		len = rnd() % sizeof(b);
+		for (k = 0; k < len; k++)
+			b[k] = (uint8_t)rnd();
+		if (it & 1 && len >= 6) {
+			b[0] = PROTO_MAGIC0;
+			b[1] = PROTO_MAGIC1;
+			b[2] = PROTO_VERSION;
+			if (it & 2 && (bl = proto_body_len(b[3])) >= 0) {
+				b[4] = 0;
+				b[5] = (uint8_t)(PROTO_HDR_LEN + bl + AUTH_MAC_LEN);
+			}
+		}
+		fuzz_one(b, len);
+	}
+
+	/* Mutations of valid messages: bit flips, byte sets, cuts, growth. */
+	for (it = 0; it < 200000; it++) {
+		m = rnd_msg();
+		n = proto_encode(&m, &key, b, sizeof(b));
+		assert_true(n > 0);
+		len = (size_t)n;
+		nmut = 1 + (int)(rnd() % 4);
+		while (nmut-- > 0) {
+			switch (rnd() % 4) {
+			case 0:
+				b[rnd() % len] ^= (uint8_t)(1 << (rnd() % 8));
+				break;
+			case 1:
+				b[rnd() % len] = (uint8_t)rnd();
+				break;
+			case 2:
+				len = rnd() % (len + 1);
+				break;
+			case 3:
+				k = rnd() % 40;
+				for (i = 0; i < k && len < sizeof(b); i++)
+					b[len++] = (uint8_t)rnd();
+				break;
+			}
+			if (len == 0)
+				break;
+		}
+		fuzz_one(b, len);
+	}
+
+	/*
+	 * Signed messages with random bodies: past the MAC, the body parser
+	 * itself must stay within bounds and refuse only as PERR_BODY.
+	 */
+	for (it = 0; it < 200000; it++) {
+		m = rnd_msg();
+		n = proto_encode(&m, &key, b, sizeof(b));
+		len = (size_t)n;
+		for (k = PROTO_HDR_LEN; k < len - AUTH_MAC_LEN; k++)
+			if (rnd() % 4 == 0)
+				b[k] = (uint8_t)(rnd() % 4 == 0 ? rnd() : 0);
+		resign(b, len);
+		r = dec(b, len, &d, &used, &why);
+		assert_true(r == PROTO_OK || (r == PROTO_BAD && why == PERR_BODY));
+		fuzz_one(b, len);
+	}
+}
+
+static void
+body_lengths(void **state)
+{
+	int t, n = 0, bl;
+
+	(void)state;
+	assert_int_equal(proto_body_len(PROTO_PROBE_REQUEST), 20);
+	assert_int_equal(proto_body_len(PROTO_PROBE_REPLY), 32);
+	assert_int_equal(proto_body_len(PROTO_PIPE_ESTABLISH), 40);
+	assert_int_equal(proto_body_len(PROTO_PIPE_OK), 8);
+	assert_int_equal(proto_body_len(PROTO_PIPE_FAIL), 8);
+	assert_int_equal(proto_body_len(PROTO_KEEPALIVE), 0);
+	assert_int_equal(proto_body_len(PROTO_KEEPALIVE_ACK), 0);
+	assert_int_equal(proto_body_len(PROTO_ERROR), 4);
+	for (t = 0; t < 256; t++) {
+		if ((bl = proto_body_len((uint8_t)t)) < 0) {
+			assert_string_equal(proto_type_str((uint8_t)t), "unknown");
+			continue;
+		}
+		n++;
+		assert_true(PROTO_HDR_LEN + bl + AUTH_MAC_LEN <= PROTO_MAX_LEN);
+		assert_string_not_equal(proto_type_str((uint8_t)t), "unknown");
+	}
+	assert_int_equal(n, 8);
+}
+
+static void
+strings(void **state)
+{
+	int v;
+
+	(void)state;
+	for (v = 0; v < 256; v++) {
+		assert_non_null(proto_type_str((uint8_t)v));
+		assert_non_null(proto_fail_str((uint8_t)v));
+		assert_non_null(proto_probe_status_str((uint8_t)v));
+		assert_non_null(proto_error_code_str((uint8_t)v));
+	}
+	for (v = FAIL_REFUSED; v <= FAIL_INTERNAL; v++)
+		assert_string_not_equal(proto_fail_str((uint8_t)v), "unknown");
+	for (v = PROBE_ST_OK; v <= PROBE_ST_BUSY; v++)
+		assert_string_not_equal(proto_probe_status_str((uint8_t)v),
+		    "unknown");
+	for (v = ERR_MALFORMED; v <= ERR_TYPE; v++)
+		assert_string_not_equal(proto_error_code_str((uint8_t)v),
+		    "unknown");
+	for (v = PERR_NONE; v <= PERR_MAC; v++)
+		assert_string_not_equal(proto_err_str((enum proto_err)v),
+		    "unknown");
+	assert_string_equal(proto_fail_str(0), "unknown");
+	assert_string_equal(proto_fail_str(FAIL_INTERNAL + 1), "unknown");
+	assert_string_equal(proto_probe_status_str(PROBE_ST_BUSY + 1), "unknown");
+	assert_string_equal(proto_error_code_str(0), "unknown");
+	assert_string_equal(proto_type_str(PROTO_PIPE_ESTABLISH),
+	    "PIPE_ESTABLISH");
+	assert_string_equal(proto_fail_str(FAIL_DUPLICATE), "duplicate");
+	assert_string_equal(proto_probe_status_str(PROBE_ST_RATE_LIMITED),
+	    "rate-limited");
+	assert_string_equal(proto_error_code_str(ERR_REPLAY), "replay");
+
+	assert_int_equal(proto_error_for(PERR_NONE), 0);
+	assert_int_equal(proto_error_for(PERR_MAGIC), ERR_MALFORMED);
+	assert_int_equal(proto_error_for(PERR_VERSION), ERR_VERSION);
+	assert_int_equal(proto_error_for(PERR_LENGTH), ERR_MALFORMED);
+	assert_int_equal(proto_error_for(PERR_TYPE), ERR_MALFORMED);
+	assert_int_equal(proto_error_for(PERR_BODY), ERR_MALFORMED);
+	assert_int_equal(proto_error_for(PERR_MAC), ERR_AUTH);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(vectors_encode),
+		cmocka_unit_test(vectors_decode),
+		cmocka_unit_test(vectors_cover_types),
+		cmocka_unit_test(doc_matches_vectors),
+		cmocka_unit_test(truncation),
+		cmocka_unit_test(early_rejection),
+		cmocka_unit_test(header_fields),
+		cmocka_unit_test(flipped_bytes),
+		cmocka_unit_test(wrong_key),
+		cmocka_unit_test(body_fields),
+		cmocka_unit_test(header_flags_ignored),
+		cmocka_unit_test(back_to_back),
+		cmocka_unit_test(encode_refuses),
+		cmocka_unit_test(encode_ipv4_padding),
+		cmocka_unit_test(roundtrip),
+		cmocka_unit_test(fuzz),
+		cmocka_unit_test(body_lengths),
+		cmocka_unit_test(strings),
+	};
+
+	return cmocka_run_group_tests_name("proto", tests, setup, NULL);
+}
