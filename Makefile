@@ -104,7 +104,7 @@ install: $(BINS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) \
 	    $(DESTDIR)$(SYSCONFDIR)/slot
 	install -m 755 $(BINS) $(DESTDIR)$(SBINDIR)/
-	sed 's|@SBINDIR@|$(SBINDIR)|g' systemd/slot-relayd.service > $(DESTDIR)$(UNITDIR)/slot-relayd.service
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' systemd/slot-relayd.service > $(DESTDIR)$(UNITDIR)/slot-relayd.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/slot-relayd.service
 	install -m 644 etc/relayd.conf $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example
 	install -m 644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
