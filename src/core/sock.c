@@ -1,0 +1,252 @@
+/* Socket helpers. They never log: failures return -1 with errno set, and
+ * errno survives the cleanup on every error path. */
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "slot/addr.h"
+#include "slot/sock.h"
+
+static void
+sock_close_keep_errno(int fd)
+{
+	int saved = errno;
+
+	close(fd);
+	errno = saved;
+}
+
+static int
+sock_setint(int fd, int level, int name, int v)
+{
+	return setsockopt(fd, level, name, &v, sizeof(v));
+}
+
+static int
+sock_new(int family, int type)
+{
+	return socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+}
+
+/* Socket for ep, bound to it. v6only keeps an IPv6 socket off the IPv4
+ * space, so that IPv4 and IPv6 listeners on one port can coexist. */
+static int
+sock_bound(const struct endpoint *ep, int type, bool reuse)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int fd;
+
+	if ((len = ep_to_sockaddr(ep, &ss)) == 0) {
+		errno = EAFNOSUPPORT;
+		return -1;
+	}
+	if ((fd = sock_new(ss.ss_family, type)) == -1)
+		return -1;
+	if (reuse && sock_setint(fd, SOL_SOCKET, SO_REUSEADDR, 1) == -1)
+		goto fail;
+	if (ss.ss_family == AF_INET6 &&
+	    sock_setint(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1) == -1)
+		goto fail;
+	if (bind(fd, (struct sockaddr *)&ss, len) == -1)
+		goto fail;
+	return fd;
+fail:
+	sock_close_keep_errno(fd);
+	return -1;
+}
+
+int
+sock_listen_tcp(const struct endpoint *ep, int backlog)
+{
+	int fd;
+
+	if ((fd = sock_bound(ep, SOCK_STREAM, true)) == -1)
+		return -1;
+	if (listen(fd, backlog) == -1) {
+		sock_close_keep_errno(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int
+sock_bind_udp(const struct endpoint *ep)
+{
+	return sock_bound(ep, SOCK_DGRAM, false);
+}
+
+int
+sock_connect_nb(const struct endpoint *dst, uint32_t mark)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int fd;
+
+	if ((len = ep_to_sockaddr(dst, &ss)) == 0) {
+		errno = EAFNOSUPPORT;
+		return -1;
+	}
+	if ((fd = sock_new(ss.ss_family, SOCK_STREAM)) == -1)
+		return -1;
+	if (mark != 0 && setsockopt(fd, SOL_SOCKET, SO_MARK, &mark,
+	    sizeof(mark)) == -1)
+		goto fail;
+	if (connect(fd, (struct sockaddr *)&ss, len) == -1 &&
+	    errno != EINPROGRESS)
+		goto fail;
+	return fd;
+fail:
+	sock_close_keep_errno(fd);
+	return -1;
+}
+
+int
+sock_connect_result(int fd)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
+		return errno;
+	return err;
+}
+
+int
+sock_set_keepalive(int fd, int idle_s, int intvl_s, int cnt)
+{
+	if (sock_setint(fd, SOL_SOCKET, SO_KEEPALIVE, 1) == -1)
+		return -1;
+	/* Zero or less keeps the system default for that knob. */
+	if (idle_s > 0 && sock_setint(fd, IPPROTO_TCP, TCP_KEEPIDLE,
+	    idle_s) == -1)
+		return -1;
+	if (intvl_s > 0 && sock_setint(fd, IPPROTO_TCP, TCP_KEEPINTVL,
+	    intvl_s) == -1)
+		return -1;
+	if (cnt > 0 && sock_setint(fd, IPPROTO_TCP, TCP_KEEPCNT, cnt) == -1)
+		return -1;
+	return 0;
+}
+
+int
+sock_set_nodelay(int fd)
+{
+	return sock_setint(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+}
+
+void
+sock_close_rst(int fd)
+{
+	struct linger l = { .l_onoff = 1, .l_linger = 0 };
+	int saved = errno;
+
+	if (fd < 0)
+		return;
+	/* Best effort: if this fails the peer gets a FIN, which is still a close. */
+	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+	close(fd);
+	errno = saved;
+}
+
+/* Removes a socket file nobody listens on. A live socket (EADDRINUSE) or
+ * anything that is not a socket (EEXIST) is left alone. */
+static int
+sock_unlink_stale(const struct sockaddr_un *sun)
+{
+	struct stat st;
+	int fd, r;
+
+	if (lstat(sun->sun_path, &st) == -1)
+		return errno == ENOENT ? 0 : -1;
+	if (!S_ISSOCK(st.st_mode)) {
+		errno = EEXIST;
+		return -1;
+	}
+	if ((fd = sock_new(AF_UNIX, SOCK_STREAM)) == -1)
+		return -1;
+	r = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
+	if (r == 0 || errno == EAGAIN || errno == EINPROGRESS) {
+		/* Somebody answers (or has a full backlog): not stale. */
+		close(fd);
+		errno = EADDRINUSE;
+		return -1;
+	}
+	close(fd);
+	if (unlink(sun->sun_path) == -1 && errno != ENOENT)
+		return -1;
+	return 0;
+}
+
+int
+sock_listen_unix(const char *path, mode_t mode, int backlog)
+{
+	struct sockaddr_un sun;
+	int fd, saved;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	if (path == NULL || path[0] == '\0') {
+		errno = EINVAL;
+		return -1;
+	}
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(sun.sun_path, path);
+	if (sock_unlink_stale(&sun) == -1)
+		return -1;
+	if ((fd = sock_new(AF_UNIX, SOCK_STREAM)) == -1)
+		return -1;
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1)
+		goto fail;
+	/* Before listen(), so nobody connects while the umask's mode holds. */
+	if (chmod(path, mode) == -1 || listen(fd, backlog) == -1) {
+		saved = errno;
+		unlink(path);
+		errno = saved;
+		goto fail;
+	}
+	return fd;
+fail:
+	sock_close_keep_errno(fd);
+	return -1;
+}
+
+static int
+sock_ep(int fd, bool peer, struct endpoint *out)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int r;
+
+	if (peer)
+		r = getpeername(fd, (struct sockaddr *)&ss, &len);
+	else
+		r = getsockname(fd, (struct sockaddr *)&ss, &len);
+	if (r == -1)
+		return -1;
+	return ep_from_sockaddr((struct sockaddr *)&ss, len, out);
+}
+
+int
+sock_local_ep(int fd, struct endpoint *out)
+{
+	return sock_ep(fd, false, out);
+}
+
+int
+sock_peer_ep(int fd, struct endpoint *out)
+{
+	return sock_ep(fd, true, out);
+}

@@ -1,0 +1,490 @@
+/* Unit tests: sock (socket helpers), against real loopback sockets. */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "slot/addr.h"
+#include "slot/sock.h"
+
+static struct endpoint
+E(const char *s)
+{
+	struct endpoint e;
+
+	if (ep_parse(s, 0, &e) == -1)
+		fail_msg("ep_parse(\"%s\") failed", s);
+	return e;
+}
+
+/* Loopback endpoint with port 0 (ep_parse refuses port 0). */
+static struct endpoint
+any_port(const char *addr)
+{
+	struct endpoint e = E(addr);
+
+	e.port = 0;
+	return e;
+}
+
+static void
+assert_nb_cloexec(int fd)
+{
+	int fl = fcntl(fd, F_GETFL), fdfl = fcntl(fd, F_GETFD);
+
+	assert_true(fl != -1 && (fl & O_NONBLOCK));
+	assert_true(fdfl != -1 && (fdfl & FD_CLOEXEC));
+}
+
+static short
+wait_fd(int fd, short events)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+
+	if (poll(&p, 1, 5000) != 1)
+		fail_msg("poll timed out on fd %d", fd);
+	return p.revents;
+}
+
+static int
+getint(int fd, int level, int name)
+{
+	int v = -1;
+	socklen_t len = sizeof(v);
+
+	assert_int_equal(getsockopt(fd, level, name, &v, &len), 0);
+	return v;
+}
+
+/* A connected pair over loopback through the helpers: c is the client
+ * end, s the accepted end. Returns the listener. */
+static int
+tcp_pair(const char *addr, int *c, int *s)
+{
+	struct endpoint lep = any_port(addr), bound, cl, pe;
+	int l;
+
+	assert_true((l = sock_listen_tcp(&lep, 16)) >= 0);
+	assert_int_equal(sock_local_ep(l, &bound), 0);
+	assert_true(bound.port != 0);
+	assert_true(addr_eq(&bound.addr, &lep.addr));
+
+	assert_true((*c = sock_connect_nb(&bound, 0)) >= 0);
+	assert_nb_cloexec(*c);
+	assert_true(wait_fd(*c, POLLOUT) & POLLOUT);
+	assert_int_equal(sock_connect_result(*c), 0);
+
+	assert_true(wait_fd(l, POLLIN) & POLLIN);
+	assert_true((*s = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0);
+
+	/* Each end sees the other. */
+	assert_int_equal(sock_peer_ep(*c, &pe), 0);
+	assert_true(ep_eq(&pe, &bound));
+	assert_int_equal(sock_local_ep(*c, &cl), 0);
+	assert_int_equal(sock_peer_ep(*s, &pe), 0);
+	assert_true(ep_eq(&pe, &cl));
+	return l;
+}
+
+static void
+test_tcp_v4(void **state)
+{
+	int l, c, s;
+	char buf[8];
+
+	(void)state;
+	l = tcp_pair("127.0.0.1:1", &c, &s);
+	assert_nb_cloexec(l);
+	assert_int_equal(getint(l, SOL_SOCKET, SO_REUSEADDR), 1);
+	assert_int_equal(getint(l, SOL_SOCKET, SO_ACCEPTCONN), 1);
+	/* Non-blocking: nothing to read yet. */
+	assert_int_equal(read(s, buf, sizeof(buf)), -1);
+	assert_int_equal(errno, EAGAIN);
+	assert_int_equal(write(c, "ping", 4), 4);
+	assert_true(wait_fd(s, POLLIN) & POLLIN);
+	assert_int_equal(read(s, buf, sizeof(buf)), 4);
+	assert_memory_equal(buf, "ping", 4);
+	close(c);
+	close(s);
+	close(l);
+}
+
+static void
+test_tcp_v6(void **state)
+{
+	struct endpoint ep = any_port("[::1]:1");
+	int l, c, s;
+
+	(void)state;
+	/* Hosts without IPv6 loopback skip this. */
+	if ((l = sock_listen_tcp(&ep, 1)) == -1) {
+		assert_true(errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL);
+		skip();
+	}
+	close(l);
+	l = tcp_pair("[::1]:1", &c, &s);
+	assert_int_equal(getint(l, IPPROTO_IPV6, IPV6_V6ONLY), 1);
+	close(c);
+	close(s);
+	close(l);
+}
+
+static void
+test_listen_in_use(void **state)
+{
+	struct endpoint ep = any_port("127.0.0.1:1");
+	int l, l2;
+
+	(void)state;
+	assert_true((l = sock_listen_tcp(&ep, 1)) >= 0);
+	assert_int_equal(sock_local_ep(l, &ep), 0);
+	l2 = sock_listen_tcp(&ep, 1);
+	assert_int_equal(l2, -1);
+	assert_int_equal(errno, EADDRINUSE);
+	close(l);
+	/* No family: refused before any socket exists. */
+	memset(&ep, 0, sizeof(ep));
+	assert_int_equal(sock_listen_tcp(&ep, 1), -1);
+	assert_int_equal(errno, EAFNOSUPPORT);
+	assert_int_equal(sock_connect_nb(&ep, 0), -1);
+	assert_int_equal(errno, EAFNOSUPPORT);
+	assert_int_equal(sock_bind_udp(&ep), -1);
+}
+
+static void
+test_connect_refused(void **state)
+{
+	struct endpoint ep = any_port("127.0.0.1:1");
+	int l, c;
+
+	(void)state;
+	/* Find a free port, then close it so nothing listens there. */
+	assert_true((l = sock_listen_tcp(&ep, 1)) >= 0);
+	assert_int_equal(sock_local_ep(l, &ep), 0);
+	close(l);
+
+	assert_true((c = sock_connect_nb(&ep, 0)) >= 0);
+	assert_true(wait_fd(c, POLLOUT) & (POLLOUT | POLLERR | POLLHUP));
+	assert_int_equal(sock_connect_result(c), ECONNREFUSED);
+	/* The error is consumed by reading it. */
+	assert_int_equal(sock_connect_result(c), 0);
+	close(c);
+	/* Not a socket. */
+	assert_int_equal(sock_connect_result(-1), EBADF);
+}
+
+static void
+test_close_rst(void **state)
+{
+	int l, c, s;
+	char buf[8];
+	ssize_t r;
+
+	(void)state;
+	/* Plain close: the peer reads EOF. */
+	l = tcp_pair("127.0.0.1:1", &c, &s);
+	close(s);
+	assert_true(wait_fd(c, POLLIN) & (POLLIN | POLLHUP));
+	assert_int_equal(read(c, buf, sizeof(buf)), 0);
+	close(c);
+	close(l);
+
+	/* close_rst: the peer's read fails with ECONNRESET. */
+	l = tcp_pair("127.0.0.1:1", &c, &s);
+	errno = EINTR;
+	sock_close_rst(s);
+	assert_int_equal(errno, EINTR);	/* errno is left alone */
+	assert_int_equal(fcntl(s, F_GETFD), -1);	/* and fd is closed */
+	assert_true(wait_fd(c, POLLIN) & (POLLIN | POLLERR | POLLHUP));
+	r = read(c, buf, sizeof(buf));
+	assert_int_equal(r, -1);
+	assert_int_equal(errno, ECONNRESET);
+	close(c);
+	close(l);
+
+	sock_close_rst(-1);	/* harmless */
+}
+
+static void
+test_options(void **state)
+{
+	int l, c, s;
+
+	(void)state;
+	l = tcp_pair("127.0.0.1:1", &c, &s);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_NODELAY), 0);
+	assert_int_equal(sock_set_nodelay(c), 0);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_NODELAY), 1);
+
+	assert_int_equal(sock_set_keepalive(c, 61, 7, 4), 0);
+	assert_int_equal(getint(c, SOL_SOCKET, SO_KEEPALIVE), 1);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_KEEPIDLE), 61);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_KEEPINTVL), 7);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_KEEPCNT), 4);
+	/* Zero leaves a knob as it was. */
+	assert_int_equal(sock_set_keepalive(c, 0, 0, 0), 0);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_KEEPIDLE), 61);
+	/* Errors come back as -1 with errno. */
+	assert_int_equal(sock_set_keepalive(c, 100000, 1, 1), -1);
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(sock_set_nodelay(-1), -1);
+	assert_int_equal(errno, EBADF);
+	close(c);
+	close(s);
+	close(l);
+}
+
+static void
+test_mark(void **state)
+{
+	struct endpoint ep = any_port("127.0.0.1:1");
+	int l, c;
+
+	(void)state;
+	assert_true((l = sock_listen_tcp(&ep, 1)) >= 0);
+	assert_int_equal(sock_local_ep(l, &ep), 0);
+	c = sock_connect_nb(&ep, 0x5107);
+	if (c == -1) {
+		/* Without CAP_NET_ADMIN the mark is refused, not ignored. */
+		assert_int_equal(errno, EPERM);
+	} else {
+		assert_int_equal(getint(c, SOL_SOCKET, SO_MARK), 0x5107);
+		close(c);
+	}
+	close(l);
+}
+
+static void
+test_udp(void **state)
+{
+	struct endpoint ep = any_port("127.0.0.1:1"), from;
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int u, v;
+	char buf[16];
+
+	(void)state;
+	assert_true((u = sock_bind_udp(&ep)) >= 0);
+	assert_nb_cloexec(u);
+	assert_int_equal(getint(u, SOL_SOCKET, SO_TYPE), SOCK_DGRAM);
+	assert_int_equal(sock_local_ep(u, &ep), 0);
+	assert_true(ep.port != 0);
+	assert_int_equal(recv(u, buf, sizeof(buf), 0), -1);
+	assert_int_equal(errno, EAGAIN);
+
+	from = any_port("127.0.0.1:1");
+	assert_true((v = sock_bind_udp(&from)) >= 0);
+	assert_int_equal(sock_local_ep(v, &from), 0);
+	len = ep_to_sockaddr(&ep, &ss);
+	assert_int_equal(sendto(v, "probe", 5, 0, (struct sockaddr *)&ss, len), 5);
+	assert_true(wait_fd(u, POLLIN) & POLLIN);
+	len = sizeof(ss);
+	assert_int_equal(recvfrom(u, buf, sizeof(buf), 0, (struct sockaddr *)&ss,
+	    &len), 5);
+	assert_memory_equal(buf, "probe", 5);
+	{
+		struct endpoint src;
+
+		assert_int_equal(ep_from_sockaddr((struct sockaddr *)&ss, len,
+		    &src), 0);
+		assert_true(ep_eq(&src, &from));
+	}
+	/* A second bind of the same port fails: no SO_REUSEADDR on UDP. */
+	assert_int_equal(sock_bind_udp(&ep), -1);
+	assert_int_equal(errno, EADDRINUSE);
+	close(u);
+	close(v);
+}
+
+struct tmpdir {
+	char dir[64];
+	char path[96];
+};
+
+static int
+tmp_setup(void **state)
+{
+	static struct tmpdir t;
+
+	snprintf(t.dir, sizeof(t.dir), "/tmp/slot-test-sock.XXXXXX");
+	if (mkdtemp(t.dir) == NULL)
+		return -1;
+	snprintf(t.path, sizeof(t.path), "%s/ctl.sock", t.dir);
+	*state = &t;
+	return 0;
+}
+
+static int
+tmp_teardown(void **state)
+{
+	struct tmpdir *t = *state;
+
+	unlink(t->path);
+	rmdir(t->dir);
+	return 0;
+}
+
+/* A socket file left behind by a process that died. */
+static void
+make_stale(const char *path)
+{
+	struct sockaddr_un sun;
+	int fd;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+	assert_true((fd = socket(AF_UNIX, SOCK_STREAM, 0)) >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	close(fd);
+}
+
+static int
+unix_connect(const char *path)
+{
+	struct sockaddr_un sun;
+	int fd;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+	assert_true((fd = socket(AF_UNIX, SOCK_STREAM, 0)) >= 0);
+	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static void
+test_unix_stale(void **state)
+{
+	struct tmpdir *t = *state;
+	struct endpoint ep;
+	struct stat st;
+	int l, c, s;
+
+	make_stale(t->path);
+	assert_int_equal(lstat(t->path, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(unix_connect(t->path), -1);	/* nobody home */
+	assert_int_equal(errno, ECONNREFUSED);
+
+	assert_true((l = sock_listen_unix(t->path, 0600, 4)) >= 0);
+	assert_nb_cloexec(l);
+	assert_int_equal(lstat(t->path, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 07777, 0600);
+
+	assert_true((c = unix_connect(t->path)) >= 0);
+	assert_true(wait_fd(l, POLLIN) & POLLIN);
+	assert_true((s = accept4(l, NULL, NULL, SOCK_CLOEXEC)) >= 0);
+	/* Not an IP socket: no endpoint. */
+	assert_int_equal(sock_local_ep(s, &ep), -1);
+	close(c);
+	close(s);
+	close(l);
+}
+
+static void
+test_unix_mode(void **state)
+{
+	struct tmpdir *t = *state;
+	struct stat st;
+	int l;
+
+	assert_true((l = sock_listen_unix(t->path, 0660, 4)) >= 0);
+	assert_int_equal(stat(t->path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0660);
+	close(l);
+	/* Our own file left by the close above counts as stale too. */
+	assert_true((l = sock_listen_unix(t->path, 0600, 4)) >= 0);
+	assert_int_equal(stat(t->path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	close(l);
+}
+
+/* A live listener is not stolen, and a file that is not a socket is not
+ * deleted. */
+static void
+test_unix_refuses(void **state)
+{
+	struct tmpdir *t = *state;
+	struct stat st;
+	int l, fd;
+
+	assert_true((l = sock_listen_unix(t->path, 0600, 4)) >= 0);
+	assert_int_equal(sock_listen_unix(t->path, 0600, 4), -1);
+	assert_int_equal(errno, EADDRINUSE);
+	/* The first listener still works. */
+	assert_true((fd = unix_connect(t->path)) >= 0);
+	close(fd);
+	close(l);
+	unlink(t->path);
+
+	assert_true((fd = open(t->path, O_WRONLY | O_CREAT | O_EXCL, 0600)) >= 0);
+	assert_int_equal(write(fd, "keep", 4), 4);
+	close(fd);
+	assert_int_equal(sock_listen_unix(t->path, 0600, 4), -1);
+	assert_int_equal(errno, EEXIST);
+	assert_int_equal(stat(t->path, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(st.st_size, 4);
+	unlink(t->path);
+}
+
+static void
+test_unix_bad_path(void **state)
+{
+	char longp[200];
+
+	(void)state;
+	memset(longp, 'a', sizeof(longp) - 1);
+	longp[0] = '/';
+	longp[sizeof(longp) - 1] = '\0';
+	assert_int_equal(sock_listen_unix(longp, 0600, 1), -1);
+	assert_int_equal(errno, ENAMETOOLONG);
+	assert_int_equal(sock_listen_unix("", 0600, 1), -1);
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(sock_listen_unix("/nonexistent-dir-slot/x.sock", 0600, 1), -1);
+	assert_int_equal(errno, ENOENT);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_tcp_v4),
+		cmocka_unit_test(test_tcp_v6),
+		cmocka_unit_test(test_listen_in_use),
+		cmocka_unit_test(test_connect_refused),
+		cmocka_unit_test(test_close_rst),
+		cmocka_unit_test(test_options),
+		cmocka_unit_test(test_mark),
+		cmocka_unit_test(test_udp),
+		cmocka_unit_test_setup_teardown(test_unix_stale, tmp_setup,
+		    tmp_teardown),
+		cmocka_unit_test_setup_teardown(test_unix_mode, tmp_setup,
+		    tmp_teardown),
+		cmocka_unit_test_setup_teardown(test_unix_refuses, tmp_setup,
+		    tmp_teardown),
+		cmocka_unit_test(test_unix_bad_path),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
