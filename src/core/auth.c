@@ -16,6 +16,7 @@
 
 #include <sodium.h>
 
+#include "slot/errbuf.h"
 #include "slot/auth.h"
 
 /* A key file is 64 digits and some white space; anything much larger is
@@ -24,18 +25,6 @@
 
 _Static_assert(AUTH_KEY_LEN == crypto_auth_hmacsha256_KEYBYTES, "key length");
 _Static_assert(AUTH_MAC_LEN == crypto_auth_hmacsha256_BYTES, "mac length");
-
-static void __attribute__((format(printf, 3, 4)))
-auth_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err == NULL || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 int
 auth_init(void)
@@ -94,23 +83,23 @@ auth_key_load(const char *path, struct auth_key *out, char *err, size_t errlen)
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd == -1) {
 		if (errno == ELOOP)
-			auth_err(err, errlen, "key file %s is a symbolic link; "
+			errbuf_set(err, errlen, "key file %s is a symbolic link; "
 			    "refusing it", path);
 		else
-			auth_err(err, errlen, "key file %s: %s", path,
+			errbuf_set(err, errlen, "key file %s: %s", path,
 			    strerror(errno));
 		return -1;
 	}
 	if (fstat(fd, &st) == -1) {
-		auth_err(err, errlen, "key file %s: %s", path, strerror(errno));
+		errbuf_set(err, errlen, "key file %s: %s", path, strerror(errno));
 		goto done;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		auth_err(err, errlen, "key file %s is not a regular file", path);
+		errbuf_set(err, errlen, "key file %s is not a regular file", path);
 		goto done;
 	}
 	if ((st.st_mode & 077) != 0) {
-		auth_err(err, errlen, "key file %s is %s by group or others "
+		errbuf_set(err, errlen, "key file %s is %s by group or others "
 		    "(mode %04o); chmod 600 it", path,
 		    (st.st_mode & 044) ? "readable" :
 		    (st.st_mode & 022) ? "writable" : "accessible",
@@ -122,7 +111,7 @@ auth_key_load(const char *path, struct auth_key *out, char *err, size_t errlen)
 		if (n == -1) {
 			if (errno == EINTR)
 				continue;
-			auth_err(err, errlen, "key file %s: %s", path,
+			errbuf_set(err, errlen, "key file %s: %s", path,
 			    strerror(errno));
 			goto done;
 		}
@@ -133,7 +122,7 @@ auth_key_load(const char *path, struct auth_key *out, char *err, size_t errlen)
 			break;
 	}
 	if (len > AUTH_FILE_MAX || auth_key_parse_buf(buf, len, out) == -1) {
-		auth_err(err, errlen, "key file %s must hold exactly %d hex "
+		errbuf_set(err, errlen, "key file %s must hold exactly %d hex "
 		    "digits", path, 2 * AUTH_KEY_LEN);
 		goto done;
 	}

@@ -38,6 +38,7 @@
 
 #include <ini.h>
 
+#include "slot/errbuf.h"
 #include "slot/conf.h"
 
 struct conf_ctx {
@@ -53,18 +54,6 @@ struct conf_ctx {
 	void *user;
 	char msg[256];
 };
-
-static void __attribute__((format(printf, 3, 4)))
-conf_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err == NULL || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static char *
 conf_reader(char *str, int num, void *stream)
@@ -147,19 +136,19 @@ conf_load(const char *path, conf_handler h, void *user, char *err, size_t errlen
 	c.h = h;
 	c.user = user;
 	if ((c.fp = fopen(path, "re")) == NULL) {
-		conf_err(err, errlen, "%s: %s", path, strerror(errno));
+		errbuf_set(err, errlen, "%s: %s", path, strerror(errno));
 		return -1;
 	}
 	rc = ini_parse_stream(conf_reader, &c, conf_ini_handler, &c);
 	if (c.read_errno != 0)
-		conf_err(err, errlen, "%s: %s", path, strerror(c.read_errno));
+		errbuf_set(err, errlen, "%s: %s", path, strerror(c.read_errno));
 	else if (rc > 0 && (c.err_line == 0 || rc < c.err_line))
 		/* inih found a malformed line before any handler error. */
-		conf_err(err, errlen, "%s:%d: syntax error", path, rc);
+		errbuf_set(err, errlen, "%s:%d: syntax error", path, rc);
 	else if (c.err_line > 0)
-		conf_err(err, errlen, "%s:%d: %s", path, c.err_line, c.msg);
+		errbuf_set(err, errlen, "%s:%d: %s", path, c.err_line, c.msg);
 	else if (rc != 0)
-		conf_err(err, errlen, "%s: %s", path,
+		errbuf_set(err, errlen, "%s: %s", path,
 		    rc == -2 ? strerror(ENOMEM) : "parse error");
 	else
 		ret = 0;
@@ -226,11 +215,11 @@ conf_duration_ms(const char *s, uint64_t *out, char *err, size_t errlen)
 		return 0;
 	}
 bad:
-	conf_err(err, errlen, "invalid duration \"%s\" (a whole number with "
+	errbuf_set(err, errlen, "invalid duration \"%s\" (a whole number with "
 	    "ms, s, m, h or d, e.g. 250ms or 5s)", s);
 	return -1;
 range:
-	conf_err(err, errlen, "duration \"%s\" is too large", s);
+	errbuf_set(err, errlen, "duration \"%s\" is too large", s);
 	return -1;
 }
 
@@ -245,7 +234,7 @@ conf_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out,
 	if (conf_digits(s, &v, &end) == -1 || *end != '\0') {
 		if (errno == ERANGE)
 			goto range;
-		conf_err(err, errlen, "invalid number \"%s\"", s);
+		errbuf_set(err, errlen, "invalid number \"%s\"", s);
 		return -1;
 	}
 	if (v < min || v > max)
@@ -253,7 +242,7 @@ conf_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out,
 	*out = v;
 	return 0;
 range:
-	conf_err(err, errlen, "%s is out of range [%llu, %llu]", s,
+	errbuf_set(err, errlen, "%s is out of range [%llu, %llu]", s,
 	    (unsigned long long)min, (unsigned long long)max);
 	return -1;
 }
@@ -273,13 +262,13 @@ conf_double(const char *s, double min, double max, double *out,
 	if (end == s || *end != '\0' || !isfinite(v))
 		goto bad;
 	if (errno == ERANGE || v < min || v > max) {
-		conf_err(err, errlen, "%s is out of range [%g, %g]", s, min, max);
+		errbuf_set(err, errlen, "%s is out of range [%g, %g]", s, min, max);
 		return -1;
 	}
 	*out = v;
 	return 0;
 bad:
-	conf_err(err, errlen, "invalid number \"%s\"", s);
+	errbuf_set(err, errlen, "invalid number \"%s\"", s);
 	return -1;
 }
 
@@ -300,7 +289,7 @@ conf_bool(const char *s, bool *out, char *err, size_t errlen)
 			return 0;
 		}
 	}
-	conf_err(err, errlen, "invalid boolean \"%s\" (yes/no, true/false, "
+	errbuf_set(err, errlen, "invalid boolean \"%s\" (yes/no, true/false, "
 	    "on/off, 1/0)", s);
 	return -1;
 }
@@ -344,10 +333,10 @@ conf_size(const char *s, uint64_t min, uint64_t max, uint64_t *out,
 	*out = v;
 	return 0;
 bad:
-	conf_err(err, errlen, "invalid size \"%s\" (bytes, or with k, M or G)", s);
+	errbuf_set(err, errlen, "invalid size \"%s\" (bytes, or with k, M or G)", s);
 	return -1;
 range:
-	conf_err(err, errlen, "size %s is out of range [%llu, %llu] bytes", s,
+	errbuf_set(err, errlen, "size %s is out of range [%llu, %llu] bytes", s,
 	    (unsigned long long)min, (unsigned long long)max);
 	return -1;
 }
@@ -358,7 +347,7 @@ conf_string(const char *s, char *out, size_t outlen, char *err, size_t errlen)
 	size_t len = strlen(s);
 
 	if (len >= outlen) {
-		conf_err(err, errlen, "value too long (at most %zu characters)",
+		errbuf_set(err, errlen, "value too long (at most %zu characters)",
 		    outlen > 0 ? outlen - 1 : 0);
 		return -1;
 	}
