@@ -68,7 +68,8 @@ def test_server_blackholed_times_out(net, relay, client, port):
     with iptables_rule(net, "server", "INPUT", "-p", "tcp", "--dport", str(p), "-j", "DROP"):
         r = client.run(p, timeout=15)
     assert r.rc == 3 and fail_reason(r) == TIMEOUT, r
-    assert 1.8 < r.elapsed < 3.5, r
+    # connect_timeout is 2 s; the upper bound leaves slack for a loaded CI machine.
+    assert 1.8 < r.elapsed < 4.5, r
 
 
 @pytest.mark.parametrize("where", ["loopback", "client_subnet", "relay_itself", "outside_allow"])
