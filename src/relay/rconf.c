@@ -23,7 +23,7 @@ rconf_defaults(struct rconf *c)
 	c->idle_timeout_ms = 15 * 60 * 1000;
 	c->drain_timeout_ms = 30000;
 	c->control_idle_timeout_ms = 120000;
-	c->pipe_size = 65536;
+	c->pipe_size = 256 * 1024;
 	c->keepalive_idle_ms = 60000;
 	c->keepalive_interval_ms = 10000;
 	c->keepalive_count = 6;

@@ -27,7 +27,10 @@
 #endif
 
 #define REPLAY_CAPACITY (1u << 18)
-#define KPIPE_MAX_FREE 256
+/* Pooled empty pipes still count against the user's pipe-buffer budget
+ * (fs.pipe-user-pages-soft, 64 MiB by default), past which new pipes get two
+ * pages; keep the pool to a small share of it. */
+#define KPIPE_POOL_BYTES (8u << 20)
 
 static void
 usage(FILE *f)
@@ -127,6 +130,7 @@ reload(struct relay *r)
 	log_set_level(r->conf.log_level);
 	replay_set_window(r->replay, r->conf.max_clock_skew_ms * 1000);
 	r->kpipes.size = r->conf.pipe_size;
+	r->kpipes.max_free = KPIPE_POOL_BYTES / r->conf.pipe_size;
 	if (r->probe)
 		probe_reconfigure(r->probe);
 	log_info("configuration reloaded from %s", r->conf_path);
@@ -328,7 +332,7 @@ main(int argc, char **argv)
 	if ((r->replay = replay_new(REPLAY_CAPACITY, r->conf.max_clock_skew_ms * 1000)) == NULL ||
 	    pipes_init(r) == -1)
 		fatalx("out of memory");
-	kpipe_pool_init(&r->kpipes, r->conf.pipe_size, KPIPE_MAX_FREE);
+	kpipe_pool_init(&r->kpipes, r->conf.pipe_size, KPIPE_POOL_BYTES / r->conf.pipe_size);
 	ctrl_start(r);
 	ev_io_init(&r->data_accept, data_accept_cb, r->data_fd, EV_READ);
 	r->data_accept.data = r;
