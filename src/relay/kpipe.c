@@ -13,6 +13,7 @@ kpipe_pool_init(struct kpipe_pool *pp, size_t size, size_t max_free)
 	pp->max_free = max_free;
 	pp->in_use = 0;
 	pp->size = size;
+	pp->undersized = 0;
 }
 
 static void
@@ -57,8 +58,8 @@ kpipe_get(struct kpipe_pool *pp)
 	}
 	/* The kernel may grant less (pipe-user-pages-soft); the flow then
 	 * sees a full pipe earlier, which is only slower. */
-	if (pp->size)
-		(void)fcntl(fds[1], F_SETPIPE_SZ, (int)pp->size);
+	if (pp->size && fcntl(fds[1], F_SETPIPE_SZ, (int)pp->size) < (int)pp->size)
+		pp->undersized++;
 	kp->rfd = fds[0];
 	kp->wfd = fds[1];
 	kp->next = NULL;

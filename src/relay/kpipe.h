@@ -17,12 +17,15 @@ struct kpipe_pool {
 	size_t nfree, max_free;
 	size_t in_use;
 	size_t size;		/* requested pipe size */
+	unsigned long long undersized;	/* pipes the kernel made smaller */
 };
 
 void kpipe_pool_init(struct kpipe_pool *pp, size_t size, size_t max_free);
 void kpipe_pool_destroy(struct kpipe_pool *pp);
 
-/* Returns an empty pipe, or NULL with errno set (EMFILE, ENOMEM...). */
+/* Returns an empty pipe, or NULL with errno set (EMFILE, ENOMEM...). A pipe
+ * the kernel refused to enlarge (an unprivileged user past
+ * fs.pipe-user-pages-soft) still works, slower, and is counted. */
 struct kpipe *kpipe_get(struct kpipe_pool *pp);
 
 /* Returns a pipe. One that may still hold bytes (dirty) is closed instead

@@ -237,13 +237,18 @@ dir_flush(struct pipe *p, struct dir *d)
 	return 0;
 }
 
-/* Moves bytes from the source into the kernel pipe and on. A few rounds
- * per wake-up save event-loop trips on a fast stream. Returns -1 if the
- * pipe was closed. */
+/* Bytes one direction may move per wake-up: enough to save event-loop trips
+ * on a fast stream, bounded so that one stream cannot starve the others. */
+#define PUMP_BUDGET (1u << 20)
+
+/* Moves bytes from the source into the kernel pipe and on. Returns -1 if
+ * the pipe was closed. */
 static int
 dir_pump(struct pipe *p, struct dir *d)
 {
-	for (int round = 0; round < 4 && flow_wants_read(&d->f); round++) {
+	unsigned long long start = d->f.bytes;
+
+	while (flow_wants_read(&d->f) && d->f.bytes - start < PUMP_BUDGET) {
 		if (d->kp == NULL && (d->kp = kpipe_get(&p->r->kpipes)) == NULL) {
 			log_warn("pipe %llu: no kernel pipe", (unsigned long long)p->id);
 			pipe_close(p, CLOSE_RESET, "out of pipes");

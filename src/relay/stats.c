@@ -46,6 +46,7 @@ stats_format(const struct relay *r, int json, char *buf, size_t cap)
 		{ "data_rejected", c->data_rejected },
 		{ "kpipes_in_use", r->kpipes.in_use },
 		{ "kpipes_free", r->kpipes.nfree },
+		{ "kpipes_undersized", r->kpipes.undersized },
 		{ "draining", (unsigned long long)r->draining },
 	};
 	size_t n = 0, nv = sizeof(v) / sizeof(v[0]);

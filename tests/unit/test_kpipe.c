@@ -24,6 +24,7 @@ test_reuse_and_bound(void **state)
 	assert_non_null(b);
 	assert_int_equal(pp.in_use, 2);
 	assert_int_equal(fcntl(a->wfd, F_GETPIPE_SZ), 65536);
+	assert_int_equal(pp.undersized, 0);
 	assert_true(fcntl(a->rfd, F_GETFL) & O_NONBLOCK);
 	kpipe_put(&pp, a, 0);
 	kpipe_put(&pp, b, 0);	/* over max_free: closed */
