@@ -15,6 +15,10 @@
 #define PROBE_MAX_WAITERS 64	/* requesters sharing one measurement */
 #define PROBE_BATCH 64		/* datagrams read per wake-up */
 #define PROBE_FAIL_TTL_MS 30000	/* failures are re-measured sooner */
+/* Addresses with a bucket still refilling (about 2 s after use at the
+ * default rates); beyond, new requesters or targets are refused. */
+#define PROBE_RL_SLOTS 16384
+#define PROBE_CACHE_SLOTS 65536
 
 struct waiter {
 	struct endpoint from;
@@ -245,9 +249,9 @@ probe_start(struct relay *r, int fd)
 	ps->fd = fd;
 	if (htab_init(&ps->jobs, 64) == -1)
 		goto fail;
-	ps->cache = rttc_new(65536);
-	ps->rl_req = rl_new(65536, r->conf.requester_rate, r->conf.requester_burst);
-	ps->rl_dst = rl_new(65536, r->conf.destination_rate, r->conf.destination_burst);
+	ps->cache = rttc_new(PROBE_CACHE_SLOTS);
+	ps->rl_req = rl_new(PROBE_RL_SLOTS, r->conf.requester_rate, r->conf.requester_burst);
+	ps->rl_dst = rl_new(PROBE_RL_SLOTS, r->conf.destination_rate, r->conf.destination_burst);
 	if (!ps->cache || !ps->rl_req || !ps->rl_dst)
 		goto fail;
 	ev_io_init(&ps->io, probe_read_cb, fd, EV_READ);

@@ -1,0 +1,243 @@
+"""Timeouts, keepalive, drain deadline and hostile bytes on the relay's ports."""
+
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import time
+
+from conftest import ClientResult, MiB, make_client, random_file, recv_all
+
+
+ERROR_TYPE = 0x1F
+ERR_MALFORMED, ERR_AUTH, ERR_VERSION = 1, 2, 5
+
+
+def read_until_eof(s, timeout=5):
+    s.settimeout(timeout)
+    out = b""
+    while True:
+        try:
+            b = s.recv(4096)
+        except ConnectionResetError:
+            return out, "reset"
+        if not b:
+            return out, "eof"
+        out += b
+
+
+def error_code(msg):
+    """The code of an ERROR message (header 28 bytes, body code first)."""
+    assert len(msg) == 28 + 4 + 32, msg.hex()
+    assert msg[:2] == b"SL" and msg[2] == 1 and msg[3] == ERROR_TYPE, msg.hex()
+    return msg[28]
+
+
+def wait_exit(proc, timeout):
+    """Waits for the test client without closing its stdin (communicate()
+    would, and the client would then half-close the pipe)."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError("test client still running after %ss" % timeout)
+    return ClientResult(proc.returncode, proc.stderr.read().decode(errors="replace"),
+                        time.monotonic() - proc.t0)
+
+
+def idle_pipe(net, client, servers, port):
+    """A pipe that carries no bytes: the server waits for the client to talk.
+    Returns (client process, server)."""
+    p = port()
+
+    def serve(c):
+        try:
+            n, _ = recv_all(c)
+            return ("eof", n)
+        except ConnectionResetError:
+            return ("reset", 0)
+
+    srv = servers(p, serve)
+    proc = client.start(p, stdin=subprocess.PIPE)
+    return proc, srv
+
+
+def test_idle_pipe_is_reset(net, relays, key, servers, port):
+    relay = relays({"limits": {"idle_timeout": "1s"}})
+    client = make_client(net, relay, key)
+    proc, srv = idle_pipe(net, client, servers, port)
+    try:
+        r = wait_exit(proc, 15)
+    finally:
+        proc.stdin.close()
+    assert r.rc == 5 and r.line("reset"), r
+    assert srv.result(timeout=10) == ("reset", 0)
+    assert "idle timeout" in relay.log()
+    assert relay.counters()["pipes_open"] == 0
+
+
+def test_active_pipe_outlives_idle_timeout(net, relays, key, servers, port):
+    """Traffic keeps a pipe alive past idle_timeout: only silence counts."""
+    relay = relays({"limits": {"idle_timeout": "1s"}})
+    client = make_client(net, relay, key)
+    p = port()
+    srv = servers(p, lambda c: recv_all(c))
+    proc = client.start(p, stdin=subprocess.PIPE)
+    chunk = os.urandom(4096)
+    for _ in range(10):          # 2.5 s of traffic, a write every 0.25 s
+        proc.stdin.write(chunk)
+        proc.stdin.flush()
+        time.sleep(0.25)
+    proc.stdin.close()
+    proc.stdin = None
+    r = client.finish(proc, 15)
+    assert r.rc == 0, r
+    assert srv.result()[0] == 10 * 4096
+
+
+def test_drain_deadline_resets_remaining_pipes(net, relays, key, servers, port):
+    relay = relays({"limits": {"drain_timeout": "1s"}})
+    client = make_client(net, relay, key)
+    proc, srv = idle_pipe(net, client, servers, port)
+    try:
+        relay.wait_counter("pipes_open", lambda v: v == 1)
+        t0 = time.monotonic()
+        relay.signal(signal.SIGTERM)
+        rc = relay.wait(10)
+        took = time.monotonic() - t0
+        r = wait_exit(proc, 10)
+    finally:
+        proc.stdin.close()
+    assert rc == 0, relay.log()[-2000:]
+    assert took >= 0.9, took           # the pipe had its deadline
+    assert "drain deadline reached: resetting 1 pipes" in relay.log()
+    assert r.rc == 5 and r.line("reset"), r
+    assert srv.result(timeout=10) == ("reset", 0)
+
+
+def test_keepalive_on_both_sockets(net, relays, key, servers, port):
+    relay = relays({"limits": {"keepalive_idle": "7s", "keepalive_interval": "3s"}})
+    client = make_client(net, relay, key)
+    proc, srv = idle_pipe(net, client, servers, port)
+    try:
+        relay.wait_counter("pipes_open", lambda v: v == 1)
+        out = net.run_ns("relay", "ss", "-tnoH", "state", "established").stdout
+        if isinstance(out, bytes):
+            out = out.decode()
+    finally:
+        proc.stdin.close()
+        wait_exit(proc, 10)
+    lines = [l for l in out.splitlines() if ":%d" % relay.data_port in l or
+             "%s:" % net.server_ip in l]
+    # The accepted client socket and the connected server socket.
+    assert len(lines) >= 2, out
+    for l in lines:
+        assert re.search(r"timer:\(keepalive,", l), l
+
+
+def test_control_idle_timeout(net, relays):
+    relay = relays({"limits": {"control_idle_timeout": "1s"}})
+    s = net.connect("client", net.relay_cip, relay.ctl_port)
+    try:
+        relay.wait_counter("control_conns", lambda v: v == 1)
+        t0 = time.monotonic()
+        data, how = read_until_eof(s, timeout=10)
+        took = time.monotonic() - t0
+    finally:
+        s.close()
+    assert (data, how) == (b"", "eof")
+    assert 0.5 < took < 8, took
+    relay.wait_counter("control_conns", lambda v: v == 0)
+
+
+def hostile_control(net, relay, payload):
+    s = net.connect("client", net.relay_cip, relay.ctl_port)
+    try:
+        s.sendall(payload)
+        return read_until_eof(s)
+    finally:
+        s.close()
+
+
+def test_garbage_on_control_gets_error_and_close(net, relays, key, servers, port):
+    relay = relays()
+    cases = [
+        (b"GET / HTTP/1.0\r\n\r\n", ERR_MALFORMED),                  # wrong magic
+        (b"SL\x02\x10" + bytes(96), ERR_VERSION),                      # version 2
+        (b"SL\x01\x10\xff\xff" + bytes(64), ERR_MALFORMED),            # length too big
+        (b"SL\x01\x10\x00\x64" + bytes(94), ERR_AUTH),                 # right size, no MAC
+        (b"SL\x01\x7e\x00\x3c" + bytes(54), ERR_MALFORMED),            # unknown type
+    ]
+    before = relay.counters()["control_errors"]
+    for payload, code in cases:
+        data, how = hostile_control(net, relay, payload)
+        assert how == "eof", (payload, how)
+        assert error_code(data) == code, (payload, data.hex())
+    assert relay.counters()["control_errors"] == before + len(cases)
+    # A peer that sends half a header and goes away costs nothing either.
+    s = net.connect("client", net.relay_cip, relay.ctl_port)
+    s.sendall(b"SL\x01")
+    s.close()
+    # The relay still serves.
+    client = make_client(net, relay, key)
+    p = port()
+    srv = servers(p, lambda c: recv_all(c))
+    src, digest = random_file(net, "after_garbage", MiB)
+    r = client.run(p, stdin=src, timeout=20)
+    assert r.rc == 0, r
+    assert srv.result() == (MiB, digest)
+
+
+def test_malformed_probes_dropped(net, relays, key, port):
+    relay = relays()
+    u = net.udp("client")
+    u.settimeout(0.5)
+    junk = [b"", b"x", b"SL", os.urandom(100), b"SL\x01\x01\x00\x50" + bytes(74),
+            os.urandom(2000), b"SL\x01\x01\x00\x50" + bytes(200)]
+    try:
+        before = relay.counters()["probes_dropped"]
+        for j in junk:
+            u.sendto(j, (net.relay_cip, relay.probe_port))
+        replies = 0
+        try:
+            while True:
+                u.recvfrom(4096)
+                replies += 1
+        except socket.timeout:
+            pass
+    finally:
+        u.close()
+    assert replies == 0
+    relay.wait_counter("probes_dropped", lambda v: v == before + len(junk))
+    # And a real probe is still answered.
+    client = make_client(net, relay, key)
+    r = client.run(port(), "--probe", "--probe-port", relay.probe_port, timeout=10)
+    assert r.line("probe status")["status"] == "refused", r
+
+
+def test_probes_for_one_target_share_a_measurement(net, relays, key, port):
+    """Twenty probes for a silent target cost it one connection attempt, not
+    twenty: relays cannot be used to multiply traffic toward a server."""
+    relay = relays({"probe": {"probe_timeout": "1s", "destination_burst": "50",
+                              "destination_rate": "50"}})
+    client = make_client(net, relay, key)
+    p = port()
+    rule = ("INPUT", "-p", "tcp", "--dport", str(p), "-j", "DROP")
+    net.iptables("server", "-I", *rule)
+    try:
+        r = client.run(p, "--probe", "--probe-port", relay.probe_port, "--count", 20, timeout=10)
+        st = [x["status"] for x in r.all("probe status")]
+        out = net.run_ns("server", "iptables", "-w", "-nvxL", "INPUT").stdout
+        if isinstance(out, bytes):
+            out = out.decode()
+    finally:
+        net.iptables("server", "-D", *rule)
+    assert st == ["timeout"] * 20, r
+    row = [l for l in out.splitlines() if "dpt:%d" % p in l]
+    assert row, out
+    syns = int(row[0].split()[0])
+    # One connect: its SYN, plus at most one retransmission within 1 s.
+    assert 1 <= syns <= 2, out
