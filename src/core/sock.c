@@ -37,6 +37,18 @@ sock_new(int family, int type)
 	return socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 }
 
+/* A new socket of ep's family, with ep as a socket address in ss/len. */
+static int
+sock_for(const struct endpoint *ep, int type, struct sockaddr_storage *ss,
+    socklen_t *len)
+{
+	if ((*len = ep_to_sockaddr(ep, ss)) == 0) {
+		errno = EAFNOSUPPORT;
+		return -1;
+	}
+	return sock_new(ss->ss_family, type);
+}
+
 /* Socket for ep, bound to it. v6only keeps an IPv6 socket off the IPv4
  * space, so that IPv4 and IPv6 listeners on one port can coexist. */
 static int
@@ -46,11 +58,7 @@ sock_bound(const struct endpoint *ep, int type, bool reuse)
 	socklen_t len;
 	int fd;
 
-	if ((len = ep_to_sockaddr(ep, &ss)) == 0) {
-		errno = EAFNOSUPPORT;
-		return -1;
-	}
-	if ((fd = sock_new(ss.ss_family, type)) == -1)
+	if ((fd = sock_for(ep, type, &ss, &len)) == -1)
 		return -1;
 	if (reuse && sock_setint(fd, SOL_SOCKET, SO_REUSEADDR, 1) == -1)
 		goto fail;
@@ -92,11 +100,7 @@ sock_connect_nb(const struct endpoint *dst, uint32_t mark)
 	socklen_t len;
 	int fd;
 
-	if ((len = ep_to_sockaddr(dst, &ss)) == 0) {
-		errno = EAFNOSUPPORT;
-		return -1;
-	}
-	if ((fd = sock_new(ss.ss_family, SOCK_STREAM)) == -1)
+	if ((fd = sock_for(dst, SOCK_STREAM, &ss, &len)) == -1)
 		return -1;
 	if (mark != 0 && setsockopt(fd, SOL_SOCKET, SO_MARK, &mark,
 	    sizeof(mark)) == -1)
