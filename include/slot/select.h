@@ -1,0 +1,101 @@
+#ifndef SLOT_SELECT_H
+#define SLOT_SELECT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "slot/rng.h"
+
+/* Relay selection (DESIGN.md, "One hijacked connection", steps 3 and 4):
+ * which relays to probe, and which path to take as replies come in. Pure:
+ * the caller supplies the time, the replies and the randomness, so slotd
+ * and slot-sim run this same code. Times are microseconds since the probes
+ * went out. */
+
+enum sel_strategy {
+	SEL_ALL = 0,		/* probe every usable relay */
+	SEL_RANDOM_K,		/* k random relays */
+	SEL_RANDGROUP_K,	/* one random relay from each of k random groups */
+};
+
+struct sel_params {
+	enum sel_strategy strategy;
+	unsigned k;			/* default 50 */
+	double c_wait;			/* wait at most c_wait * RTT_direct; default 1.25 */
+	double min_gain;		/* relay only if RTT_direct / path >= min_gain; default 1.1 */
+	uint64_t repair_timeout_us;	/* direct path failed or silent; default 3 s */
+};
+
+void sel_params_default(struct sel_params *p);
+
+/* "all", "random" or "randgroup". Returns 0, or -1 if unknown. */
+int sel_strategy_parse(const char *s, enum sel_strategy *out);
+const char *sel_strategy_name(enum sel_strategy s);
+
+struct sel_candidate {
+	uint32_t group;		/* relays of one group have low mutual RTT */
+	bool usable;		/* healthy: control connection up, no recent failures */
+};
+
+/* Chooses the relays to probe among c[0..n): writes their indexes into out
+ * (room for n) in increasing order and the count into *nout. Unusable
+ * relays are never chosen; with fewer usable relays (Random-k) or groups
+ * (RandGroup-k) than k, all are taken. Returns 0, or -1 if out of memory. */
+int sel_sample(const struct sel_params *p, const struct sel_candidate *c, size_t n,
+    struct rng *rng, uint32_t *out, size_t *nout);
+
+enum sel_direct {
+	SEL_DIRECT_PENDING = 0,	/* the direct probe has not finished */
+	SEL_DIRECT_OK,		/* connected: rtt_direct_us is valid */
+	SEL_DIRECT_REFUSED,	/* the server answered RST: it refuses the port */
+	SEL_DIRECT_FAILED,	/* unreachable or timed out */
+};
+
+struct sel_reply {
+	uint32_t relay;		/* the caller's relay index */
+	bool reached;		/* the relay connected to the server */
+	uint32_t rtt_cr_us;	/* client to relay (elapsed - hold) */
+	uint32_t rtt_rs_us;	/* relay to server */
+	uint64_t at_us;		/* when the reply arrived */
+};
+
+struct sel_state {
+	enum sel_direct direct;
+	uint32_t rtt_direct_us;
+	const struct sel_reply *replies;
+	size_t nreplies;
+	size_t nprobed;		/* relays probed: replies still due = nprobed - nreplies */
+	uint64_t now_us;
+};
+
+enum sel_verdict { SEL_WAIT = 0, SEL_GO_DIRECT, SEL_GO_RELAY };
+
+struct sel_result {
+	enum sel_verdict verdict;
+	uint32_t relay;		/* SEL_GO_RELAY: the chosen relay index */
+	uint32_t path_rtt_us;	/* SEL_GO_RELAY: max(RTT(c,r), RTT(r,s)) */
+	uint64_t wake_us;	/* SEL_WAIT: decide again by then at the latest */
+	const char *why;	/* for the log line */
+};
+
+/* Path RTT through a relay: the slower of its two loops. */
+uint32_t sel_path_rtt(const struct sel_reply *r);
+
+/* Decides now, or says until when to wait. Call again on every new reply,
+ * when the direct probe finishes, and at wake_us:
+ * - direct OK: relay replies count if they arrived by c_wait * RTT_direct;
+ *   decide when all are in or at that deadline; take the best relay if
+ *   RTT_direct / path >= min_gain, else go direct.
+ * - direct still pending at time t means RTT_direct > t: once all replies
+ *   are in and t >= min_gain * best path, the relay wins whatever the direct
+ *   RTT turns out to be (this also repairs a silently black-holed path).
+ * - direct failed (or pending at repair_timeout): path repair, the best
+ *   relay that reached the server once all replies are in or at
+ *   repair_timeout; none: direct, so the application sees what it would
+ *   have seen without slot.
+ * - direct refused: direct (the server refuses that port). */
+void sel_decide(const struct sel_params *p, const struct sel_state *s,
+    struct sel_result *out);
+
+#endif

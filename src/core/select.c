@@ -1,0 +1,215 @@
+#include <stdlib.h>
+#include <string.h>
+
+#include "slot/select.h"
+
+void
+sel_params_default(struct sel_params *p)
+{
+	p->strategy = SEL_RANDGROUP_K;
+	p->k = 50;
+	p->c_wait = 1.25;
+	p->min_gain = 1.1;
+	p->repair_timeout_us = 3000000;
+}
+
+static const char *const names[] = {
+	[SEL_ALL] = "all", [SEL_RANDOM_K] = "random", [SEL_RANDGROUP_K] = "randgroup",
+};
+
+int
+sel_strategy_parse(const char *s, enum sel_strategy *out)
+{
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(s, names[i]) == 0) {
+			*out = (enum sel_strategy)i;
+			return 0;
+		}
+	return -1;
+}
+
+const char *
+sel_strategy_name(enum sel_strategy s)
+{
+	return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
+}
+
+static int
+cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Moves k elements chosen uniformly to the front of v (partial
+ * Fisher-Yates). */
+static void
+choose_front(uint32_t *v, size_t n, size_t k, struct rng *rng)
+{
+	for (size_t i = 0; i < k && i < n; i++) {
+		size_t j = i + (size_t)rng_below(rng, n - i);
+		uint32_t t = v[i];
+		v[i] = v[j];
+		v[j] = t;
+	}
+}
+
+static int
+cmp_by_group(const void *a, const void *b, void *arg)
+{
+	const struct sel_candidate *c = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	uint32_t gx = c[x].group, gy = c[y].group;
+
+	if (gx != gy)
+		return gx < gy ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+int
+sel_sample(const struct sel_params *p, const struct sel_candidate *c, size_t n,
+    struct rng *rng, uint32_t *out, size_t *nout)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (c[i].usable)
+			out[m++] = (uint32_t)i;
+	if (p->strategy == SEL_ALL || (p->strategy == SEL_RANDOM_K && m <= p->k)) {
+		*nout = m;
+		return 0;
+	}
+	if (p->strategy == SEL_RANDOM_K) {
+		choose_front(out, m, p->k, rng);
+		*nout = p->k;
+		qsort(out, *nout, sizeof(*out), cmp_u32);
+		return 0;
+	}
+
+	/* RandGroup-k: usable relays sorted by group (then index, so the
+	 * result depends only on the seed), runs of one group found, k runs
+	 * chosen, one member drawn from each. */
+	uint32_t *start = malloc((m ? m : 1) * sizeof(*start));
+	if (start == NULL)
+		return -1;
+	qsort_r(out, m, sizeof(*out), cmp_by_group, (void *)(uintptr_t)c);
+	size_t ng = 0;
+	for (size_t i = 0; i < m; i++)
+		if (i == 0 || c[out[i]].group != c[out[i - 1]].group)
+			start[ng++] = (uint32_t)i;
+	size_t take = ng < p->k ? ng : p->k;
+	choose_front(start, ng, take, rng);
+	uint32_t *pick = start;	/* reused in place: pick[i] overwrites start[i] */
+	for (size_t i = 0; i < take; i++) {
+		uint32_t s = start[i], e = s + 1;
+		while (e < m && c[out[e]].group == c[out[s]].group)
+			e++;
+		pick[i] = out[s + (uint32_t)rng_below(rng, e - s)];
+	}
+	memcpy(out, pick, take * sizeof(*out));
+	free(start);
+	*nout = take;
+	qsort(out, take, sizeof(*out), cmp_u32);
+	return 0;
+}
+
+uint32_t
+sel_path_rtt(const struct sel_reply *r)
+{
+	return r->rtt_cr_us > r->rtt_rs_us ? r->rtt_cr_us : r->rtt_rs_us;
+}
+
+/* The best reply that reached the server (by `until` if bounded). Ties go
+ * to the shorter first hop, then the lower index, so results are stable. */
+static const struct sel_reply *
+best_reply(const struct sel_state *s, bool bounded, uint64_t until)
+{
+	const struct sel_reply *best = NULL;
+
+	for (size_t i = 0; i < s->nreplies; i++) {
+		const struct sel_reply *r = &s->replies[i];
+		if (!r->reached || (bounded && r->at_us > until))
+			continue;
+		if (best == NULL || sel_path_rtt(r) < sel_path_rtt(best) ||
+		    (sel_path_rtt(r) == sel_path_rtt(best) &&
+		    (r->rtt_cr_us < best->rtt_cr_us ||
+		    (r->rtt_cr_us == best->rtt_cr_us && r->relay < best->relay))))
+			best = r;
+	}
+	return best;
+}
+
+static void
+go(struct sel_result *o, enum sel_verdict v, const struct sel_reply *r, const char *why)
+{
+	o->verdict = v;
+	o->relay = r ? r->relay : 0;
+	o->path_rtt_us = r ? sel_path_rtt(r) : 0;
+	o->wake_us = 0;
+	o->why = why;
+}
+
+static void
+wait_until(struct sel_result *o, uint64_t t)
+{
+	o->verdict = SEL_WAIT;
+	o->relay = 0;
+	o->path_rtt_us = 0;
+	o->wake_us = t;
+	o->why = "waiting";
+}
+
+void
+sel_decide(const struct sel_params *p, const struct sel_state *s, struct sel_result *o)
+{
+	bool all_in = s->nreplies >= s->nprobed;
+	const struct sel_reply *best;
+
+	switch (s->direct) {
+	case SEL_DIRECT_REFUSED:
+		go(o, SEL_GO_DIRECT, NULL, "server refuses the port");
+		return;
+	case SEL_DIRECT_OK: {
+		uint64_t deadline = (uint64_t)(p->c_wait * s->rtt_direct_us);
+		if (!all_in && s->now_us < deadline) {
+			wait_until(o, deadline);
+			return;
+		}
+		best = best_reply(s, true, deadline);
+		if (best && (double)s->rtt_direct_us >= p->min_gain * sel_path_rtt(best))
+			go(o, SEL_GO_RELAY, best, "relay beats direct");
+		else
+			go(o, SEL_GO_DIRECT, NULL, best ? "no relay gains enough" :
+			    "no relay reached the server in time");
+		return;
+	}
+	case SEL_DIRECT_PENDING:
+		if (s->now_us < p->repair_timeout_us) {
+			best = best_reply(s, false, 0);
+			uint64_t sure = best ?
+			    (uint64_t)(p->min_gain * sel_path_rtt(best)) : UINT64_MAX;
+			if (all_in && best && s->now_us >= sure) {
+				go(o, SEL_GO_RELAY, best, "relay beats a slower direct path");
+				return;
+			}
+			wait_until(o, all_in && best && sure < p->repair_timeout_us ?
+			    sure : p->repair_timeout_us);
+			return;
+		}
+		/* Silent past repair_timeout: treat as failed. */
+		/* FALLTHROUGH */
+	case SEL_DIRECT_FAILED:
+		if (!all_in && s->now_us < p->repair_timeout_us) {
+			wait_until(o, p->repair_timeout_us);
+			return;
+		}
+		best = best_reply(s, false, 0);
+		if (best)
+			go(o, SEL_GO_RELAY, best, "path repaired by a relay");
+		else
+			go(o, SEL_GO_DIRECT, NULL, "no path reaches the server");
+		return;
+	}
+	go(o, SEL_GO_DIRECT, NULL, "unknown direct state");
+}
