@@ -7,7 +7,7 @@ PKGS="
 build-essential pkg-config
 libnetfilter-queue-dev libmnl-dev libev-dev libxmlrpc-core-c3-dev
 libcmocka-dev libsodium-dev libinih-dev
-iptables iproute2 conntrack procps psmisc util-linux kmod
+iptables iproute2 iputils-ping conntrack procps psmisc util-linux kmod
 python3 python3-pytest python3-matplotlib
 nginx curl wget iperf3 haproxy socat valgrind
 "
