@@ -24,10 +24,13 @@ PKGS_CORE  := libsodium inih
 CORE_LIBS  := $(shell $(PKG_CONFIG) --libs $(PKGS_CORE) 2>/dev/null)
 EV_LIBS    := -lev -lm
 TEST_LIBS  := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null)
+NFQ_LIBS   := $(shell $(PKG_CONFIG) --libs libnetfilter_queue libmnl 2>/dev/null)
 
 CORE_SRC   := $(sort $(wildcard src/core/*.c))
 RELAY_MAIN := src/relay/relayd.c
 RELAY_SRC  := $(filter-out $(RELAY_MAIN),$(sort $(wildcard src/relay/*.c)))
+WANEM_MAIN := tests/testbed/slot-wanem.c
+WANEM_SRC  := $(filter-out $(WANEM_MAIN),$(sort $(wildcard tests/testbed/*.c)))
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
 TOOL_SRC   := $(sort $(wildcard tests/integration/*.c))
 
@@ -35,14 +38,16 @@ obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 
 CORE_LIB   := $(B)/libslotcore.a
 RELAY_LIB  := $(B)/librelay.a
+WANEM_LIB  := $(B)/libwanem.a
 BINS       := $(B)/slot-relayd
+TESTBED    := $(if $(wildcard $(WANEM_MAIN)),$(B)/slot-wanem)
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 TOOL_BINS  := $(patsubst tests/integration/%.c,$(B)/tests/%,$(TOOL_SRC))
 
 .PHONY: all deps check unit asan-unit integration bench install uninstall clean help
 .DELETE_ON_ERROR:
 
-all: $(BINS) $(TOOL_BINS)
+all: $(BINS) $(TOOL_BINS) $(TESTBED)
 
 help:
 	@echo "make               build daemons and test tools into $(B)/"
@@ -67,12 +72,20 @@ $(RELAY_LIB): $(call obj,$(RELAY_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
+$(WANEM_LIB): $(call obj,$(WANEM_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
 $(B)/slot-relayd: $(call obj,$(RELAY_MAIN)) $(RELAY_LIB) $(CORE_LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(CORE_LIBS) $(EV_LIBS)
 
-$(B)/tests/test_%: $(call obj,tests/unit/test_%.c) $(RELAY_LIB) $(CORE_LIB)
+# The WAN emulator of the test bed (tests/testbed, docs/testbed.md).
+$(B)/slot-wanem: $(call obj,$(WANEM_MAIN)) $(WANEM_LIB) $(CORE_LIB)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(CORE_LIBS) -lm
+
+$(B)/tests/test_%: $(call obj,tests/unit/test_%.c) $(RELAY_LIB) $(WANEM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(CORE_LIBS) $(EV_LIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(NFQ_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
 $(B)/tests/%: $(call obj,tests/integration/%.c) $(RELAY_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
