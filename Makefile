@@ -29,6 +29,8 @@ NFQ_LIBS   := $(shell $(PKG_CONFIG) --libs libnetfilter_queue libmnl 2>/dev/null
 CORE_SRC   := $(sort $(wildcard src/core/*.c))
 RELAY_MAIN := src/relay/relayd.c
 RELAY_SRC  := $(filter-out $(RELAY_MAIN),$(sort $(wildcard src/relay/*.c)))
+CLIENT_MAIN := src/client/slotd.c
+CLIENT_SRC := $(filter-out $(CLIENT_MAIN),$(sort $(wildcard src/client/*.c)))
 WANEM_MAIN := tests/testbed/slot-wanem.c
 WANEM_SRC  := $(filter-out $(WANEM_MAIN),$(sort $(wildcard tests/testbed/*.c)))
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
@@ -39,6 +41,7 @@ obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 CORE_LIB   := $(B)/libslotcore.a
 RELAY_LIB  := $(B)/librelay.a
 WANEM_LIB  := $(B)/libwanem.a
+CLIENT_LIB := $(B)/libclient.a
 BINS       := $(B)/slot-relayd
 TESTBED    := $(if $(wildcard $(WANEM_MAIN)),$(B)/slot-wanem)
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
@@ -72,6 +75,10 @@ $(RELAY_LIB): $(call obj,$(RELAY_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
+$(CLIENT_LIB): $(call obj,$(CLIENT_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
 $(WANEM_LIB): $(call obj,$(WANEM_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
@@ -83,11 +90,11 @@ $(B)/slot-relayd: $(call obj,$(RELAY_MAIN)) $(RELAY_LIB) $(CORE_LIB)
 $(B)/slot-wanem: $(call obj,$(WANEM_MAIN)) $(WANEM_LIB) $(CORE_LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(CORE_LIBS) -lm
 
-$(B)/tests/test_%: $(call obj,tests/unit/test_%.c) $(RELAY_LIB) $(WANEM_LIB) $(CORE_LIB)
+$(B)/tests/test_%: $(call obj,tests/unit/test_%.c) $(CLIENT_LIB) $(RELAY_LIB) $(WANEM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(NFQ_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
-$(B)/tests/%: $(call obj,tests/integration/%.c) $(RELAY_LIB) $(CORE_LIB)
+$(B)/tests/%: $(call obj,tests/integration/%.c) $(CLIENT_LIB) $(RELAY_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(CORE_LIBS) $(EV_LIBS)
 

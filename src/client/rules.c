@@ -1,0 +1,318 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "slot/errbuf.h"
+#include "rules.h"
+
+/* iptables' multiport takes 15 ports, a range counting as two. */
+#define MULTIPORT_SLOTS 15
+
+struct out {
+	char *buf;
+	size_t cap, len;
+	int overflow;
+};
+
+static void __attribute__((format(printf, 2, 3)))
+put(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (o->overflow)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= o->cap - o->len)
+		o->overflow = 1;
+	else
+		o->len += (size_t)n;
+}
+
+static const char *
+cidr_fmt(const struct cidr *c, char *buf)
+{
+	char a[ADDR_STRLEN];
+
+	snprintf(buf, ADDR_STRLEN + 5, "%s/%u", addr_fmt(&c->addr, a), c->plen);
+	return buf;
+}
+
+typedef char port_list[128];
+
+/* The port set as multiport lists of at most MULTIPORT_SLOTS slots each
+ * ("" alone for "every port"), in *out (to free). Returns how many, 0 for
+ * no port, or (size_t)-1 if out of memory. */
+static size_t
+port_lists(const struct portset *ps, port_list **out)
+{
+	size_t nl = 0, slots = 0, nranges = 0;
+	unsigned p = 1;
+	int all = 1;
+	port_list *lists;
+
+	for (unsigned q = 1; q <= 65535; q++) {
+		int in = portset_has(ps, (uint16_t)q);
+		if (!in)
+			all = 0;
+		else if (q == 1 || !portset_has(ps, (uint16_t)(q - 1)))
+			nranges++;
+	}
+	/* Every range takes at most one list of its own. */
+	if ((*out = lists = calloc(nranges ? nranges : 1, sizeof(*lists))) == NULL)
+		return (size_t)-1;
+	if (all)
+		return 1;
+	while (p <= 65535) {
+		if (!portset_has(ps, (uint16_t)p)) {
+			p++;
+			continue;
+		}
+		unsigned e = p;
+		while (e < 65535 && portset_has(ps, (uint16_t)(e + 1)))
+			e++;
+		unsigned need = e > p ? 2 : 1;
+		if (nl == 0 || slots + need > MULTIPORT_SLOTS) {
+			lists[nl++][0] = '\0';
+			slots = 0;
+		}
+		char *l = lists[nl - 1];
+		size_t len = strlen(l);
+		if (e > p)
+			snprintf(l + len, 128 - len, "%s%u:%u", slots ? "," : "", p, e);
+		else
+			snprintf(l + len, 128 - len, "%s%u", slots ? "," : "", p);
+		slots += need;
+		p = e + 1;
+	}
+	return nl;
+}
+
+int
+rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
+    char *buf, size_t cap)
+{
+	struct out o = { buf, cap, 0, 0 };
+	port_list *lists = NULL;
+	char cb[ADDR_STRLEN + 5], ab[ADDR_STRLEN];
+	size_t nl;
+
+	if ((c->family != AF_INET && c->family != AF_INET6) || c->bypass_mark == 0 ||
+	    (c->bypass_mark & c->relay_mask) != 0 || cap == 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (r[i].data.addr.family == c->family &&
+		    (r[i].mark == 0 || (r[i].mark & ~c->relay_mask) != 0)) {
+			errno = EINVAL;
+			return -1;
+		}
+	if ((nl = port_lists(c->ports, &lists)) == (size_t)-1) {
+		errno = ENOMEM;
+		return -1;
+	}
+	if (nl == 0) {
+		free(lists);
+		errno = EINVAL;	/* no port selected: nothing to hijack */
+		return -1;
+	}
+
+	put(&o, "*mangle\n:%s - [0:0]\n-F %s\n", RULES_HIJACK, RULES_HIJACK);
+	put(&o, "-A %s -m mark --mark 0x%x/0x%x -j RETURN\n", RULES_HIJACK,
+	    c->bypass_mark, c->bypass_mark);
+	for (size_t i = 0; c->exclude && i < c->exclude->n; i++)
+		if (c->exclude->v[i].addr.family == c->family)
+			put(&o, "-A %s -d %s -j RETURN\n", RULES_HIJACK,
+			    cidr_fmt(&c->exclude->v[i], cb));
+	size_t ninc = c->include ? c->include->n : 0;
+	for (size_t i = 0; i < (ninc ? ninc : 1); i++) {
+		const char *dst = "";
+		char d[ADDR_STRLEN + 10] = "";
+		if (ninc) {
+			if (c->include->v[i].addr.family != c->family)
+				continue;
+			snprintf(d, sizeof(d), " -d %s", cidr_fmt(&c->include->v[i], cb));
+			dst = d;
+		}
+		for (size_t j = 0; j < nl; j++) {
+			put(&o, "-A %s -p tcp --syn%s%s%s -j NFQUEUE --queue-num %u --queue-bypass\n",
+			    RULES_HIJACK, dst, lists[j][0] ? " -m multiport --dports " : "",
+			    lists[j], c->queue);
+		}
+	}
+	free(lists);
+	put(&o, "COMMIT\n*nat\n:%s - [0:0]\n-F %s\n", RULES_DNAT, RULES_DNAT);
+	for (size_t i = 0; i < n; i++) {
+		if (r[i].data.addr.family != c->family)
+			continue;
+		addr_fmt(&r[i].data.addr, ab);
+		put(&o, c->family == AF_INET6 ?
+		    "-A %s -p tcp -m mark --mark 0x%x/0x%x -j DNAT --to-destination [%s]:%u\n" :
+		    "-A %s -p tcp -m mark --mark 0x%x/0x%x -j DNAT --to-destination %s:%u\n",
+		    RULES_DNAT, r[i].mark, c->relay_mask, ab, r[i].data.port);
+	}
+	put(&o, "COMMIT\n");
+	if (o.overflow) {
+		errno = ENOSPC;
+		return -1;
+	}
+	return (int)o.len;
+}
+
+/* Runs argv with input on its stdin (NULL: none). Returns its exit status
+ * (0 = success), or -1; its stderr goes into err. */
+static int
+run(char *const argv[], const char *input, char *err, size_t errlen)
+{
+	int in[2], errp[2], status;
+	pid_t pid;
+
+	if (pipe2(in, O_CLOEXEC) == -1)
+		goto fail0;
+	if (pipe2(errp, O_CLOEXEC) == -1)
+		goto fail1;
+	if ((pid = fork()) == -1)
+		goto fail2;
+	if (pid == 0) {
+		dup2(in[0], 0);
+		dup2(errp[1], 2);
+		dup2(errp[1], 1);
+		execvp(argv[0], argv);
+		fprintf(stderr, "%s: %s", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(in[0]);
+	close(errp[1]);
+	if (input) {
+		size_t left = strlen(input);
+		while (left > 0) {
+			ssize_t w = write(in[1], input, left);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0)
+				break;	/* the tool died: its status says why */
+			input += w;
+			left -= (size_t)w;
+		}
+	}
+	close(in[1]);
+	size_t got = 0;
+	char tmp[512];
+	ssize_t m;
+	while ((m = read(errp[0], tmp, sizeof(tmp))) > 0 || (m < 0 && errno == EINTR))
+		if (m > 0 && err && got + 1 < errlen) {
+			size_t k = (size_t)m < errlen - 1 - got ? (size_t)m : errlen - 1 - got;
+			memcpy(err + got, tmp, k);
+			got += k;
+		}
+	close(errp[0]);
+	if (err && errlen)
+		err[got] = '\0';
+	while (waitpid(pid, &status, 0) == -1)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+fail2:
+	close(errp[0]);
+	close(errp[1]);
+fail1:
+	close(in[0]);
+	close(in[1]);
+fail0:
+	errbuf_set(err, errlen, "cannot run %s: %s", argv[0], strerror(errno));
+	return -1;
+}
+
+static const char *
+tool(int family, int restore)
+{
+	if (family == AF_INET6)
+		return restore ? "ip6tables-restore" : "ip6tables";
+	return restore ? "iptables-restore" : "iptables";
+}
+
+static int
+jump(int family, const char *table, const char *chain, const char *op, char *err,
+    size_t errlen)
+{
+	char *argv[] = { (char *)tool(family, 0), "-w", "-t", (char *)table, (char *)op,
+	    "OUTPUT", "-j", (char *)chain, NULL, NULL, NULL };
+
+	if (strcmp(op, "-I") == 0) {	/* first, so earlier ACCEPTs cannot skip it */
+		argv[5] = "OUTPUT";
+		argv[6] = "1";
+		argv[7] = "-j";
+		argv[8] = (char *)chain;
+	}
+	return run(argv, NULL, err, errlen);
+}
+
+int
+rules_apply(const struct rules_conf *c, const struct rules_relay *r, size_t n,
+    char *err, size_t errlen)
+{
+	size_t cap = 1 << 20;
+	char *text = malloc(cap);
+	char msg[512];
+	int len, rc;
+
+	if (text == NULL) {
+		errbuf_set(err, errlen, "out of memory");
+		return -1;
+	}
+	if ((len = rules_render(c, r, n, text, cap)) < 0) {
+		errbuf_set(err, errlen, "cannot render rules: %s", strerror(errno));
+		free(text);
+		return -1;
+	}
+	char *argv[] = { (char *)tool(c->family, 1), "-w", "--noflush", NULL };
+	rc = run(argv, text, msg, sizeof(msg));
+	free(text);
+	if (rc != 0) {
+		errbuf_set(err, errlen, "%s failed (%d): %s", argv[0], rc, msg);
+		return -1;
+	}
+	static const char *const jumps[][2] = { { "mangle", RULES_HIJACK }, { "nat", RULES_DNAT } };
+	for (size_t i = 0; i < 2; i++) {
+		if (jump(c->family, jumps[i][0], jumps[i][1], "-C", msg, sizeof(msg)) == 0)
+			continue;
+		if (jump(c->family, jumps[i][0], jumps[i][1], "-I", msg, sizeof(msg)) != 0) {
+			errbuf_set(err, errlen, "adding the jump to %s in %s OUTPUT: %s",
+			    jumps[i][1], jumps[i][0], msg);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int
+rules_remove(int family, char *err, size_t errlen)
+{
+	static const char *const jumps[][2] = { { "mangle", RULES_HIJACK }, { "nat", RULES_DNAT } };
+	char msg[512];
+	int fail = 0;
+
+	for (size_t i = 0; i < 2; i++) {
+		const char *t = jumps[i][0], *ch = jumps[i][1];
+		/* A crash between two inserts could leave the jump twice. */
+		for (int k = 0; k < 16 && jump(family, t, ch, "-C", msg, sizeof(msg)) == 0; k++)
+			if (jump(family, t, ch, "-D", msg, sizeof(msg)) != 0)
+				break;
+		char *flush[] = { (char *)tool(family, 0), "-w", "-t", (char *)t, "-F", (char *)ch, NULL };
+		char *del[] = { (char *)tool(family, 0), "-w", "-t", (char *)t, "-X", (char *)ch, NULL };
+		if (run(flush, NULL, msg, sizeof(msg)) == 0 && run(del, NULL, msg, sizeof(msg)) != 0) {
+			errbuf_set(err, errlen, "removing %s from %s: %s", ch, t, msg);
+			fail = 1;
+		}
+	}
+	return fail ? -1 : 0;
+}
