@@ -46,6 +46,10 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "tests", "testbed"))
+from topo import pid_alive, sh  # noqa: E402  (the test bed's helpers)
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PREFIX = "slb"
 PID = os.getpid()
@@ -62,26 +66,8 @@ tmpdir = None
 namespaces_made = []
 
 
-def sh(*args, check=True, timeout=30):
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise RuntimeError("%s: exit %d: %s%s" % (" ".join(map(str, args)), r.returncode,
-                                                  r.stdout, r.stderr))
-    return r
-
-
 def nsx(ns, *args, **kw):
     return sh("ip", "netns", "exec", ns, *args, **kw)
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def sweep():

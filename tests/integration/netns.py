@@ -21,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -32,34 +33,9 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
-
-def sh(*args, check=True, timeout=30, **kw):
-    """Runs a command, output captured as text. Raises with the output on failure."""
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True,
-                       timeout=timeout, **kw)
-    if check and r.returncode != 0:
-        raise RuntimeError("%s: exit %d: %s%s" % (" ".join(map(str, args)), r.returncode,
-                                                  r.stdout, r.stderr))
-    return r
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill_ns_pids(ns):
-    r = sh("ip", "netns", "pids", ns, check=False)
-    for p in r.stdout.split():
-        try:
-            os.kill(int(p), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
+# Command and process helpers are the test bed's (tests/testbed/topo.py).
+sys.path.insert(0, os.path.join(ROOT, "tests", "testbed"))
+from topo import kill_ns_pids, pid_alive, sh  # noqa: E402,F401
 
 
 def sweep():
@@ -71,7 +47,7 @@ def sweep():
         name = line.split()[0] if line.split() else ""
         m = NAME_RE.match(name)
         if m and not pid_alive(int(m.group(1))):
-            _kill_ns_pids(name)
+            kill_ns_pids(name)
             sh("ip", "netns", "del", name, check=False)
             removed.append(name)
     r = sh("ip", "-o", "link", "show", check=False)
@@ -191,7 +167,7 @@ class Net:
                 except (ProcessLookupError, subprocess.TimeoutExpired):
                     pass
         for ns in self.ns.values():
-            _kill_ns_pids(ns)
+            kill_ns_pids(ns)
             sh("ip", "netns", "del", ns, check=False)
         if self.dir and os.environ.get("SLOT_KEEP"):
             print("\nintegration: run directory kept in %s" % self.dir)

@@ -89,7 +89,7 @@ def pid_alive(pid):
     return True
 
 
-def _kill_ns_pids(ns):
+def kill_ns_pids(ns):
     r = sh("ip", "netns", "pids", ns, check=False)
     for p in r.stdout.split():
         try:
@@ -122,7 +122,7 @@ def remove_tag(tag):
     removed = []
     for ns in _netns_list():
         if ns.startswith(tag + "-"):
-            _kill_ns_pids(ns)
+            kill_ns_pids(ns)
     for ns in _netns_list():
         if ns.startswith(tag + "-"):
             sh("ip", "netns", "del", ns, check=False)
@@ -853,7 +853,7 @@ class Testbed:
                     except (ProcessLookupError, subprocess.TimeoutExpired):
                         pass
             for ns in self.made:
-                _kill_ns_pids(ns)
+                kill_ns_pids(ns)
             for ns in self.made:
                 sh("ip", "netns", "del", ns, check=False)
             for name in _root_links():       # none unless a creation went half way
