@@ -228,11 +228,6 @@ dir_flush(struct pipe *p, struct dir *d)
 		}
 		break;
 	}
-	if (d->f.state == FLOW_DRAINING && d->f.inflight == 0) {
-		/* Reached by a write that emptied the pipe exactly. */
-		(void)flow_on_write(&d->f, 0, 0);
-		(void)shutdown(d->dst->fd, SHUT_WR);
-	}
 	dir_release_kpipe(p->r, d);
 	return 0;
 }
