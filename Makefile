@@ -42,7 +42,7 @@ CORE_LIB   := $(B)/libslotcore.a
 RELAY_LIB  := $(B)/librelay.a
 WANEM_LIB  := $(B)/libwanem.a
 CLIENT_LIB := $(B)/libclient.a
-BINS       := $(B)/slot-relayd
+BINS       := $(B)/slot-relayd $(B)/slotd
 TESTBED    := $(if $(wildcard $(WANEM_MAIN)),$(B)/slot-wanem)
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 TOOL_BINS  := $(patsubst tests/integration/%.c,$(B)/tests/%,$(TOOL_SRC))
@@ -86,6 +86,9 @@ $(WANEM_LIB): $(call obj,$(WANEM_SRC))
 $(B)/slot-relayd: $(call obj,$(RELAY_MAIN)) $(RELAY_LIB) $(CORE_LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(CORE_LIBS) $(EV_LIBS)
 
+$(B)/slotd: $(call obj,$(CLIENT_MAIN)) $(CLIENT_LIB) $(CORE_LIB)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(CORE_LIBS) $(EV_LIBS)
+
 # The WAN emulator of the test bed (tests/testbed, docs/testbed.md).
 $(B)/slot-wanem: $(call obj,$(WANEM_MAIN)) $(WANEM_LIB) $(CORE_LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(CORE_LIBS) -lm
@@ -96,7 +99,7 @@ $(B)/tests/test_%: $(call obj,tests/unit/test_%.c) $(CLIENT_LIB) $(RELAY_LIB) $(
 
 $(B)/tests/%: $(call obj,tests/integration/%.c) $(CLIENT_LIB) $(RELAY_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(CORE_LIBS) $(EV_LIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
 unit: $(UNIT_BINS)
 	@./tests/unit/run.sh $(UNIT_BINS)

@@ -1,0 +1,75 @@
+#ifndef SLOT_CLIENT_CCONF_H
+#define SLOT_CLIENT_CCONF_H
+
+#include <stdint.h>
+
+#include "slot/addr.h"
+#include "slot/log.h"
+#include "slot/select.h"
+
+/* slotd's configuration: defaults, INI keys, validation (etc/slotd.conf is
+ * the reference and shows every default). The key itself is loaded by the
+ * daemon; here only its path. */
+
+#define CCONF_PATH_MAX 256
+#define CCONF_MAX_RELAYS 4095	/* relay marks are 1..4095 within relay_mask */
+
+struct cconf_relay {
+	struct endpoint control;	/* probe (UDP) and control (TCP) port */
+	uint16_t data_port;		/* default control port + 1 */
+	uint32_t group;			/* default: its index in the list (one group per relay) */
+};
+
+struct cconf {
+	/* [slotd] */
+	char key_file[CCONF_PATH_MAX];
+	char control_socket[CCONF_PATH_MAX];	/* counters for slotctl */
+	enum slog_level log_level;
+	uint16_t queue;			/* NFQUEUE number */
+	uint32_t queue_maxlen;		/* packets the kernel may hold for us */
+	uint32_t bypass_mark;		/* one bit */
+	uint32_t relay_mask;		/* contiguous bits, disjoint from bypass_mark,
+					 * room for the relays' marks */
+	uint64_t max_clock_skew_ms;
+
+	/* [hijack] */
+	struct portset ports;		/* required: at least one port */
+	struct cidr_list include;	/* empty: every destination */
+	struct cidr_list exclude;
+
+	/* [select] */
+	struct sel_params sel;		/* strategy, k, c_wait, min_gain, repair_timeout */
+	uint64_t hold_timeout_ms;	/* a SYN is held at most this long, then released direct */
+	uint64_t establish_timeout_ms;	/* PIPE_ESTABLISH answer */
+	uint64_t cache_ttl_ms;
+	uint64_t cache_size;
+	uint64_t max_held;		/* connections held at once; more go direct */
+	uint64_t seed;			/* 0: from the system's random source */
+
+	/* [relays] */
+	uint64_t keepalive_interval_ms;
+	uint64_t keepalive_timeout_ms;
+	uint64_t reconnect_min_ms;
+	uint64_t reconnect_max_ms;
+	uint64_t failure_quarantine_ms;	/* a relay that failed a pipe sits out this long */
+	struct cconf_relay *relays;	/* "relay = ..." lines, in order */
+	size_t nrelays;
+};
+
+/* Fills c with the defaults (those of etc/slotd.conf). */
+void cconf_defaults(struct cconf *c);
+
+/* Defaults, then path (NULL: defaults only), then the checks across keys.
+ * Returns 0, or -1 with "path:line: reason" (or "path: reason" for a check
+ * across keys) in err; c is then freed and must not be used. */
+int cconf_load(struct cconf *c, const char *path, char *err, size_t errlen);
+
+/* Parses one relay line, "ADDR[:PORT] [data=PORT] [group=N]" (PORT default
+ * 7600). Without group=, out->group is UINT32_MAX (group= takes 0 to
+ * UINT32_MAX - 1): the loader puts the relay's index there. Returns 0, or -1
+ * with a reason in err. */
+int cconf_parse_relay(const char *s, struct cconf_relay *out, char *err, size_t errlen);
+
+void cconf_free(struct cconf *c);
+
+#endif

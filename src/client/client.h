@@ -1,0 +1,101 @@
+#ifndef SLOT_CLIENT_CLIENT_H
+#define SLOT_CLIENT_CLIENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include <ev.h>
+
+#include "slot/auth.h"
+#include "slot/htab.h"
+#include "slot/replay.h"
+#include "slot/rng.h"
+#include "slot/selcache.h"
+#include "cconf.h"
+#include "synq.h"
+#include "rlink.h"
+
+/* The state of one slotd, shared by its modules: hold (held SYNs, probing,
+ * decisions), relays (the relay set, its links and marks), cstats (the
+ * control socket) and slotd.c (start, reload, stop). */
+
+struct client_counters {
+	unsigned long long syn_received;
+	unsigned long long syn_retransmits_dropped;
+	unsigned long long syn_malformed;	/* queued packets that were no first SYN */
+	unsigned long long cache_hits, cache_misses;
+	unsigned long long probes_sent, probe_replies, probe_replies_dropped;
+	unsigned long long direct_probes;
+	unsigned long long decisions_direct, decisions_relay;
+	unsigned long long repairs;		/* relay taken while the direct probe failed */
+	unsigned long long pipes_ok, pipes_failed, pipes_timeout;
+	unsigned long long hold_timeouts;	/* released direct when hold_timeout passed */
+	unsigned long long held_overflow;	/* released direct: max_held reached */
+	unsigned long long reloads, reload_failures, rules_applied;
+	unsigned long long decide_us_max;
+};
+
+/* One relay of the set, by its control endpoint. */
+struct crelay {
+	struct cconf_relay conf;
+	uint32_t mark;			/* within relay_mask; stable across reloads */
+	struct rlink *link;
+	uint64_t quarantine_until_us;	/* monotonic; sits out of samples until then */
+	unsigned long long pipes_ok, pipes_failed, probes;
+};
+
+#define RECENT_MAX 256
+
+struct decision {
+	struct endpoint client, server;
+	bool relayed;
+	struct endpoint relay;
+	const char *why;
+	uint32_t rtt_direct_us, path_rtt_us;
+	uint64_t select_us;		/* SYN to the choice of path */
+	uint64_t decide_us;		/* SYN to the verdict (pipe set up included) */
+	uint32_t probes;
+	bool cached;
+};
+
+struct hconn;
+TAILQ_HEAD(hconn_list, hconn);
+
+struct slotd {
+	struct ev_loop *loop;
+	struct cconf conf;
+	const char *conf_path;
+	struct auth_key key;
+	struct replay *replay;		/* probe replies and control messages */
+	struct rng rng;
+	uint8_t hkey[16];
+	struct rlink_env env;
+	struct client_counters ctr;
+
+	struct synq *q;
+	ev_io q_io;
+
+	struct crelay **relays;		/* the set, in config order */
+	size_t nrelays;
+	size_t relays_up;
+
+	struct htab conns;		/* held and lingering, by client endpoint */
+	struct hconn_list held;		/* waiting for a verdict */
+	struct hconn_list linger;	/* decided, oldest first */
+	size_t nheld, nlinger;
+	struct htab probes;		/* relay probes in flight, by request id */
+	uint32_t next_probe_id;
+	int probe_fd[2];		/* UDP, bypass-marked: IPv4, IPv6 (-1: none) */
+	ev_io probe_io[2];
+	struct selcache *cache;
+
+	struct decision recent[RECENT_MAX];
+	size_t nrecent, recent_next;
+
+	struct ctlsrv *ctl;
+	ev_signal sig_hup, sig_term, sig_int;
+	bool stopping;
+};
+
+#endif

@@ -1,0 +1,746 @@
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "slot/clock.h"
+#include "slot/log.h"
+#include "slot/proto.h"
+#include "slot/select.h"
+#include "slot/sock.h"
+#include "hold.h"
+#include "relays.h"
+
+/* A decided entry answers retransmissions of its SYN this long: Linux
+ * retransmits a SYN after 1, 3, 7, 15, 31 and 63 s by default. */
+#define LINGER_US (70ull * 1000000)
+#define LINGER_MAX 65536
+#define LINGER_TICK 1.
+
+struct hprobe {
+	struct hnode node;	/* in d->probes by id */
+	uint32_t id;
+	struct hconn *c;
+	uint32_t idx;		/* in c->cand */
+	bool answered;
+};
+
+enum hstate { HC_PROBING, HC_ESTABLISHING, HC_LINGER };
+
+struct hconn {
+	struct slotd *d;
+	struct hnode node;		/* in d->conns by client endpoint */
+	struct endpoint client, server;
+	uint32_t seq;			/* ISN of the SYN */
+	uint32_t pkt_id, pkt_mark;
+	enum hstate state;
+	uint64_t t0_us;			/* the SYN's arrival, monotonic */
+	ev_timer timer;			/* decision wake-up, or establish deadline */
+	ev_timer hold;			/* hold_timeout */
+
+	/* probing */
+	int dfd;
+	ev_io dio;
+	uint64_t dstart_us;
+	enum sel_direct direct;
+	uint32_t rtt_direct_us;
+	struct crelay **cand;		/* probed relays (NULL once gone) */
+	struct hprobe *pr;
+	size_t ncand;
+	struct sel_reply *rep;
+	size_t nrep;
+	uint32_t nprobes;		/* relay probes sent */
+	uint64_t selected_us;		/* when the path was chosen, monotonic */
+
+	/* establishing */
+	struct crelay *via;
+	uint32_t req_id;
+	uint32_t path_rtt_us;
+	const char *why;
+	bool cached;
+	bool repair;
+
+	/* lingering */
+	bool relayed;
+	uint32_t mark;
+	uint64_t linger_until_us;
+
+	TAILQ_ENTRY(hconn) link;	/* d->held or d->linger */
+};
+
+static ev_timer linger_timer;
+
+static uint64_t
+id_hash(uint32_t id)
+{
+	return (uint64_t)id * 0x9e3779b97f4a7c15ull;
+}
+
+static struct hconn *
+conn_find(struct slotd *d, const struct endpoint *client)
+{
+	uint64_t h = ep_hash(client, d->hkey);
+
+	for (struct hnode *n = htab_first(&d->conns, h); n; n = htab_next(n, h)) {
+		struct hconn *c = container_of(n, struct hconn, node);
+		if (ep_eq(&c->client, client))
+			return c;
+	}
+	return NULL;
+}
+
+static void
+conn_stop_probing(struct hconn *c)
+{
+	struct slotd *d = c->d;
+
+	if (c->dfd >= 0) {
+		ev_io_stop(d->loop, &c->dio);
+		close(c->dfd);
+		c->dfd = -1;
+	}
+	for (size_t i = 0; i < c->ncand; i++)
+		if (c->pr[i].c)
+			htab_remove(&d->probes, &c->pr[i].node);
+	free(c->cand);
+	free(c->pr);
+	free(c->rep);
+	c->cand = NULL;
+	c->pr = NULL;
+	c->rep = NULL;
+	c->ncand = c->nrep = 0;
+}
+
+static void
+conn_free(struct hconn *c)
+{
+	struct slotd *d = c->d;
+
+	conn_stop_probing(c);
+	ev_timer_stop(d->loop, &c->timer);
+	ev_timer_stop(d->loop, &c->hold);
+	if (c->state == HC_ESTABLISHING && c->via && c->via->link)
+		rlink_cancel(c->via->link, c->req_id);
+	htab_remove(&d->conns, &c->node);
+	if (c->state == HC_LINGER) {
+		TAILQ_REMOVE(&d->linger, c, link);
+		d->nlinger--;
+	} else {
+		TAILQ_REMOVE(&d->held, c, link);
+		d->nheld--;
+	}
+	free(c);
+}
+
+static void
+record(struct slotd *d, const struct hconn *c, uint64_t now)
+{
+	struct decision *x = &d->recent[d->recent_next];
+
+	memset(x, 0, sizeof(*x));
+	x->client = c->client;
+	x->server = c->server;
+	x->relayed = c->relayed;
+	if (c->relayed && c->via)
+		x->relay = c->via->conf.control;
+	x->why = c->why ? c->why : "";
+	x->rtt_direct_us = c->direct == SEL_DIRECT_OK ? c->rtt_direct_us : 0;
+	x->path_rtt_us = c->path_rtt_us;
+	x->decide_us = now - c->t0_us;
+	x->select_us = (c->selected_us ? c->selected_us : now) - c->t0_us;
+	x->probes = c->nprobes;
+	x->cached = c->cached;
+	d->recent_next = (d->recent_next + 1) % RECENT_MAX;
+	if (d->nrecent < RECENT_MAX)
+		d->nrecent++;
+	if (x->decide_us > d->ctr.decide_us_max)
+		d->ctr.decide_us_max = x->decide_us;
+}
+
+/* The verdict: the SYN goes on, through relay via (marked) or direct. */
+static void
+conn_release(struct hconn *c, struct crelay *via, const char *why)
+{
+	struct slotd *d = c->d;
+	uint64_t now = clock_mono_us();
+	char cb[EP_STRLEN], sb[EP_STRLEN], rb[EP_STRLEN];
+
+	if (c->state == HC_ESTABLISHING && c->req_id != 0 && c->via && c->via->link)
+		rlink_cancel(c->via->link, c->req_id);
+	c->req_id = 0;
+	c->relayed = via != NULL;
+	c->via = via;
+	c->why = why;
+	if (via) {
+		c->mark = (c->pkt_mark & ~d->conf.relay_mask) | via->mark;
+		synq_verdict(d->q, c->pkt_id, true, true, c->mark);
+		d->ctr.decisions_relay++;
+		log_info("%s -> %s: via %s (path %.1f ms, direct %s%.1f ms; %s%s)",
+		    ep_fmt(&c->client, cb), ep_fmt(&c->server, sb),
+		    ep_fmt(&via->conf.control, rb), c->path_rtt_us / 1000.,
+		    c->direct == SEL_DIRECT_OK ? "" : "unknown, > ",
+		    (c->direct == SEL_DIRECT_OK ? c->rtt_direct_us : (now - c->t0_us)) / 1000.,
+		    why, c->cached ? ", cached" : "");
+	} else {
+		synq_verdict(d->q, c->pkt_id, true, false, 0);
+		d->ctr.decisions_direct++;
+		log_debug("%s -> %s: direct (%s%s)", ep_fmt(&c->client, cb),
+		    ep_fmt(&c->server, sb), why, c->cached ? ", cached" : "");
+	}
+	record(d, c, now);
+	conn_stop_probing(c);
+	ev_timer_stop(d->loop, &c->timer);
+	ev_timer_stop(d->loop, &c->hold);
+	TAILQ_REMOVE(&d->held, c, link);
+	d->nheld--;
+	c->state = HC_LINGER;
+	c->linger_until_us = now + LINGER_US;
+	TAILQ_INSERT_TAIL(&d->linger, c, link);
+	d->nlinger++;
+	while (d->nlinger > LINGER_MAX)
+		conn_free(TAILQ_FIRST(&d->linger));
+}
+
+static void
+cache_put(struct slotd *d, const struct hconn *c, struct crelay *via)
+{
+	struct selc_entry e = { .choice = via ? SELC_RELAY : SELC_DIRECT };
+
+	if (d->conf.cache_ttl_ms == 0 || d->cache == NULL)
+		return;
+	if (via)
+		e.relay = via->conf.control;
+	e.path_rtt_us = via ? c->path_rtt_us : c->rtt_direct_us;
+	(void)selc_put(d->cache, &c->server.addr, &e, clock_mono_us(),
+	    d->conf.cache_ttl_ms * 1000);
+}
+
+static void establish_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents);
+
+/* The relay's answer to PIPE_ESTABLISH (NULL: its link went down). */
+static void
+establish_answer(void *req, const struct proto_msg *m)
+{
+	struct hconn *c = req;
+	struct slotd *d = c->d;
+	struct crelay *via = c->via;
+	char b[128];
+
+	if (c->state != HC_ESTABLISHING)
+		return;
+	c->req_id = 0;
+	if (m && m->type == PROTO_PIPE_OK) {
+		d->ctr.pipes_ok++;
+		via->pipes_ok++;
+		cache_put(d, c, via);
+		conn_release(c, via, c->why);
+		return;
+	}
+	d->ctr.pipes_failed++;
+	via->pipes_failed++;
+	if (m && m->type == PROTO_PIPE_FAIL) {
+		uint8_t r = m->u.fail.reason;
+		snprintf(b, sizeof(b), "relay %s", proto_fail_str(r));
+		if (r == FAIL_REFUSED || r == FAIL_POLICY_ADDR || r == FAIL_POLICY_PORT) {
+			/* The server or the relay's policy says no: the
+			 * direct path is the one for this server. */
+			cache_put(d, c, NULL);
+		} else {
+			if (d->cache)
+				selc_invalidate(d->cache, &c->server.addr);
+			if (r != FAIL_UNREACHABLE && r != FAIL_TIMEOUT)
+				relay_quarantine(d, via, b);
+		}
+	} else {
+		snprintf(b, sizeof(b), "%s", m ? "relay answered ERROR" : "relay link lost");
+		if (d->cache)
+			selc_invalidate(d->cache, &c->server.addr);
+		relay_quarantine(d, via, b);
+	}
+	/* The why must outlive this frame: use the static texts. */
+	conn_release(c, NULL, m == NULL ? "relay link lost" :
+	    m->type == PROTO_PIPE_FAIL ? "PIPE_FAIL" : "relay answered ERROR");
+}
+
+static void
+establish(struct hconn *c, struct crelay *via, uint32_t path_rtt_us, const char *why)
+{
+	struct slotd *d = c->d;
+
+	conn_stop_probing(c);
+	ev_timer_stop(d->loop, &c->timer);
+	c->via = via;
+	c->path_rtt_us = path_rtt_us;
+	c->why = why;
+	c->selected_us = clock_mono_us();
+	c->state = HC_ESTABLISHING;
+	if (via->link == NULL ||
+	    (c->req_id = rlink_establish(via->link, &c->client, &c->server, establish_answer,
+	    c)) == 0) {
+		c->req_id = 0;
+		conn_release(c, NULL, "relay link not up");
+		return;
+	}
+	ev_timer_init(&c->timer, establish_timeout_cb, d->conf.establish_timeout_ms / 1000., 0.);
+	c->timer.data = c;
+	ev_timer_start(d->loop, &c->timer);
+}
+
+static void
+establish_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct hconn *c = w->data;
+	struct slotd *d = c->d;
+	(void)loop;
+	(void)revents;
+
+	d->ctr.pipes_timeout++;
+	if (d->cache)
+		selc_invalidate(d->cache, &c->server.addr);
+	relay_quarantine(d, c->via, "PIPE_ESTABLISH not answered in time");
+	conn_release(c, NULL, "PIPE_ESTABLISH timed out");
+}
+
+static void decide_timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
+
+/* Runs the selection on what has come in so far. */
+static void
+evaluate(struct hconn *c)
+{
+	struct slotd *d = c->d;
+	struct sel_state s = {
+		.direct = c->direct,
+		.rtt_direct_us = c->rtt_direct_us,
+		.replies = c->rep,
+		.nreplies = c->nrep,
+		.nprobed = c->ncand,
+	};
+	struct sel_result res;
+	uint64_t now = clock_mono_us();
+
+	s.now_us = now - c->t0_us;
+	sel_decide(&d->conf.sel, &s, &res);
+	switch (res.verdict) {
+	case SEL_WAIT: {
+		double after = res.wake_us > s.now_us ? (res.wake_us - s.now_us) / 1e6 : 0.;
+		ev_timer_stop(d->loop, &c->timer);
+		ev_timer_init(&c->timer, decide_timer_cb, after, 0.);
+		c->timer.data = c;
+		ev_timer_start(d->loop, &c->timer);
+		return;
+	}
+	case SEL_GO_DIRECT:
+		/* Only a measured direct path is worth remembering. */
+		if (c->direct == SEL_DIRECT_OK)
+			cache_put(d, c, NULL);
+		conn_release(c, NULL, res.why);
+		return;
+	case SEL_GO_RELAY: {
+		struct crelay *via = res.relay < c->ncand ? c->cand[res.relay] : NULL;
+		if (via == NULL) {
+			conn_release(c, NULL, "chosen relay left the set");
+			return;
+		}
+		if (c->direct != SEL_DIRECT_OK) {
+			c->repair = true;
+			d->ctr.repairs++;
+		}
+		establish(c, via, res.path_rtt_us, res.why);
+		return;
+	}
+	}
+}
+
+static void
+decide_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	evaluate(w->data);
+}
+
+static void
+hold_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct hconn *c = w->data;
+	(void)loop;
+	(void)revents;
+
+	c->d->ctr.hold_timeouts++;
+	conn_release(c, NULL, "hold_timeout");
+}
+
+static void
+direct_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct hconn *c = w->data;
+	int err = sock_connect_result(c->dfd);
+	(void)revents;
+
+	ev_io_stop(loop, &c->dio);
+	if (err == 0) {
+		c->direct = SEL_DIRECT_OK;
+		c->rtt_direct_us = (uint32_t)(clock_mono_us() - c->dstart_us);
+		if (c->rtt_direct_us == 0)
+			c->rtt_direct_us = 1;
+		/* The server keeps no state for a probe. */
+		sock_close_rst(c->dfd);
+	} else {
+		c->direct = err == ECONNREFUSED ? SEL_DIRECT_REFUSED : SEL_DIRECT_FAILED;
+		close(c->dfd);
+	}
+	c->dfd = -1;
+	evaluate(c);
+}
+
+static void
+probe_send(struct slotd *d, struct hconn *c, size_t i)
+{
+	struct crelay *r = c->cand[i];
+	struct proto_msg m = { .type = PROTO_PROBE_REQUEST };
+	struct sockaddr_storage ss;
+	uint8_t buf[PROTO_MAX_LEN];
+	socklen_t sl;
+	int n, fd;
+
+	fd = d->probe_fd[r->conf.control.addr.family == AF_INET6];
+	if (++d->next_probe_id == 0)
+		d->next_probe_id = 1;
+	m.id = d->next_probe_id;
+	m.ts_us = clock_real_us();
+	m.nonce = ((uint64_t)arc4random() << 32) | arc4random();
+	m.u.probe_req.target = c->server;
+	c->pr[i].id = m.id;
+	c->pr[i].c = c;
+	c->pr[i].idx = (uint32_t)i;
+	htab_insert(&d->probes, &c->pr[i].node, id_hash(m.id));
+	if (fd < 0 || (n = proto_encode(&m, &d->key, buf, sizeof(buf))) < 0)
+		return;		/* counts as a relay that never answers */
+	sl = ep_to_sockaddr(&r->conf.control, &ss);
+	if (sendto(fd, buf, (size_t)n, MSG_DONTWAIT, (struct sockaddr *)&ss, sl) == n) {
+		d->ctr.probes_sent++;
+		c->nprobes++;
+		r->probes++;
+	}
+}
+
+/* Probes all at once: the direct path, and one relay per sampled group. */
+static void
+start_probing(struct slotd *d, struct hconn *c)
+{
+	uint64_t now = clock_mono_us();
+	struct sel_candidate *cands = NULL;
+	uint32_t *idx = NULL;
+	size_t n = d->nrelays, k = 0;
+
+	if (n > 0) {
+		cands = calloc(n, sizeof(*cands));
+		idx = calloc(n, sizeof(*idx));
+		if (cands == NULL || idx == NULL)
+			goto oom;
+		for (size_t i = 0; i < n; i++) {
+			cands[i].group = d->relays[i]->conf.group;
+			cands[i].usable = relay_usable(d, d->relays[i], now);
+		}
+		if (sel_sample(&d->conf.sel, cands, n, &d->rng, idx, &k) == -1)
+			goto oom;
+	}
+	if (k == 0) {
+		free(cands);
+		free(idx);
+		conn_release(c, NULL, "no usable relay");
+		return;
+	}
+	c->cand = calloc(k, sizeof(*c->cand));
+	c->pr = calloc(k, sizeof(*c->pr));
+	c->rep = calloc(k, sizeof(*c->rep));
+	if (c->cand == NULL || c->pr == NULL || c->rep == NULL)
+		goto oom;
+	c->ncand = k;
+	for (size_t i = 0; i < k; i++)
+		c->cand[i] = d->relays[idx[i]];
+	free(cands);
+	free(idx);
+
+	c->direct = SEL_DIRECT_PENDING;
+	c->dstart_us = clock_mono_us();
+	d->ctr.direct_probes++;
+	if ((c->dfd = sock_connect_nb(&c->server, d->conf.bypass_mark)) == -1) {
+		c->direct = errno == ECONNREFUSED ? SEL_DIRECT_REFUSED : SEL_DIRECT_FAILED;
+	} else {
+		ev_io_init(&c->dio, direct_cb, c->dfd, EV_WRITE);
+		c->dio.data = c;
+		ev_io_start(d->loop, &c->dio);
+	}
+	for (size_t i = 0; i < k; i++)
+		probe_send(d, c, i);
+	evaluate(c);
+	return;
+oom:
+	free(cands);
+	free(idx);
+	log_warnx("out of memory while probing");
+	conn_release(c, NULL, "out of memory");
+}
+
+static void
+probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct slotd *d = w->data;
+	struct sockaddr_storage ss;
+	struct proto_msg m;
+	struct endpoint from;
+	enum proto_err why;
+	uint8_t buf[PROTO_MAX_LEN + 1];
+	size_t used;
+	(void)loop;
+	(void)revents;
+
+	for (int budget = 0; budget < 256; budget++) {
+		socklen_t sl = sizeof(ss);
+		ssize_t n = recvfrom(w->fd, buf, sizeof(buf), MSG_DONTWAIT,
+		    (struct sockaddr *)&ss, &sl);
+		if (n < 0)
+			return;
+		uint64_t now = clock_mono_us();
+		if (ep_from_sockaddr((struct sockaddr *)&ss, sl, &from) == -1 ||
+		    proto_decode(buf, (size_t)n, &d->key, &m, &used, &why) != PROTO_OK ||
+		    used != (size_t)n || m.type != PROTO_PROBE_REPLY ||
+		    replay_check(d->replay, m.ts_us, m.nonce, clock_real_us()) != REPLAY_OK) {
+			d->ctr.probe_replies_dropped++;
+			continue;
+		}
+		struct hprobe *p = NULL;
+		uint64_t h = id_hash(m.id);
+		for (struct hnode *x = htab_first(&d->probes, h); x; x = htab_next(x, h)) {
+			struct hprobe *q = container_of(x, struct hprobe, node);
+			if (q->id == m.id)
+				p = q;
+		}
+		/* Late (decided already), unknown, or not from the relay we
+		 * asked about the server we asked. */
+		if (p == NULL || p->answered || p->c->cand[p->idx] == NULL ||
+		    !ep_eq(&from, &p->c->cand[p->idx]->conf.control) ||
+		    !ep_eq(&m.u.probe_reply.target, &p->c->server)) {
+			d->ctr.probe_replies_dropped++;
+			continue;
+		}
+		struct hconn *c = p->c;
+		uint64_t elapsed = now - c->dstart_us;
+		struct sel_reply *r = &c->rep[c->nrep++];
+		p->answered = true;
+		d->ctr.probe_replies++;
+		r->relay = p->idx;
+		r->reached = m.u.probe_reply.status == PROBE_ST_OK;
+		r->rtt_cr_us = elapsed > m.u.probe_reply.hold_us ?
+		    (uint32_t)(elapsed - m.u.probe_reply.hold_us) : 1;
+		r->rtt_rs_us = m.u.probe_reply.rtt_us;
+		r->at_us = now - c->t0_us;
+		evaluate(c);
+	}
+}
+
+static void
+hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *si)
+{
+	struct hconn *c = calloc(1, sizeof(*c));
+	struct selc_entry e;
+	uint64_t now = clock_mono_us();
+
+	if (c == NULL) {
+		synq_verdict(d->q, id, true, false, 0);
+		return;
+	}
+	c->d = d;
+	c->client = si->src;
+	c->server = si->dst;
+	c->seq = si->seq;
+	c->pkt_id = id;
+	c->pkt_mark = mark;
+	c->t0_us = now;
+	c->dfd = -1;
+	c->state = HC_PROBING;
+	htab_insert(&d->conns, &c->node, ep_hash(&c->client, d->hkey));
+	TAILQ_INSERT_TAIL(&d->held, c, link);
+	d->nheld++;
+	ev_timer_init(&c->hold, hold_timeout_cb, d->conf.hold_timeout_ms / 1000., 0.);
+	c->hold.data = c;
+	ev_timer_start(d->loop, &c->hold);
+	ev_init(&c->timer, decide_timer_cb);
+	c->timer.data = c;
+
+	if (d->cache && d->conf.cache_ttl_ms > 0 && selc_get(d->cache, &c->server.addr, now, &e)) {
+		if (e.choice == SELC_DIRECT) {
+			d->ctr.cache_hits++;
+			c->cached = true;
+			conn_release(c, NULL, "cached: direct is best");
+			return;
+		}
+		struct crelay *r = relay_find(d, &e.relay);
+		if (r && relay_usable(d, r, now)) {
+			d->ctr.cache_hits++;
+			c->cached = true;
+			establish(c, r, e.path_rtt_us, "cached");
+			return;
+		}
+		selc_invalidate(d->cache, &c->server.addr);
+	}
+	d->ctr.cache_misses++;
+	start_probing(d, c);
+}
+
+void
+hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t len)
+{
+	struct slotd *d = user;
+	struct syn_info si;
+	struct hconn *c;
+	enum syn_parse r;
+
+	if (pkt == NULL || (r = syn_parse(pkt, len, &si)) != SYN_OK) {
+		/* Not ours to judge: a sysadmin's rule queued it. */
+		d->ctr.syn_malformed++;
+		synq_verdict(d->q, id, true, false, 0);
+		return;
+	}
+	d->ctr.syn_received++;
+	if ((c = conn_find(d, &si.src)) != NULL) {
+		if (ep_eq(&c->server, &si.dst) && c->seq == si.seq) {
+			if (c->state != HC_LINGER) {
+				/* The application's retransmission: the first
+				 * SYN still waits for its verdict. */
+				d->ctr.syn_retransmits_dropped++;
+				synq_verdict(d->q, id, false, false, 0);
+			} else {
+				synq_verdict(d->q, id, true, c->relayed, c->mark);
+			}
+			return;
+		}
+		/* The port was reused for a new connection. */
+		if (c->state != HC_LINGER)
+			conn_release(c, NULL, "superseded by a new SYN");
+		conn_free(c);
+	}
+	if (d->stopping || d->nheld >= d->conf.max_held) {
+		if (!d->stopping)
+			d->ctr.held_overflow++;
+		synq_verdict(d->q, id, true, false, 0);
+		return;
+	}
+	hold_start(d, id, mark, &si);
+}
+
+void
+hold_relay_gone(struct slotd *d, struct crelay *r)
+{
+	struct hconn *c, *t;
+
+	for (c = TAILQ_FIRST(&d->held); c; c = t) {
+		t = TAILQ_NEXT(c, link);
+		if (c->state == HC_ESTABLISHING && c->via == r) {
+			conn_release(c, NULL, "relay left the set");
+			continue;
+		}
+		for (size_t i = 0; i < c->ncand; i++)
+			if (c->cand[i] == r)
+				c->cand[i] = NULL;
+	}
+	TAILQ_FOREACH(c, &d->linger, link)
+		if (c->via == r)
+			c->via = NULL;
+}
+
+void
+hold_release_all(struct slotd *d, const char *why)
+{
+	struct hconn *c;
+
+	while ((c = TAILQ_FIRST(&d->held)) != NULL)
+		conn_release(c, NULL, why);
+	synq_flush(d->q);
+}
+
+static void
+linger_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct slotd *d = w->data;
+	uint64_t now = clock_mono_us();
+	struct hconn *c;
+	(void)loop;
+	(void)revents;
+
+	while ((c = TAILQ_FIRST(&d->linger)) != NULL && c->linger_until_us <= now)
+		conn_free(c);
+}
+
+static int
+probe_socket(int family, uint32_t mark)
+{
+	int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd == -1)
+		return -1;
+	if (mark && setsockopt(fd, SOL_SOCKET, SO_MARK, &mark, sizeof(mark)) == -1) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int
+hold_init(struct slotd *d, char *err, size_t errlen)
+{
+	TAILQ_INIT(&d->held);
+	TAILQ_INIT(&d->linger);
+	if (htab_init(&d->conns, 1024) == -1 || htab_init(&d->probes, 1024) == -1) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	d->probe_fd[0] = probe_socket(AF_INET, d->conf.bypass_mark);
+	if (d->probe_fd[0] == -1) {
+		snprintf(err, errlen, "probe socket: %s", strerror(errno));
+		return -1;
+	}
+	/* IPv6 may be off in this namespace: then IPv6 relays never answer. */
+	d->probe_fd[1] = probe_socket(AF_INET6, d->conf.bypass_mark);
+	for (int i = 0; i < 2; i++) {
+		if (d->probe_fd[i] < 0)
+			continue;
+		ev_io_init(&d->probe_io[i], probe_read_cb, d->probe_fd[i], EV_READ);
+		d->probe_io[i].data = d;
+		ev_io_start(d->loop, &d->probe_io[i]);
+	}
+	ev_timer_init(&linger_timer, linger_cb, LINGER_TICK, LINGER_TICK);
+	linger_timer.data = d;
+	ev_timer_start(d->loop, &linger_timer);
+	return 0;
+}
+
+void
+hold_fini(struct slotd *d)
+{
+	struct hconn *c;
+
+	if (d->q)
+		hold_release_all(d, "slotd stopping");
+	while ((c = TAILQ_FIRST(&d->linger)) != NULL)
+		conn_free(c);
+	ev_timer_stop(d->loop, &linger_timer);
+	for (int i = 0; i < 2; i++) {
+		if (d->probe_fd[i] < 0)
+			continue;
+		ev_io_stop(d->loop, &d->probe_io[i]);
+		close(d->probe_fd[i]);
+		d->probe_fd[i] = -1;
+	}
+	htab_destroy(&d->conns);
+	htab_destroy(&d->probes);
+}
+
+size_t
+hold_count(const struct slotd *d)
+{
+	return d->nheld;
+}

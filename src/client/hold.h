@@ -1,0 +1,27 @@
+#ifndef SLOT_CLIENT_HOLD_H
+#define SLOT_CLIENT_HOLD_H
+
+#include "client.h"
+
+/* Held SYNs (DESIGN.md, steps 2 to 6): the connection table keyed by the
+ * client endpoint, the direct and relay probes, the decision, the pipe
+ * request, the verdict. Decided entries linger a while so that a
+ * retransmission of the same SYN (same ISN) gets the same verdict. */
+
+/* Tables and probe sockets. Returns 0, or -1 with a reason in err. */
+int hold_init(struct slotd *d, char *err, size_t errlen);
+/* Releases every held SYN direct and frees everything. */
+void hold_fini(struct slotd *d);
+
+/* The NFQUEUE callback (user is the slotd). */
+void hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t len);
+
+/* Releases every held SYN direct now (shutting down). */
+void hold_release_all(struct slotd *d, const char *why);
+
+/* Relay r leaves the set: held connections stop waiting for it. */
+void hold_relay_gone(struct slotd *d, struct crelay *r);
+
+size_t hold_count(const struct slotd *d);
+
+#endif

@@ -1,0 +1,30 @@
+#ifndef SLOT_CLIENT_RELAYS_H
+#define SLOT_CLIENT_RELAYS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client.h"
+
+/* The relay set: one control link per relay, a mark per relay (kept across
+ * reloads, so a relay's SLOT_DNAT rule does not move under live
+ * connections), health (link up, not quarantined after a failure), and the
+ * rules that go with the set. */
+
+/* Makes conf's relays the set and installs conf's rules, atomically: on
+ * failure (-1, reason in err) the old set and rules stay. Links of relays
+ * that stay are kept. */
+int relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen);
+
+/* Closes every link and frees the set (the rules are left alone). */
+void relays_free(struct slotd *d);
+
+struct crelay *relay_find(struct slotd *d, const struct endpoint *control);
+bool relay_usable(const struct slotd *d, const struct crelay *r, uint64_t now_us);
+/* Keeps r out of samples for failure_quarantine. */
+void relay_quarantine(struct slotd *d, struct crelay *r, const char *why);
+
+const char *relay_state_str(const struct crelay *r);
+
+#endif

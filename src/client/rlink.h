@@ -1,0 +1,61 @@
+#ifndef SLOT_CLIENT_RLINK_H
+#define SLOT_CLIENT_RLINK_H
+
+#include <stdint.h>
+
+#include <ev.h>
+
+#include "slot/addr.h"
+#include "slot/auth.h"
+#include "slot/proto.h"
+#include "slot/replay.h"
+
+/* slotd's persistent, authenticated control connection to one relay
+ * (docs/protocol.md, "Control connection"): connects with the bypass mark,
+ * proves the key with a KEEPALIVE before calling itself up, carries
+ * PIPE_ESTABLISH requests by id, keeps alive, and reconnects with
+ * exponential backoff when anything goes wrong. */
+
+enum rlink_state { RL_DOWN = 0, RL_CONNECTING, RL_UP };
+
+/* Shared by every link; owned by the daemon, read on each use so a reload
+ * takes effect at once. */
+struct rlink_env {
+	struct ev_loop *loop;
+	const struct auth_key *key;
+	struct replay *replay;
+	uint32_t bypass_mark;
+	uint64_t keepalive_interval_ms, keepalive_timeout_ms;
+	uint64_t reconnect_min_ms, reconnect_max_ms;
+};
+
+struct rlink;
+
+/* The answer to a request: PIPE_OK, PIPE_FAIL or ERROR; NULL if the link
+ * went down (or was freed) first. */
+typedef void (*rlink_answer_cb)(void *req, const struct proto_msg *m);
+/* Up or down. */
+typedef void (*rlink_state_cb)(void *user, struct rlink *l, enum rlink_state st);
+
+/* Starts connecting at once. NULL on allocation failure. */
+struct rlink *rlink_new(const struct rlink_env *env, const struct endpoint *control,
+    rlink_state_cb cb, void *user);
+/* Closes; pending requests are answered NULL first. */
+void rlink_free(struct rlink *l);
+
+enum rlink_state rlink_state(const struct rlink *l);
+const struct endpoint *rlink_endpoint(const struct rlink *l);
+/* Consecutive failed connection attempts (0 while up). */
+unsigned rlink_failures(const struct rlink *l);
+/* Requests sent and not answered yet. */
+size_t rlink_pending(const struct rlink *l);
+
+/* Sends PIPE_ESTABLISH(client, server) if the link is up; cb(req, answer)
+ * comes later, exactly once unless cancelled. Returns the request id (never
+ * 0), or 0 if the link is not up or the message could not be queued. */
+uint32_t rlink_establish(struct rlink *l, const struct endpoint *client,
+    const struct endpoint *server, rlink_answer_cb cb, void *req);
+/* Forgets request id: its answer, if any comes, is dropped. */
+void rlink_cancel(struct rlink *l, uint32_t id);
+
+#endif

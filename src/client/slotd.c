@@ -1,0 +1,295 @@
+/* slotd: the client daemon. Hijacks the selected outgoing SYNs through
+ * NFQUEUE, probes the direct path and a sample of relays, and steers each
+ * connection to the relay with the shortest path (or lets it go direct).
+ * See DESIGN.md, "One hijacked connection, step by step", and docs/slotd.md. */
+
+#include <errno.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <linux/capability.h>
+
+#include "slot/auth.h"
+#include "slot/clock.h"
+#include "slot/ctlsrv.h"
+#include "slot/errbuf.h"
+#include "slot/log.h"
+#include "slot/sock.h"
+#include "caps.h"
+#include "cstats.h"
+#include "hold.h"
+#include "relays.h"
+#include "rules.h"
+
+#ifndef SLOT_VERSION
+#define SLOT_VERSION "0.1.0"
+#endif
+
+#define REPLAY_CAPACITY (1u << 16)
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: slotd [-c config] [-l level] [-t] [-V]\n"
+	    "  -c config  configuration file (default /etc/slot/slotd.conf)\n"
+	    "  -l level   log level: error, warn, info, debug (overrides the file)\n"
+	    "  -t         check the configuration and the key file, then exit\n"
+	    "  -V         print the version\n");
+}
+
+static void
+set_env(struct slotd *d)
+{
+	d->env.loop = d->loop;
+	d->env.key = &d->key;
+	d->env.replay = d->replay;
+	d->env.bypass_mark = d->conf.bypass_mark;
+	d->env.keepalive_interval_ms = d->conf.keepalive_interval_ms;
+	d->env.keepalive_timeout_ms = d->conf.keepalive_timeout_ms;
+	d->env.reconnect_min_ms = d->conf.reconnect_min_ms;
+	d->env.reconnect_max_ms = d->conf.reconnect_max_ms;
+}
+
+static void
+queue_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct slotd *d = w->data;
+	(void)loop;
+	(void)revents;
+
+	if (synq_read(d->q) == -1)
+		log_warn("reading NFQUEUE %u", d->conf.queue);
+}
+
+static void
+reload(struct slotd *d)
+{
+	struct cconf nc;
+	struct auth_key nk;
+	char err[512];
+
+	d->ctr.reloads++;
+	if (cconf_load(&nc, d->conf_path, err, sizeof(err)) == -1) {
+		d->ctr.reload_failures++;
+		log_warnx("reload: %s; keeping the running configuration", err);
+		return;
+	}
+	if (auth_key_load(nc.key_file, &nk, err, sizeof(err)) == -1) {
+		d->ctr.reload_failures++;
+		log_warnx("reload: %s; keeping the running configuration", err);
+		cconf_free(&nc);
+		return;
+	}
+	/* The queue is bound and the socket made once, with privileges we no
+	 * longer hold. */
+	if (nc.queue != d->conf.queue) {
+		log_warnx("reload: queue %u -> %u needs a restart; keeping %u", d->conf.queue,
+		    nc.queue, d->conf.queue);
+		nc.queue = d->conf.queue;
+	}
+	if (strcmp(nc.control_socket, d->conf.control_socket) != 0) {
+		log_warnx("reload: control_socket needs a restart; keeping %s",
+		    d->conf.control_socket);
+		memcpy(nc.control_socket, d->conf.control_socket, sizeof(nc.control_socket));
+	}
+	if (nc.bypass_mark != d->conf.bypass_mark) {
+		log_warnx("reload: bypass_mark needs a restart; keeping 0x%x",
+		    d->conf.bypass_mark);
+		nc.bypass_mark = d->conf.bypass_mark;
+	}
+	if (relays_apply(d, &nc, err, sizeof(err)) == -1) {
+		d->ctr.reload_failures++;
+		log_warnx("reload: rules: %s; keeping the running configuration", err);
+		cconf_free(&nc);
+		auth_key_wipe(&nk);
+		return;
+	}
+	if (nc.cache_size != d->conf.cache_size || nc.cache_ttl_ms != d->conf.cache_ttl_ms) {
+		struct selcache *c = selc_new(nc.cache_size);
+		if (c) {
+			selc_free(d->cache);
+			d->cache = c;
+		}
+	}
+	cconf_free(&d->conf);
+	d->conf = nc;
+	auth_key_wipe(&d->key);
+	d->key = nk;
+	replay_set_window(d->replay, d->conf.max_clock_skew_ms * 1000);
+	set_env(d);
+	log_set_level(d->conf.log_level);
+	log_info("reloaded %s: %zu relays", d->conf_path, d->nrelays);
+}
+
+static void
+signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
+{
+	struct slotd *d = w->data;
+	(void)revents;
+
+	if (w->signum == SIGHUP) {
+		reload(d);
+		return;
+	}
+	log_info("signal %d: removing the rules and stopping", w->signum);
+	d->stopping = true;
+	ev_break(loop, EVBREAK_ALL);
+}
+
+static int
+control_socket(const char *path, char *err, size_t errlen)
+{
+	char dir[CCONF_PATH_MAX];
+	size_t n = strlen(path);
+	int fd;
+
+	if (n >= sizeof(dir)) {
+		errbuf_set(err, errlen, "control socket path too long");
+		return -1;
+	}
+	/* /run/slot may not exist outside systemd's RuntimeDirectory. */
+	memcpy(dir, path, n + 1);
+	if (mkdir(dirname(dir), 0755) == -1 && errno != EEXIST) {
+		errbuf_set(err, errlen, "creating %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	if ((fd = sock_listen_unix(path, 0660, 16)) == -1) {
+		errbuf_set(err, errlen, "control socket %s: %s", path, strerror(errno));
+		return -1;
+	}
+	return fd;
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct slotd slotd;
+	struct slotd *d = &slotd;
+	const char *path = "/etc/slot/slotd.conf";
+	const char *level_arg = NULL;
+	enum slog_level level;
+	int check_only = 0, ch, ctl_fd;
+	char err[512];
+
+	while ((ch = getopt(argc, argv, "c:l:tVh")) != -1) {
+		switch (ch) {
+		case 'c':
+			path = optarg;
+			break;
+		case 'l':
+			level_arg = optarg;
+			break;
+		case 't':
+			check_only = 1;
+			break;
+		case 'V':
+			printf("slotd %s\n", SLOT_VERSION);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	log_init("slotd", SLOG_INFO);
+	if (level_arg && log_level_parse(level_arg, &level) == -1)
+		fatalx("-l %s: expected error, warn, info or debug", level_arg);
+	if (auth_init() == -1)
+		fatalx("libsodium failed to initialise");
+	d->conf_path = path;
+	d->probe_fd[0] = d->probe_fd[1] = -1;
+	if (cconf_load(&d->conf, path, err, sizeof(err)) == -1)
+		fatalx("%s", err);
+	if (level_arg)
+		d->conf.log_level = level;
+	log_set_level(d->conf.log_level);
+	if (auth_key_load(d->conf.key_file, &d->key, err, sizeof(err)) == -1)
+		fatalx("%s", err);
+	if (check_only) {
+		printf("%s: configuration ok\n", path);
+		cconf_free(&d->conf);
+		return 0;
+	}
+	if (geteuid() != 0)
+		fatalx("slotd needs root (NFQUEUE, iptables, SO_MARK); it keeps only "
+		    "CAP_NET_ADMIN once set up");
+
+	signal(SIGPIPE, SIG_IGN);
+	if ((d->loop = ev_default_loop(EVFLAG_AUTO)) == NULL)
+		fatalx("cannot create the event loop");
+	addr_hash_key(d->hkey);
+	rng_seed(&d->rng, d->conf.seed ? d->conf.seed :
+	    ((uint64_t)arc4random() << 32 | arc4random()));
+	if ((d->replay = replay_new(REPLAY_CAPACITY, d->conf.max_clock_skew_ms * 1000)) == NULL ||
+	    (d->cache = selc_new(d->conf.cache_size)) == NULL)
+		fatalx("out of memory");
+	set_env(d);
+
+	/* Leftovers of a run that crashed: our chains only. */
+	if (rules_remove(AF_INET, err, sizeof(err)) == -1)
+		fatalx("removing old rules: %s", err);
+	if ((d->q = synq_open(d->conf.queue, d->conf.queue_maxlen, hold_packet, d, err,
+	    sizeof(err))) == NULL)
+		fatalx("%s", err);
+	ev_io_init(&d->q_io, queue_cb, synq_fd(d->q), EV_READ);
+	d->q_io.data = d;
+	ev_io_start(d->loop, &d->q_io);
+	if ((ctl_fd = control_socket(d->conf.control_socket, err, sizeof(err))) == -1)
+		fatalx("%s", err);
+	if ((d->ctl = ctlsrv_start(d->loop, ctl_fd, cstats_handle, d)) == NULL)
+		fatalx("out of memory");
+	if (hold_init(d, err, sizeof(err)) == -1)
+		fatalx("%s", err);
+	if (relays_apply(d, &d->conf, err, sizeof(err)) == -1) {
+		(void)unlink(d->conf.control_socket);
+		fatalx("installing the rules: %s", err);
+	}
+	if (caps_keep_only(1ull << CAP_NET_ADMIN, err, sizeof(err)) == -1) {
+		(void)rules_remove(AF_INET, err, sizeof(err));
+		fatalx("%s", err);
+	}
+
+	ev_signal_init(&d->sig_hup, signal_cb, SIGHUP);
+	ev_signal_init(&d->sig_term, signal_cb, SIGTERM);
+	ev_signal_init(&d->sig_int, signal_cb, SIGINT);
+	d->sig_hup.data = d->sig_term.data = d->sig_int.data = d;
+	ev_signal_start(d->loop, &d->sig_hup);
+	ev_signal_start(d->loop, &d->sig_term);
+	ev_signal_start(d->loop, &d->sig_int);
+
+	log_info("slotd %s: NFQUEUE %u, %zu relays, strategy %s k=%u, counters %s",
+	    SLOT_VERSION, d->conf.queue, d->nrelays, sel_strategy_name(d->conf.sel.strategy),
+	    d->conf.sel.k, d->conf.control_socket);
+
+	ev_run(d->loop, 0);
+
+	/* Rules first: from here new SYNs go direct, without us. */
+	if (rules_remove(AF_INET, err, sizeof(err)) == -1)
+		log_warnx("removing the rules: %s", err);
+	hold_fini(d);
+	synq_close(d->q);
+	d->q = NULL;
+	relays_free(d);
+	ctlsrv_stop(d->ctl);
+	(void)unlink(d->conf.control_socket);
+	log_info("exiting: %llu SYNs, %llu via relays, %llu direct",
+	    d->ctr.syn_received, d->ctr.decisions_relay, d->ctr.decisions_direct);
+	selc_free(d->cache);
+	replay_free(d->replay);
+	auth_key_wipe(&d->key);
+	cconf_free(&d->conf);
+	ev_loop_destroy(d->loop);
+	return 0;
+}

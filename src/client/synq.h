@@ -1,0 +1,64 @@
+#ifndef SLOT_CLIENT_SYNQ_H
+#define SLOT_CLIENT_SYNQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "slot/addr.h"
+
+/* The NFQUEUE side of slotd (DESIGN.md, steps 1, 2 and 6): reads the SYNs
+ * SLOT_HIJACK queues, through the libmnl-based libnetfilter_queue API, and
+ * sends verdicts. Only headers are copied: slotd never sees payload. */
+
+struct syn_info {
+	struct endpoint src, dst;
+	uint32_t seq;		/* the ISN: a retransmitted SYN repeats it */
+};
+
+enum syn_parse {
+	SYN_OK = 0,
+	SYN_NOT_TCP,		/* another protocol, or IPv6 extension headers */
+	SYN_NOT_SYN,		/* a TCP segment other than a first SYN */
+	SYN_MALFORMED,		/* truncated or inconsistent headers */
+};
+
+/* Parses an IPv4 or IPv6 packet that should be a TCP SYN. Pure. */
+enum syn_parse syn_parse(const uint8_t *pkt, size_t len, struct syn_info *out);
+const char *syn_parse_str(enum syn_parse r);
+
+struct synq;
+
+/* Called for each queued packet: id for the verdict, the packet's current
+ * mark, and its bytes (headers at least). */
+typedef void (*synq_packet_cb)(void *user, uint32_t id, uint32_t mark,
+    const uint8_t *pkt, size_t len);
+
+/* Binds queue num (maxlen packets at most in the kernel). The kernel accepts
+ * packets itself when the queue is full (fail-open), as it does with
+ * --queue-bypass while nobody listens. NULL with a reason in err. */
+struct synq *synq_open(uint16_t num, uint32_t maxlen, synq_packet_cb cb, void *user,
+    char *err, size_t errlen);
+int synq_fd(const struct synq *q);
+
+/* Reads and dispatches what the socket holds, up to a budget. Returns 0, or
+ * -1 on a socket error other than running dry (errno set). */
+int synq_read(struct synq *q);
+
+/* Sends a verdict; accept with set_mark sets the packet's mark to mark.
+ * Verdicts given from the packet callback go out in one batch when
+ * synq_read is done; others at once. */
+void synq_verdict(struct synq *q, uint32_t id, bool accept, bool set_mark, uint32_t mark);
+void synq_flush(struct synq *q);
+
+/* Counters since open. */
+struct synq_stats {
+	unsigned long long packets, verdict_errors, overruns;
+};
+void synq_stats(const struct synq *q, struct synq_stats *out);
+
+/* Unbinds and closes. Packets still held get no verdict from us: the kernel
+ * drops them when the socket goes, and the applications retransmit. */
+void synq_close(struct synq *q);
+
+#endif
