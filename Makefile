@@ -127,14 +127,18 @@ install: $(BINS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) \
 	    $(DESTDIR)$(SYSCONFDIR)/slot
 	install -m 755 $(BINS) $(DESTDIR)$(SBINDIR)/
-	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' systemd/slot-relayd.service > $(DESTDIR)$(UNITDIR)/slot-relayd.service
-	chmod 644 $(DESTDIR)$(UNITDIR)/slot-relayd.service
+	for u in slot-relayd slotd; do \
+	    sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' systemd/$$u.service \
+	        > $(DESTDIR)$(UNITDIR)/$$u.service && chmod 644 $(DESTDIR)$(UNITDIR)/$$u.service; \
+	done
 	install -m 644 etc/relayd.conf $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example
+	install -m 644 etc/slotd.conf $(DESTDIR)$(SYSCONFDIR)/slot/slotd.conf.example
 	install -m 644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/slot-relayd $(DESTDIR)$(UNITDIR)/slot-relayd.service \
-	    $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example
+	    $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example $(DESTDIR)$(SBINDIR)/slotd \
+	    $(DESTDIR)$(UNITDIR)/slotd.service $(DESTDIR)$(SYSCONFDIR)/slot/slotd.conf.example
 	rm -rf $(DESTDIR)$(DOCDIR)
 
 clean:

@@ -39,3 +39,35 @@ def test_install_into_destdir():
         res = subprocess.run([binary, "-t", "-c", cpath], capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
         assert "configuration ok" in res.stdout
+
+
+def test_install_slotd():
+    with tempfile.TemporaryDirectory(prefix="slot-install-") as dest:
+        subprocess.run(["make", "-s", "install", "DESTDIR=" + dest, "PREFIX=/opt/slot"],
+                       cwd=ROOT, check=True, capture_output=True)
+        for w in ("opt/slot/sbin/slotd", "opt/slot/lib/systemd/system/slotd.service",
+                  "etc/slot/slotd.conf.example", "opt/slot/share/doc/slot/slotd.md"):
+            assert os.path.isfile(os.path.join(dest, w)), w
+        binary = os.path.join(dest, "opt/slot/sbin/slotd")
+        out = subprocess.run([binary, "-V"], capture_output=True, text=True, check=True)
+        assert out.stdout.startswith("slotd ")
+        unit = open(os.path.join(dest, "opt/slot/lib/systemd/system/slotd.service")).read()
+        assert "ExecStart=/opt/slot/sbin/slotd -c /etc/slot/slotd.conf" in unit
+        assert "@" not in unit
+        conf = open(os.path.join(dest, "etc/slot/slotd.conf.example")).read()
+        key = os.path.join(dest, "key")
+        with open(key, "w") as f:
+            f.write("cd" * 32 + "\n")
+        os.chmod(key, 0o600)
+        cpath = os.path.join(dest, "slotd.conf")
+        with open(cpath, "w") as f:
+            f.write(conf.replace("key_file = /etc/slot/key", "key_file = " + key))
+        res = subprocess.run([binary, "-t", "-c", cpath], capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        assert "configuration ok" in res.stdout
+        # A broken file names its line.
+        with open(cpath, "a") as f:
+            f.write("[select]\nmin_gain = fast\n")
+        res = subprocess.run([binary, "-t", "-c", cpath], capture_output=True, text=True)
+        assert res.returncode != 0
+        assert "slotd.conf:%d:" % (conf.count("\n") + 2) in res.stderr, res.stderr
