@@ -177,17 +177,22 @@ conn_release(struct hconn *c, struct crelay *via, const char *why)
 		c->mark = (c->pkt_mark & ~d->conf.relay_mask) | via->mark;
 		synq_verdict(d->q, c->pkt_id, true, true, c->mark);
 		d->ctr.decisions_relay++;
-		log_info("%s -> %s: via %s (path %.1f ms, direct %s%.1f ms; %s%s)",
+		char direct[48];
+		if (c->direct == SEL_DIRECT_OK)
+			snprintf(direct, sizeof(direct), "%.1f ms", c->rtt_direct_us / 1000.);
+		else if (c->cached)
+			snprintf(direct, sizeof(direct), "not probed");
+		else
+			snprintf(direct, sizeof(direct), "unknown, > %.1f ms",
+			    (c->selected_us - c->t0_us) / 1000.);
+		log_info("%s -> %s: via %s (path %.1f ms, direct %s; %s)",
 		    ep_fmt(&c->client, cb), ep_fmt(&c->server, sb),
-		    ep_fmt(&via->conf.control, rb), c->path_rtt_us / 1000.,
-		    c->direct == SEL_DIRECT_OK ? "" : "unknown, > ",
-		    (c->direct == SEL_DIRECT_OK ? c->rtt_direct_us : (now - c->t0_us)) / 1000.,
-		    why, c->cached ? ", cached" : "");
+		    ep_fmt(&via->conf.control, rb), c->path_rtt_us / 1000., direct, why);
 	} else {
 		synq_verdict(d->q, c->pkt_id, true, false, 0);
 		d->ctr.decisions_direct++;
-		log_debug("%s -> %s: direct (%s%s)", ep_fmt(&c->client, cb),
-		    ep_fmt(&c->server, sb), why, c->cached ? ", cached" : "");
+		log_debug("%s -> %s: direct (%s)", ep_fmt(&c->client, cb),
+		    ep_fmt(&c->server, sb), why);
 	}
 	record(d, c, now);
 	conn_stop_probing(c);
@@ -485,6 +490,17 @@ oom:
 	conn_release(c, NULL, "out of memory");
 }
 
+/* A reply counts only as the answer to a request still outstanding, once:
+ * that and the timestamp window stop replays without a nonce table, which
+ * bursts of probe replies would fill. */
+static bool
+fresh(const struct slotd *d, uint64_t ts_us)
+{
+	uint64_t now = clock_real_us(), win = d->conf.max_clock_skew_ms * 1000;
+
+	return ts_us + win >= now && ts_us <= now + win;
+}
+
 static void
 probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
@@ -507,8 +523,7 @@ probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 		uint64_t now = clock_mono_us();
 		if (ep_from_sockaddr((struct sockaddr *)&ss, sl, &from) == -1 ||
 		    proto_decode(buf, (size_t)n, &d->key, &m, &used, &why) != PROTO_OK ||
-		    used != (size_t)n || m.type != PROTO_PROBE_REPLY ||
-		    replay_check(d->replay, m.ts_us, m.nonce, clock_real_us()) != REPLAY_OK) {
+		    used != (size_t)n || m.type != PROTO_PROBE_REPLY || !fresh(d, m.ts_us)) {
 			d->ctr.probe_replies_dropped++;
 			continue;
 		}
@@ -582,7 +597,7 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 		if (r && relay_usable(d, r, now)) {
 			d->ctr.cache_hits++;
 			c->cached = true;
-			establish(c, r, e.path_rtt_us, "cached");
+			establish(c, r, e.path_rtt_us, "cached decision");
 			return;
 		}
 		selc_invalidate(d->cache, &c->server.addr);
@@ -712,6 +727,8 @@ hold_init(struct slotd *d, char *err, size_t errlen)
 		d->probe_io[i].data = d;
 		ev_io_start(d->loop, &d->probe_io[i]);
 	}
+	/* Ids of a previous run's requests are not ours. */
+	d->next_probe_id = arc4random();
 	ev_timer_init(&linger_timer, linger_cb, LINGER_TICK, LINGER_TICK);
 	linger_timer.data = d;
 	ev_timer_start(d->loop, &linger_timer);

@@ -250,7 +250,7 @@ struct synq *
 synq_open(uint16_t num, uint32_t maxlen, synq_packet_cb cb, void *user, char *err,
     size_t errlen)
 {
-	char buf[1024];
+	char buf[1024] = { 0 };
 	struct nlmsghdr *nlh;
 	struct synq *q;
 	int one = 1, rcvbuf;
@@ -317,7 +317,7 @@ synq_stats(const struct synq *q, struct synq_stats *out)
 void
 synq_close(struct synq *q)
 {
-	char buf[256];
+	char buf[256] = { 0 };
 	struct nlmsghdr *nlh;
 
 	if (q == NULL)
