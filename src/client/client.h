@@ -28,7 +28,8 @@ struct client_counters {
 	unsigned long long probes_sent, probe_replies, probe_replies_dropped;
 	unsigned long long direct_probes;
 	unsigned long long decisions_direct, decisions_relay;
-	unsigned long long repairs;		/* relay taken while the direct probe failed */
+	unsigned long long repairs;		/* relay taken: direct failed or silent past repair_timeout */
+	unsigned long long relay_before_direct;	/* relay won before the direct probe answered */
 	unsigned long long pipes_ok, pipes_failed, pipes_timeout;
 	unsigned long long hold_timeouts;	/* released direct when hold_timeout passed */
 	unsigned long long held_overflow;	/* released direct: max_held reached */

@@ -36,6 +36,7 @@ counters(const struct slotd *d, struct counter *v)
 	C("decisions_direct", c->decisions_direct);
 	C("decisions_relay", c->decisions_relay);
 	C("repairs", c->repairs);
+	C("relay_before_direct", c->relay_before_direct);
 	C("pipes_ok", c->pipes_ok);
 	C("pipes_failed", c->pipes_failed);
 	C("pipes_timeout", c->pipes_timeout);

@@ -255,7 +255,10 @@ establish_answer(void *req, const struct proto_msg *m)
 		} else {
 			if (d->cache)
 				selc_invalidate(d->cache, &c->server.addr);
-			if (r != FAIL_UNREACHABLE && r != FAIL_TIMEOUT)
+			/* The relay's own trouble keeps it out for a while;
+			 * not this client's burst (CLIENT_LIMIT, DUPLICATE),
+			 * which clears as its pending pipes join. */
+			if (r == FAIL_LIMIT || r == FAIL_SHUTTING_DOWN || r == FAIL_INTERNAL)
 				relay_quarantine(d, via, b);
 		}
 	} else {
@@ -348,9 +351,15 @@ evaluate(struct hconn *c)
 			conn_release(c, NULL, "chosen relay left the set");
 			return;
 		}
-		if (c->direct != SEL_DIRECT_OK) {
+		/* A repair proper: the direct path failed, or stayed silent
+		 * until repair_timeout. Otherwise the relay won before the
+		 * direct probe answered, whatever it turns out to be. */
+		if (c->direct == SEL_DIRECT_FAILED || (c->direct == SEL_DIRECT_PENDING &&
+		    now - c->t0_us >= d->conf.sel.repair_timeout_us)) {
 			c->repair = true;
 			d->ctr.repairs++;
+		} else if (c->direct == SEL_DIRECT_PENDING) {
+			d->ctr.relay_before_direct++;
 		}
 		establish(c, via, res.path_rtt_us, res.why);
 		return;
@@ -473,6 +482,12 @@ start_probing(struct slotd *d, struct hconn *c)
 	c->dstart_us = clock_mono_us();
 	d->ctr.direct_probes++;
 	if ((c->dfd = sock_connect_nb(&c->server, d->conf.bypass_mark)) == -1) {
+		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+			/* Our shortage says nothing about the path. */
+			log_warn("direct probe");
+			conn_release(c, NULL, "no descriptor for the direct probe");
+			return;
+		}
 		c->direct = errno == ECONNREFUSED ? SEL_DIRECT_REFUSED : SEL_DIRECT_FAILED;
 	} else {
 		ev_io_init(&c->dio, direct_cb, c->dfd, EV_WRITE);

@@ -56,6 +56,18 @@ set_env(struct slotd *d)
 	d->env.reconnect_max_ms = d->conf.reconnect_max_ms;
 }
 
+/* A held SYN costs a descriptor for its direct probe. */
+static void
+raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
 static void
 queue_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
@@ -74,7 +86,6 @@ reload(struct slotd *d)
 	struct auth_key nk;
 	char err[512];
 
-	d->ctr.reloads++;
 	if (cconf_load(&nc, d->conf_path, err, sizeof(err)) == -1) {
 		d->ctr.reload_failures++;
 		log_warnx("reload: %s; keeping the running configuration", err);
@@ -124,6 +135,7 @@ reload(struct slotd *d)
 	replay_set_window(d->replay, d->conf.max_clock_skew_ms * 1000);
 	set_env(d);
 	log_set_level(d->conf.log_level);
+	d->ctr.reloads++;
 	log_info("reloaded %s: %zu relays", d->conf_path, d->nrelays);
 }
 
@@ -227,6 +239,7 @@ main(int argc, char **argv)
 		    "CAP_NET_ADMIN once set up");
 
 	signal(SIGPIPE, SIG_IGN);
+	raise_nofile();
 	if ((d->loop = ev_default_loop(EVFLAG_AUTO)) == NULL)
 		fatalx("cannot create the event loop");
 	addr_hash_key(d->hkey);

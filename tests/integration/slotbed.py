@@ -1,0 +1,896 @@
+"""A harness for slotd's integration tests on the emulated WAN test bed.
+
+One SlotBed is a tests/testbed/topo.py Testbed (docs/testbed.md) with hosts
+
+    client  relay1 .. relayN  server
+
+and chosen RTTs, plus the daemons of a deployment:
+
+- slot-relayd in every relay host (config rendered from a dict, the key owned
+  by "nobody" as the relay drops to that user; [policy] allow_destinations
+  covers the test bed's 10.A.0.0/16, since relays refuse private destinations
+  by default);
+- nginx in the server host (config, pid, logs and temp paths in the run
+  directory, `daemon off`), serving files of random bytes with known sha256
+  on server:80 and server:8080, accepting PUT under /up/ (dav module), with
+  an access log that names the peer address of every request: a relayed
+  request comes from the relay's address, a direct one from the client's;
+- slotd in the client host (Slotd), with a config written from a dict; its
+  control socket ("counters", "json"), its iptables rules, conntrack.
+
+Helpers run curl and wget in the client host and check the sha256 of what
+arrived. Every process is started through Testbed.popen, so Testbed's
+teardown (down(), atexit, SIGINT/SIGTERM) kills whatever is still running and
+deletes the namespaces; SlotBed.down() stops the daemons first, gently.
+"""
+
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "testbed"))
+sys.path.insert(0, HERE)
+import topo  # noqa: E402
+import netns  # noqa: E402
+
+ROOT = topo.ROOT
+BUILD = os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build"))
+RELAYD = os.environ.get("SLOT_RELAYD", os.path.join(BUILD, "slot-relayd"))
+SLOTD = os.environ.get("SLOT_SLOTD", os.path.join(BUILD, "slotd"))
+SLOTD_SRC = os.path.join(ROOT, "src", "client", "slotd.c")
+NGINX = os.environ.get("SLOT_NGINX", "/usr/sbin/nginx")
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+RELAY_PORT = 7600            # probe (UDP) and control (TCP); data = +1
+
+
+# ---------------------------------------------------------------- small helpers
+
+def sha256_bytes(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def sha256_file(path):
+    return netns.sha256_file(path)
+
+
+def unix_request(path, request, timeout=5):
+    """Sends one line on a unix stream socket and reads until EOF."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(path)
+        s.sendall(request)
+        chunks = []
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        s.close()
+    return b"".join(chunks).decode(errors="replace")
+
+
+def parse_counters(text):
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1])
+            except ValueError:
+                out[parts[0]] = parts[1]
+    return out
+
+
+def render_ini(conf):
+    """INI from {section: {key: value}}; a list value becomes one line per
+    item (inih allows repeated keys, as slotd's `relay =` lines need)."""
+    out = []
+    for sec, kv in conf.items():
+        out.append("[%s]" % sec)
+        for k, v in kv.items():
+            for item in (v if isinstance(v, (list, tuple)) else [v]):
+                out.append(("%s = %s" % (k, item)).rstrip())
+        out.append("")
+    return "\n".join(out)
+
+
+def wait_for(pred, timeout, what, interval=0.05):
+    """Polls pred() until it returns a true value (returned); raises on timeout."""
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def read_log(path, tail=20000):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-tail:]
+    except OSError:
+        return ""
+
+
+def deltas(before, after, names=None):
+    """after - before for every (or the named) numeric counter."""
+    names = names or sorted(set(before) | set(after))
+    return {n: after.get(n, 0) - before.get(n, 0) for n in names}
+
+
+# ---------------------------------------------------------------- conntrack
+
+CT_RE = re.compile(r"(src|dst|sport|dport)=(\S+)")
+
+
+class CtEntry:
+    """One conntrack entry: the original and the reply tuples."""
+
+    def __init__(self, line):
+        self.line = line
+        kv = CT_RE.findall(line)
+        orig, reply = kv[:4], kv[4:8]
+        o, r = dict(orig), dict(reply)
+        self.proto = line.split()[0]
+        self.state = next((w for w in line.split() if w.isupper() and "=" not in w
+                           and not w.startswith("[")), "")
+        self.src, self.dst = o.get("src"), o.get("dst")
+        self.sport, self.dport = int(o.get("sport", 0)), int(o.get("dport", 0))
+        self.rsrc, self.rdst = r.get("src"), r.get("dst")
+        self.rsport, self.rdport = int(r.get("sport", 0)), int(r.get("dport", 0))
+
+    @property
+    def dnat(self):
+        """(address, port) the connection was steered to if DNATed, else None."""
+        if (self.rsrc, self.rsport) != (self.dst, self.dport):
+            return (self.rsrc, self.rsport)
+        return None
+
+    def __repr__(self):
+        return "CtEntry(%s)" % self.line
+
+
+# ---------------------------------------------------------------- slot-relayd
+
+class Relay:
+    """slot-relayd in a host of the test bed, listening on the host's address
+    (probe and control on `port`, data on port + 1); config from a dict."""
+
+    def __init__(self, sb, host, key_file, overrides=None, port=RELAY_PORT):
+        self.sb, self.bed, self.host = sb, sb.bed, host
+        self.ip = sb.bed.ip(host)
+        self.ctl_port = port
+        self.probe_port = port
+        self.data_port = port + 1
+        self.key_file = key_file
+        self.stats = os.path.join(sb.dir, "%s.sock" % host)
+        self.conf_path = os.path.join(sb.dir, "%s.conf" % host)
+        self.log_path = os.path.join(sb.dir, "%s.log" % host)
+        self.conf = {
+            "relay": {
+                "user": "nobody",
+                "key_file": key_file,
+                "probe_listen": "%s:%d" % (self.ip, self.probe_port),
+                "control_listen": "%s:%d" % (self.ip, self.ctl_port),
+                "data_listen": "%s:%d" % (self.ip, self.data_port),
+                "stats_socket": self.stats,
+                "log_level": "debug",
+            },
+            "limits": {"connect_timeout": "2s", "pending_timeout": "5s", "drain_timeout": "5s"},
+            # the relays refuse private destinations unless allowed
+            "policy": {"allowed_ports": "1-65535",
+                       "allow_destinations": "10.%d.0.0/16" % sb.bed.subnet,
+                       "deny_destinations": ""},
+            # a burst of new connections probes often
+            "probe": {"requester_rate": 1000, "requester_burst": 2000},
+            "auth": {},
+        }
+        self.proc = None
+        self._log_f = None
+        self.update(overrides or {})
+
+    @property
+    def control(self):
+        """The relay's control endpoint as slotd names it: "ip:port"."""
+        return "%s:%d" % (self.ip, self.ctl_port)
+
+    def relay_line(self, group):
+        return "%s:%d data=%d group=%d" % (self.ip, self.ctl_port, self.data_port, group)
+
+    def update(self, overrides):
+        for sec, kv in overrides.items():
+            self.conf.setdefault(sec, {}).update(kv)
+        with open(self.conf_path, "w") as f:
+            f.write(render_ini(self.conf))
+        os.chmod(self.conf_path, 0o644)
+
+    def start(self, timeout=10):
+        self._log_f = open(self.log_path, "ab")
+        self.proc = self.bed.popen(self.host, [RELAYD, "-c", self.conf_path],
+                                   stdout=self._log_f, stderr=self._log_f)
+        end = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("slot-relayd in %s exited with %d at start:\n%s"
+                                   % (self.host, self.proc.returncode, self.log()))
+            try:
+                if self._listening():
+                    self.counters()
+                    return self
+            except OSError:
+                pass
+            if time.monotonic() > end:
+                raise RuntimeError("slot-relayd in %s not ready:\n%s" % (self.host, self.log()))
+            time.sleep(0.05)
+
+    def _listening(self):
+        out = self.bed.run(self.host, "ss", "-Hltn", check=False).stdout
+        have = {l.split()[3] for l in out.splitlines() if len(l.split()) > 3}
+        return {"%s:%d" % (self.ip, p) for p in (self.ctl_port, self.data_port)} <= have
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=10):
+        """SIGTERM (drain), then SIGKILL if it lingers. Returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._log_f:
+            self._log_f.close()
+            self._log_f = None
+        return self.proc.returncode
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def reload(self, overrides, timeout=5):
+        """Changes the config and SIGHUPs; waits for the relay's log to say so."""
+        self.update(overrides)
+        n = self.log().count("configuration reloaded")
+        self.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: self.log().count("configuration reloaded") > n, timeout,
+                 "%s to reload" % self.host)
+
+    def log(self):
+        return read_log(self.log_path, tail=10 ** 7)
+
+    def counters(self):
+        return parse_counters(unix_request(self.stats, b"counters\n"))
+
+    def json(self):
+        return json.loads(unix_request(self.stats, b"json\n"))
+
+    def wait_counter(self, name, pred, timeout=5):
+        c = {}
+
+        def ok():
+            c.update(self.counters())
+            return pred(c.get(name, 0))
+        try:
+            wait_for(ok, timeout, "relay counter %s" % name)
+        except AssertionError:
+            raise AssertionError("%s: counter %s=%r never satisfied the condition; counters %r"
+                                 % (self.host, name, c.get(name), c))
+        return c
+
+    # Silence: the probe port drops every datagram (the control connection
+    # stays up, so slotd keeps probing it and never hears back).
+    def _probe_rule(self):
+        return ["INPUT", "-p", "udp", "--dport", str(self.probe_port), "-j", "DROP"]
+
+    def block_probes(self):
+        self.bed.run(self.host, "iptables", "-w", "-I", *self._probe_rule())
+
+    def unblock_probes(self):
+        self.bed.run(self.host, "iptables", "-w", "-D", *self._probe_rule(), check=False)
+
+
+# ---------------------------------------------------------------- nginx
+
+class Nginx:
+    """nginx in a host: static files under /f/, PUT under /up/, on ports."""
+
+    def __init__(self, sb, host, ports=(80, 8080)):
+        self.sb, self.bed, self.host = sb, sb.bed, host
+        self.ip = sb.bed.ip(host)
+        self.ports = list(ports)
+        self.dir = os.path.join(sb.dir, "nginx")
+        self.www = os.path.join(self.dir, "www")
+        self.files = {}                 # name -> (size, sha256)
+        for d in (self.dir, self.www, os.path.join(self.www, "f"), os.path.join(self.www, "up"),
+                  os.path.join(self.dir, "tmp")):
+            os.makedirs(d, exist_ok=True)
+            os.chmod(d, 0o755)
+        import pwd
+        nobody = pwd.getpwnam("nobody")
+        # the workers run as nobody: uploads and request bodies land there
+        for d in (os.path.join(self.www, "up"), os.path.join(self.dir, "tmp")):
+            os.chown(d, nobody.pw_uid, nobody.pw_gid)
+        self.conf_path = os.path.join(self.dir, "nginx.conf")
+        self.access_log = os.path.join(self.dir, "access.log")
+        self.error_log = os.path.join(self.dir, "error.log")
+        self.proc = None
+        self._out = None
+
+    def add_file(self, name, size):
+        """A file of random bytes served at /f/NAME; returns its sha256."""
+        path = os.path.join(self.www, "f", name)
+        h = hashlib.sha256()
+        with open(path, "wb") as f:
+            left = size
+            while left:
+                b = os.urandom(min(left, 4 * MiB))
+                f.write(b)
+                h.update(b)
+                left -= len(b)
+        os.chmod(path, 0o644)
+        self.files[name] = (size, h.hexdigest())
+        return h.hexdigest()
+
+    def url(self, name, port=80, query=None, ip=None):
+        u = "http://%s%s/f/%s" % (ip or self.ip, "" if port == 80 else ":%d" % port, name)
+        return u + ("?" + query if query else "")
+
+    def upload_url(self, name, port=80):
+        return "http://%s%s/up/%s" % (self.ip, "" if port == 80 else ":%d" % port, name)
+
+    def upload_path(self, name):
+        return os.path.join(self.www, "up", name)
+
+    def config(self):
+        d = self.dir
+        listen = "\n".join("        listen %s:%d backlog=4096;" % (self.ip, p) for p in self.ports)
+        return """# written by tests/integration/slotbed.py
+daemon off;
+master_process on;
+worker_processes 1;
+user nobody nogroup;
+pid %(d)s/nginx.pid;
+error_log %(d)s/error.log info;
+worker_rlimit_nofile 16384;
+events {
+    worker_connections 8192;
+}
+http {
+    log_format peers '$remote_addr:$remote_port "$request" $status $body_bytes_sent';
+    access_log %(d)s/access.log peers;
+    client_body_temp_path %(d)s/tmp/body;
+    proxy_temp_path %(d)s/tmp/proxy;
+    fastcgi_temp_path %(d)s/tmp/fastcgi;
+    uwsgi_temp_path %(d)s/tmp/uwsgi;
+    scgi_temp_path %(d)s/tmp/scgi;
+    default_type application/octet-stream;
+    sendfile on;
+    keepalive_timeout 0;
+    server {
+%(listen)s
+        root %(www)s;
+        location /f/ { }
+        location /up/ {
+            dav_methods PUT;
+            create_full_put_path on;
+            dav_access user:rw group:r all:r;
+            client_max_body_size 256m;
+        }
+    }
+}
+""" % {"d": d, "listen": listen, "www": self.www}
+
+    def start(self, timeout=10):
+        with open(self.conf_path, "w") as f:
+            f.write(self.config())
+        os.chmod(self.conf_path, 0o644)
+        self._out = open(os.path.join(self.dir, "stderr.log"), "ab")
+        self.proc = self.bed.popen(self.host, [NGINX, "-p", self.dir + "/", "-c", self.conf_path,
+                                               "-e", self.error_log],
+                                   stdout=self._out, stderr=self._out)
+        for p in self.ports:
+            self.bed.wait_listen(self.host, p, self.proc, timeout)
+        return self
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)          # graceful
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._out:
+            self._out.close()
+            self._out = None
+
+    def log(self):
+        return read_log(self.error_log) + read_log(os.path.join(self.dir, "stderr.log"))
+
+    def requests(self, match=None):
+        """Access log entries [{peer, peer_port, request, status, bytes}], in
+        order; match: a substring of the request line."""
+        out = []
+        try:
+            with open(self.access_log, errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return out
+        for l in lines:
+            m = re.match(r'^(\S+):(\d+) "([^"]*)" (\d+) (\d+)$', l)
+            if m and (match is None or match in m.group(3)):
+                out.append({"peer": m.group(1), "peer_port": int(m.group(2)),
+                            "request": m.group(3), "status": int(m.group(4)),
+                            "bytes": int(m.group(5))})
+        return out
+
+    def peer_of(self, match, timeout=5):
+        """The peer address of the (only) request whose line contains match.
+        nginx logs a request when it is done, so this waits for it."""
+        r = wait_for(lambda: self.requests(match), timeout, "nginx to log %r" % match)
+        assert len(r) == 1, r
+        return r[0]["peer"]
+
+
+# ---------------------------------------------------------------- slotd
+
+class Slotd:
+    """slotd in the client host, config written from a dict (see conf())."""
+
+    _serial = 0
+
+    def __init__(self, sb, relays, overrides=None, host="client", binary=None):
+        Slotd._serial += 1
+        self.n = Slotd._serial
+        self.sb, self.bed, self.host = sb, sb.bed, host
+        self.binary = binary or SLOTD
+        self.relays = list(relays)
+        self.conf_path = os.path.join(sb.dir, "slotd%d.conf" % self.n)
+        self.log_path = os.path.join(sb.dir, "slotd%d.log" % self.n)
+        self.sock = os.path.join(sb.dir, "slotd.sock")
+        self.conf = self.default_conf()
+        self.extra_relay_lines = []
+        self.proc = None
+        self._log_f = None
+        self.update(overrides or {})
+
+    def default_conf(self):
+        return {
+            "slotd": {"key_file": self.sb.slotd_key, "control_socket": self.sock,
+                      "log_level": "debug", "queue": 7600},
+            # the default exclude has 10.0.0.0/8, the test bed's network
+            "hijack": {"ports": "80, 5201", "include": "", "exclude": ""},
+            "select": {"strategy": "randgroup", "k": 50, "c_wait": 1.25, "min_gain": 1.1,
+                       "repair_timeout": "3s", "hold_timeout": "5s",
+                       "establish_timeout": "3s", "cache_ttl": "10m", "max_held": 4096,
+                       "seed": 0},
+            "relays": {"keepalive_interval": "30s", "keepalive_timeout": "10s",
+                       "reconnect_min": "500ms", "reconnect_max": "2s",
+                       "failure_quarantine": "30s"},
+        }
+
+    def relay_lines(self):
+        """One `relay = ` line per relay, each in a group of its own."""
+        lines = []
+        for g, r in enumerate(self.relays, 1):
+            lines.append(r.relay_line(g) if isinstance(r, Relay) else r)
+        return lines + list(self.extra_relay_lines)
+
+    def text(self):
+        conf = {k: dict(v) for k, v in self.conf.items()}
+        conf["relays"]["relay"] = self.relay_lines()
+        return render_ini(conf)
+
+    def update(self, overrides):
+        for sec, kv in overrides.items():
+            self.conf.setdefault(sec, {}).update(kv)
+        self.write(self.text())
+
+    def write(self, text):
+        tmp = self.conf_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, self.conf_path)
+
+    # -- life cycle --
+
+    def check(self, path=None):
+        """slotd -t: (exit code, stderr)."""
+        r = self.bed.run(self.host, self.binary, "-c", path or self.conf_path, "-t",
+                         check=False, timeout=20)
+        return r.returncode, r.stdout + r.stderr
+
+    def start(self, wait=True, relays_up=None, timeout=10):
+        """Starts slotd; waits until it is ready (control socket answers and
+        SLOT_HIJACK exists) and, by default, until every relay that runs is up."""
+        self._log_f = open(self.log_path, "ab")
+        self.proc = self.bed.popen(self.host, [self.binary, "-c", self.conf_path],
+                                   stdout=self._log_f, stderr=self._log_f)
+        if wait:
+            self.wait_ready(timeout)
+            if relays_up is None:
+                relays_up = sum(1 for r in self.relays if isinstance(r, Relay) and r.running)
+            self.wait_relays_up(relays_up, timeout)
+        return self
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, timeout=10):
+        def ready():
+            if self.proc.poll() is not None:
+                raise RuntimeError("slotd exited with %d at start:\n%s"
+                                   % (self.proc.returncode, self.log()))
+            try:
+                self.counters()
+            except (OSError, ValueError):
+                return False
+            return self.sb.run_client("iptables", "-w", "-t", "mangle", "-S", "SLOT_HIJACK",
+                                      check=False).returncode == 0
+        try:
+            wait_for(ready, timeout, "slotd to be ready")
+        except AssertionError as e:
+            raise AssertionError("%s\n%s" % (e, self.log()))
+
+    def wait_relays_up(self, n, timeout=10):
+        try:
+            wait_for(lambda: self.counters().get("relays_up") == n, timeout,
+                     "relays_up == %d" % n)
+        except AssertionError as e:
+            raise AssertionError("%s: counters %r\n%s" % (e, self.counters(), self.log()))
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout=10):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, timeout=10):
+        """SIGTERM and wait; SIGKILL if it does not exit. Returns the exit
+        status (None if it had to be killed)."""
+        if self.proc is None:
+            return None
+        rc = self.proc.poll()
+        if rc is None:
+            self.proc.send_signal(signal.SIGTERM)
+            rc = self.wait(timeout)
+            if rc is None:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._log_f:
+            self._log_f.close()
+            self._log_f = None
+        return rc
+
+    def kill(self):
+        """SIGKILL: slotd leaves its rules behind."""
+        self.proc.kill()
+        self.proc.wait(5)
+        if self._log_f:
+            self._log_f.close()
+            self._log_f = None
+
+    def hup(self, counter="reloads", timeout=5):
+        """SIGHUP; waits until `counter` moves. Returns the counters."""
+        before = self.counters().get(counter, 0)
+        self.proc.send_signal(signal.SIGHUP)
+        c = {}
+
+        def moved():
+            c.clear()
+            c.update(self.counters())
+            return c.get(counter, 0) > before
+        try:
+            wait_for(moved, timeout, "slotd's %s to move" % counter)
+        except AssertionError as e:
+            raise AssertionError("%s: counters %r\n%s" % (e, c, self.log()))
+        return c
+
+    def log(self):
+        return read_log(self.log_path)
+
+    # -- control socket --
+
+    def counters(self):
+        return parse_counters(unix_request(self.sock, b"counters\n"))
+
+    def json(self):
+        return json.loads(unix_request(self.sock, b"json\n"))
+
+    def recent(self):
+        return self.json()["recent"]
+
+    def decision(self, client=None, server=None, timeout=5):
+        """The newest decision for this client "ip:port" (or server "ip:port")."""
+        def find():
+            for d in reversed(self.recent()):
+                if (client is None or d["client"] == client) and \
+                        (server is None or d["server"] == server):
+                    return d
+            return None
+        try:
+            return wait_for(find, timeout, "a decision for %s -> %s" % (client, server))
+        except AssertionError as e:
+            raise AssertionError("%s; recent %r" % (e, self.recent()[-5:]))
+
+    def relays_state(self):
+        return {r["control"]: r for r in self.json()["relays"]}
+
+    def caps(self):
+        """{CapInh, CapPrm, CapEff, CapBnd, CapAmb}: ints from /proc/PID/status."""
+        out = {}
+        with open("/proc/%d/status" % self.pid) as f:
+            for line in f:
+                if line.startswith("Cap"):
+                    k, v = line.split(":")
+                    out[k] = int(v.strip(), 16)
+        return out
+
+
+# ---------------------------------------------------------------- the bed
+
+class Result:
+    """What a download or upload client did."""
+
+    def __init__(self, rc, out, err, sha=None, size=None, local_port=None, status=None):
+        self.rc, self.out, self.err = rc, out, err
+        self.sha, self.size, self.local_port, self.status = sha, size, local_port, status
+
+    def __repr__(self):
+        return ("Result(rc=%r status=%r size=%r local_port=%r sha=%s err=%r)"
+                % (self.rc, self.status, self.size, self.local_port,
+                   (self.sha or "")[:16], self.err[-2000:]))
+
+
+class SlotBed:
+    """The test bed and its daemons. relays: {name: (rtt client-relay, rtt
+    relay-server)}; direct_rtt: client-server. Every other pair gets
+    other_rtt. host_sysctls: sysctls of every host."""
+
+    def __init__(self, relays, direct_rtt=80, other_rtt=10, host_sysctls=None, relay_conf=None):
+        self.relay_rtts = dict(relays)
+        hosts = ["client"] + list(self.relay_rtts) + ["server"]
+        pairs = [{"a": "client", "b": "server", "rtt": direct_rtt}]
+        for name, (crtt, srtt) in self.relay_rtts.items():
+            pairs.append({"a": "client", "b": name, "rtt": crtt})
+            pairs.append({"a": name, "b": "server", "rtt": srtt})
+        sysctls = {
+            # no ssthresh carried over between connections of one pair
+            "net.ipv4.tcp_no_metrics_save": 1,
+            # a burst of connections at once
+            "net.core.somaxconn": 4096,
+            "net.ipv4.tcp_max_syn_backlog": 8192,
+        }
+        sysctls.update(host_sysctls or {})
+        self.spec = {"hosts": hosts, "pairs": pairs, "default": {"rtt": other_rtt},
+                     "host_defaults": {"sysctls": sysctls}}
+        self.relay_conf = relay_conf or {}
+        self.bed = None
+        self.dir = None
+        self.relays = {}
+        self.nginx = None
+        self.slotds = []
+        self.key_hex = None
+
+    # -- life cycle --
+
+    def up(self):
+        for b in (RELAYD, NGINX):
+            if not os.access(b, os.X_OK):
+                raise RuntimeError("%s is missing" % b)
+        self.bed = topo.Testbed(self.spec)
+        self.bed.up()
+        try:
+            self.dir = os.path.join(self.bed.dir, "slot")
+            os.makedirs(self.dir)
+            os.chmod(self.dir, 0o755)     # relays run as nobody and re-read their config
+            self.key_hex = os.urandom(32).hex()
+            # The relays re-read the key as nobody; slotd keeps CAP_NET_ADMIN
+            # only, so its copy must be its own (root's, 0600).
+            self.relay_key = netns.write_key(os.path.join(self.dir, "relay.key"), self.key_hex,
+                                             owner="nobody")
+            self.slotd_key = netns.write_key(os.path.join(self.dir, "slotd.key"), self.key_hex)
+            for name in self.relay_rtts:
+                self.relays[name] = Relay(self, name, self.relay_key, self.relay_conf).start()
+            self.nginx = Nginx(self, "server")
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def down(self):
+        for s in self.slotds:
+            try:
+                s.stop(timeout=5)
+            except Exception:
+                pass
+        for r in self.relays.values():
+            try:
+                r.stop(timeout=5)
+            except Exception:
+                pass
+        if self.nginx:
+            try:
+                self.nginx.stop()
+            except Exception:
+                pass
+        if self.bed:
+            self.bed.down()
+
+    def __enter__(self):
+        return self.up()
+
+    def __exit__(self, *exc):
+        self.down()
+        return False
+
+    # -- names --
+
+    def ip(self, host):
+        return self.bed.ip(host)
+
+    def relay(self, name):
+        return self.relays[name]
+
+    def slotd(self, relays, overrides=None, **kw):
+        """A new Slotd (not started) for these relays (Relay objects or raw
+        `relay =` values)."""
+        s = Slotd(self, relays, overrides, **kw)
+        self.slotds.append(s)
+        return s
+
+    # -- commands --
+
+    def run_client(self, *args, **kw):
+        return self.bed.run("client", *args, **kw)
+
+    def curl(self, url, out=None, args=(), timeout=120, expect_sha=None):
+        """curl in the client host; out: where the body goes (default: a file
+        in the run directory). Returns a Result with the sha256 of the body,
+        the HTTP status and curl's local port."""
+        out = out or os.path.join(self.dir, "curl.out")
+        if os.path.exists(out):
+            os.unlink(out)
+        r = self.run_client("curl", "-sS", "--max-time", str(timeout), "-o", out,
+                            "-w", "%{http_code} %{local_port} %{size_download}", *args, url,
+                            check=False, timeout=timeout + 10)
+        res = Result(r.returncode, r.stdout, r.stderr)
+        parts = r.stdout.split()
+        if len(parts) == 3:
+            res.status, res.local_port = int(parts[0]), int(parts[1])
+        if os.path.exists(out):
+            res.sha = sha256_file(out)
+            res.size = os.path.getsize(out)
+        return res
+
+    def curl_popen(self, url, out, args=()):
+        """curl in the background (for transfers in flight); finish with
+        finish_curl(p, out)."""
+        if os.path.exists(out):
+            os.unlink(out)
+        return self.bed.popen("client", ["curl", "-sS", "--max-time", "120", "-o", out,
+                                         "-w", "%{http_code} %{local_port} %{size_download}",
+                                         *args, url],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def finish_curl(self, p, out, timeout=120):
+        try:
+            so, se = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            so, se = p.communicate()
+        res = Result(p.returncode, so.decode(errors="replace"), se.decode(errors="replace"))
+        parts = res.out.split()
+        if len(parts) == 3:
+            res.status, res.local_port = int(parts[0]), int(parts[1])
+        if os.path.exists(out):
+            res.sha = sha256_file(out)
+            res.size = os.path.getsize(out)
+        return res
+
+    def wget(self, url, out=None, timeout=120):
+        out = out or os.path.join(self.dir, "wget.out")
+        if os.path.exists(out):
+            os.unlink(out)
+        r = self.run_client("wget", "-q", "-T", str(timeout), "-t", "1", "-O", out, url,
+                            check=False, timeout=timeout + 10)
+        res = Result(r.returncode, r.stdout, r.stderr)
+        if os.path.exists(out):
+            res.sha = sha256_file(out)
+            res.size = os.path.getsize(out)
+        return res
+
+    def upload(self, path, url, timeout=120):
+        """curl -T path url (HTTP PUT)."""
+        r = self.run_client("curl", "-sS", "--max-time", str(timeout), "-o", "/dev/null",
+                            "-w", "%{http_code} %{local_port} %{size_upload}", "-T", path, url,
+                            check=False, timeout=timeout + 10)
+        res = Result(r.returncode, r.stdout, r.stderr)
+        parts = r.stdout.split()
+        if len(parts) == 3:
+            res.status, res.local_port, res.size = int(parts[0]), int(parts[1]), int(parts[2])
+        return res
+
+    def random_file(self, name, size):
+        """A file of random bytes in the run directory: (path, sha256)."""
+        path = os.path.join(self.dir, name)
+        h = hashlib.sha256()
+        with open(path, "wb") as f:
+            left = size
+            while left:
+                b = os.urandom(min(left, 4 * MiB))
+                f.write(b)
+                h.update(b)
+                left -= len(b)
+        os.chmod(path, 0o644)
+        return path, h.hexdigest()
+
+    # -- packet filter and conntrack in the client host --
+
+    def iptables_save(self, table, host="client"):
+        return self.bed.run(host, "iptables-save", "-t", table).stdout
+
+    def chain_exists(self, table, chain, host="client"):
+        return self.bed.run(host, "iptables", "-w", "-t", table, "-S", chain,
+                            check=False).returncode == 0
+
+    def slot_rules(self, host="client"):
+        """Every line of the mangle and nat tables that mentions SLOT_."""
+        return [l for t in ("mangle", "nat") for l in self.iptables_save(t, host).splitlines()
+                if "SLOT_" in l]
+
+    def remove_slot_rules(self, host="client"):
+        """Removes slotd's jumps and chains by hand (after a SIGKILL), as
+        slotd itself does at start."""
+        for table, chain in (("mangle", "SLOT_HIJACK"), ("nat", "SLOT_DNAT")):
+            for _ in range(100):
+                if self.bed.run(host, "iptables", "-w", "-t", table, "-D", "OUTPUT", "-j", chain,
+                                check=False).returncode != 0:
+                    break
+            self.bed.run(host, "iptables", "-w", "-t", table, "-F", chain, check=False)
+            self.bed.run(host, "iptables", "-w", "-t", table, "-X", chain, check=False)
+
+    def conntrack(self, host="client", dport=None):
+        """TCP conntrack entries of a host (conntrack -L)."""
+        a = ["conntrack", "-L", "-p", "tcp"]
+        if dport is not None:
+            a += ["--dport", str(dport)]
+        r = self.bed.run(host, *a, check=False)
+        return [CtEntry(l) for l in r.stdout.splitlines() if l.startswith("tcp")]
+
+    def ct_entry(self, sport, dst=None, dport=None, host="client"):
+        """The conntrack entry of the client's connection from local port
+        sport (to dst:dport); None if there is none."""
+        for e in self.conntrack(host):
+            if e.sport == sport and e.src == self.ip("client") and \
+                    (dst is None or e.dst == dst) and (dport is None or e.dport == dport):
+                return e
+        return None

@@ -1,0 +1,657 @@
+"""slotd, the client daemon, on the emulated WAN test bed (tests/integration/slotbed.py).
+
+One test bed for the module:
+
+    client --80 ms-- server          (direct)
+    client --40-- relay1 --40-- server   path 40 ms: the relay wins
+    client --80-- relay2 --80-- server   path 80 ms: no gain
+    client --30-- relay3 --30-- server   the best, but silenced when a test
+                                         drops its probes
+
+slot-relayd runs in every relay host, nginx in the server host (files of
+random bytes with known sha256, PUT under /up/, an access log naming the peer
+of every request: the relay's address when relayed, the client's when
+direct). Each test starts slotd in the client host with the config it needs
+(and stops it with SIGTERM at the end). Every transfer is checked by sha256
+end to end. The only wall-clock bound is the decision time of
+test_silent_relays_do_not_delay_the_decision, which is the requirement itself.
+"""
+
+import json
+import os
+import re
+
+import pytest
+
+import slotbed
+from slotbed import KiB, MiB
+
+DIRECT_RTT = 80            # ms, client - server
+RELAYS = {"relay1": (40, 40), "relay2": (80, 80), "relay3": (30, 30)}
+C_WAIT = 1.25
+# the decision bound: C_WAIT * RTT_direct, plus 10% and 30 ms for scheduling
+# (slotd, the relays and the emulator share 2 cores)
+DECIDE_SLACK_FACTOR = 1.10
+DECIDE_SLACK_MS = 30
+
+FILES = {"tiny": 4 * KiB, "small": 100 * KiB, "big": 4 * MiB}
+
+COUNTERS = ("syn_received syn_retransmits_dropped syn_malformed conns_held cache_hits "
+            "cache_misses probes_sent probe_replies direct_probes decisions_direct "
+            "decisions_relay repairs relay_before_direct pipes_ok pipes_failed pipes_timeout hold_timeouts "
+            "held_overflow relays_up relays_configured reloads reload_failures "
+            "rules_applied").split()
+DECISION_KEYS = {"client", "server", "verdict", "relay", "why", "rtt_direct_us", "path_rtt_us",
+                 "decide_us", "probes", "cached"}
+RELAY_KEYS = {"control", "data_port", "group", "mark", "state", "quarantined"}
+
+
+def need_slotd():
+    if not os.access(slotbed.SLOTD, os.X_OK):
+        if not os.path.exists(slotbed.SLOTD_SRC):
+            pytest.skip("slotd not written yet (%s)" % slotbed.SLOTD_SRC)
+        pytest.fail("%s is missing: build it first (make all)" % slotbed.SLOTD)
+
+
+@pytest.fixture(scope="module")
+def sb():
+    b = slotbed.SlotBed(RELAYS, direct_rtt=DIRECT_RTT).up()
+    try:
+        for name, size in FILES.items():
+            b.nginx.add_file(name, size)
+        b.nginx.start()
+        yield b
+    finally:
+        b.down()
+
+
+@pytest.fixture
+def tags(request):
+    """tags() -> a fresh request id for this test (found again in nginx's log)."""
+    base = re.sub(r"[^A-Za-z0-9_-]", "_", request.node.name)[:60]
+    n = [0]
+
+    def make():
+        n[0] += 1
+        return "%s-%d" % (base, n[0])
+    return make
+
+
+@pytest.fixture
+def slotd(sb, request):
+    """Factory: slotd(relays=("relay1",), overrides=None, extra_relays=()) starts
+    slotd with those relays of the bed (and raw `relay =` values); stopped
+    (SIGTERM) at the end; leftovers of a SIGKILL are removed; logs printed
+    when the test fails."""
+    need_slotd()
+    started = []
+
+    def start(relays=("relay1",), overrides=None, extra_relays=(), wait=True, relays_up=None):
+        s = sb.slotd([sb.relay(n) for n in relays])
+        s.extra_relay_lines = list(extra_relays)
+        s.update(overrides or {})
+        started.append(s)
+        return s.start(wait=wait, relays_up=relays_up)
+
+    yield start
+    for s in started:
+        s.stop()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        for s in started:
+            print("---- slotd %d (%s) ----\n%s" % (s.n, s.log_path, s.log()[-15000:]))
+        for r in sb.relays.values():
+            print("---- %s (%s) ----\n%s" % (r.host, r.log_path, r.log()[-5000:]))
+    sb.remove_slot_rules()
+
+
+# ---------------------------------------------------------------- helpers
+
+def fetch(sb, tag, name="small", tool="curl", port=80, args=(), timeout=60):
+    """Downloads /f/NAME?id=TAG with curl or wget in the client host; checks
+    the bytes; returns the Result with .peer = the address nginx saw."""
+    url = sb.nginx.url(name, port=port, query="id=" + tag)
+    if tool == "curl":
+        r = sb.curl(url, args=args, timeout=timeout)
+    else:
+        r = sb.wget(url, timeout=timeout)
+    size, sha = sb.nginx.files[name]
+    assert r.rc == 0, r
+    if tool == "curl":
+        assert r.status == 200, r
+    assert r.size == size and r.sha == sha, r
+    r.peer = sb.nginx.peer_of("id=%s " % tag)
+    return r
+
+
+def client_ep(sb, r):
+    return "%s:%d" % (sb.ip("client"), r.local_port)
+
+
+def server_ep(sb, port=80):
+    return "%s:%d" % (sb.ip("server"), port)
+
+
+def assert_relayed(sb, s, r, relay):
+    """r went through relay: slotd's decision, conntrack's DNAT, nginx's peer."""
+    d = s.decision(client=client_ep(sb, r))
+    assert d["verdict"] == "relay" and d["relay"] == relay.control, d
+    assert d["server"] == server_ep(sb), d
+    ct = sb.ct_entry(r.local_port, dst=sb.ip("server"), dport=80)
+    assert ct is not None and ct.dnat == (relay.ip, relay.data_port), ct
+    assert r.peer == relay.ip, (r.peer, relay.ip)
+    return d
+
+
+def assert_direct(sb, r):
+    """r went straight to the server: no DNAT, nginx saw the client."""
+    assert r.peer == sb.ip("client"), (r.peer, sb.ip("client"))
+    ct = sb.ct_entry(r.local_port, dst=sb.ip("server")) if r.local_port else None
+    assert ct is None or ct.dnat is None, ct
+
+
+def normalized_tables(sb, tables=("mangle", "nat")):
+    out = []
+    for t in tables:
+        for l in sb.iptables_save(t).splitlines():
+            if l.startswith("#"):
+                continue
+            out.append(re.sub(r"\[\d+:\d+\]", "", l))
+    return out
+
+
+# ---------------------------------------------------------------- the bed alone
+
+def test_bed_without_slotd(sb, tags):
+    """The harness itself: relays answer, nginx serves byte-exact over the
+    direct path, no slotd rules anywhere, and the RTTs are as configured."""
+    for r in sb.relays.values():
+        assert r.counters()["draining"] == 0
+    r = fetch(sb, tags(), "big")
+    assert_direct(sb, r)
+    r = fetch(sb, tags(), "small", tool="wget")
+    assert r.peer == sb.ip("client")
+    assert sb.slot_rules() == []
+    assert abs(sb.bed.ping("client", "server", count=2).min - DIRECT_RTT) < 2
+
+
+# ---------------------------------------------------------------- 1, 2: unmodified applications
+
+def test_curl_and_wget_download_through_the_relay(sb, slotd, tags):
+    s = slotd(["relay1", "relay2"])
+    r1 = sb.relay("relay1")
+    rc0, c0 = r1.counters(), s.counters()
+    assert set(COUNTERS) <= set(c0), "missing counters: %s" % (set(COUNTERS) - set(c0))
+    a = fetch(sb, tags(), "big", tool="curl")
+    d = assert_relayed(sb, s, a, r1)
+    assert DECISION_KEYS <= set(d), d
+    assert d["cached"] is False and d["probes"] >= 1, d
+    j = s.json()
+    assert set(COUNTERS) <= set(j["counters"]), j["counters"]
+    rel = {x["control"]: x for x in j["relays"]}
+    assert set(rel) == {r1.control, sb.relay("relay2").control}, rel
+    for x in rel.values():
+        assert RELAY_KEYS <= set(x) and x["state"] == "up" and x["quarantined"] is False, x
+    assert rel[r1.control]["data_port"] == r1.data_port, rel
+    assert rel[r1.control]["mark"] != rel[sb.relay("relay2").control]["mark"], rel
+    b = fetch(sb, tags(), "big", tool="wget")
+    assert b.peer == r1.ip
+    d = s.decision(server=server_ep(sb))
+    assert d["verdict"] == "relay" and d["relay"] == r1.control, d
+    rc1 = r1.wait_counter("pipes_open", lambda v: v == 0)
+    c1 = s.counters()
+    assert rc1["pipes_total"] - rc0["pipes_total"] == 2, (rc0, rc1)
+    assert rc1["bytes_server_to_client"] - rc0["bytes_server_to_client"] >= 2 * FILES["big"]
+    assert rc1["pipes_failed"] == rc0["pipes_failed"], (rc0, rc1)
+    assert rc1["data_rejected"] == rc0["data_rejected"], (rc0, rc1)
+    dc = slotbed.deltas(c0, c1)
+    assert dc["pipes_ok"] == 2 and dc["pipes_failed"] == 0 and dc["pipes_timeout"] == 0, dc
+    assert dc["syn_received"] - dc["syn_retransmits_dropped"] == 2, dc
+    assert c1["conns_held"] == 0 and c1["relays_configured"] == 2, c1
+    assert dc["decisions_direct"] == 0, dc
+
+
+def test_upload_through_the_relay(sb, slotd, tags):
+    s = slotd(["relay1"])
+    r1 = sb.relay("relay1")
+    rc0 = r1.counters()
+    path, sha = sb.random_file("upload.bin", 4 * MiB)
+    name = tags()
+    r = sb.upload(path, sb.nginx.upload_url(name))
+    assert r.rc == 0 and r.status == 201 and r.size == 4 * MiB, r
+    assert slotbed.sha256_file(sb.nginx.upload_path(name)) == sha
+    d = s.decision(client=client_ep(sb, r))
+    assert d["verdict"] == "relay" and d["relay"] == r1.control, d
+    r.peer = sb.nginx.peer_of("PUT /up/%s " % name)
+    assert r.peer == r1.ip
+    rc1 = r1.wait_counter("pipes_open", lambda v: v == 0)
+    assert rc1["bytes_client_to_server"] - rc0["bytes_client_to_server"] >= 4 * MiB, rc1
+
+
+# ---------------------------------------------------------------- 3: selection
+
+@pytest.mark.parametrize("case", ["best-relay", "min-gain-not-met", "no-faster-relay"])
+def test_selection(sb, slotd, tags, case):
+    """The triangle 80/40/40: relay1's path (40 ms) beats the direct 80 ms by
+    more than min_gain (relay2's 80 ms path does not). With min_gain 3, or
+    with relay2 alone, nothing gains enough: direct, no DNAT."""
+    if case == "best-relay":
+        s = slotd(["relay1", "relay2"])
+    elif case == "min-gain-not-met":
+        s = slotd(["relay1"], {"select": {"min_gain": 3}})
+    else:
+        s = slotd(["relay2"])
+    totals0 = {n: r.counters()["pipes_total"] for n, r in sb.relays.items()}
+    r = fetch(sb, tags(), "big")
+    d = s.decision(client=client_ep(sb, r))
+    if case == "best-relay":
+        r1 = sb.relay("relay1")
+        assert_relayed(sb, s, r, r1)
+        assert d["path_rtt_us"] > 0, d
+        if d["rtt_direct_us"]:
+            # the rule: RTT_direct / path >= min_gain
+            assert d["rtt_direct_us"] >= 1.1 * d["path_rtt_us"], d
+        else:
+            # decided before the direct probe finished (relay1 answers from
+            # its RTT cache after 40 ms): the direct RTT is then known to
+            # exceed the time waited, which must be min_gain * path
+            assert d.get("select_us", d["decide_us"]) >= 1.1 * d["path_rtt_us"], d
+        want = dict(totals0, relay1=totals0["relay1"] + 1)
+    else:
+        assert d["rtt_direct_us"] > 0, d
+        assert d["verdict"] == "direct" and d["relay"] is None, d
+        assert_direct(sb, r)
+        assert s.counters()["decisions_direct"] >= 1
+        want = totals0
+    assert {n: r.counters()["pipes_total"] for n, r in sb.relays.items()} == want
+
+
+# ---------------------------------------------------------------- 4: silent relays
+
+def test_silent_relays_do_not_delay_the_decision(sb, slotd, tags):
+    """relay3 (the best path, 30 ms) has its control connection up but drops
+    every probe; one more relay is configured where nothing listens. The
+    decision still comes by C_WAIT * RTT_direct (+ slack) and takes relay1."""
+    r1, r3 = sb.relay("relay1"), sb.relay("relay3")
+    nowhere = "10.%d.250.2:7600 data=7601 group=9" % sb.bed.subnet
+    r3.block_probes()
+    try:
+        s = slotd(["relay1", "relay3"], {"select": {"cache_ttl": 0}}, extra_relays=[nowhere],
+                  relays_up=2)
+        st = s.relays_state()
+        assert st[r1.control]["state"] == "up" and st[r3.control]["state"] == "up", st
+        assert st["10.%d.250.2:7600" % sb.bed.subnet]["state"] != "up", st
+        p3 = r3.counters()["probes_answered"]
+        for _ in range(2):
+            r = fetch(sb, tags(), "small")
+            d = assert_relayed(sb, s, r, r1)
+            assert d["probes"] == 2 and d["cached"] is False, d
+            # The selection; decide_us also counts the PIPE_ESTABLISH round
+            # trip that follows it (slotd reports that part as select_us).
+            check_decision_time(d, d.get("select_us", d["decide_us"]))
+        assert r3.counters()["probes_answered"] == p3
+    finally:
+        r3.unblock_probes()
+
+
+def test_only_silent_relays_go_direct_in_time(sb, slotd, tags):
+    """Every relay that is up is silent: direct, decided by C_WAIT *
+    RTT_direct (+ slack), byte-exact."""
+    r3 = sb.relay("relay3")
+    r3.block_probes()
+    try:
+        s = slotd(["relay3"], {"select": {"cache_ttl": 0}})
+        r = fetch(sb, tags(), "small")
+        assert_direct(sb, r)
+        d = s.decision(client=client_ep(sb, r))
+        assert d["verdict"] == "direct" and d["probes"] == 1, d
+        check_decision_time(d, d["decide_us"])
+    finally:
+        r3.unblock_probes()
+
+
+def check_decision_time(d, t_us):
+    bound_us = (C_WAIT * DIRECT_RTT * DECIDE_SLACK_FACTOR + DECIDE_SLACK_MS) * 1000
+    assert t_us <= bound_us, "decision after %.1f ms, bound %.1f ms: %r" % (
+        t_us / 1e3, bound_us / 1e3, d)
+
+
+# ---------------------------------------------------------------- 5: path repair
+
+def test_blackholed_direct_path_goes_through_a_relay(sb, slotd, tags):
+    """The emulator drops everything between client and server: the
+    connection still succeeds, through relay1 (path repair)."""
+    s = slotd(["relay1"], {"select": {"cache_ttl": 0}})
+    c0 = s.counters()
+    sb.bed.set_pair("client", "server", loss=1.0)
+    sb.bed.reload()
+    try:
+        r = fetch(sb, tags(), "big", timeout=30)
+        d = assert_relayed(sb, s, r, sb.relay("relay1"))
+        c1 = s.counters()
+        # The relay wins before the silent direct probe ends (or, were the
+        # relay slower, at repair_timeout): either way without a direct RTT.
+        assert d["rtt_direct_us"] == 0, d
+        assert (c1["repairs"] + c1["relay_before_direct"]
+                - c0["repairs"] - c0["relay_before_direct"]) >= 1, slotbed.deltas(c0, c1)
+    finally:
+        sb.bed.set_pair("client", "server", loss=0.0)
+        sb.bed.reload()
+
+
+def test_unreachable_direct_path_is_repaired(sb, slotd, tags):
+    """The router answers client -> server with ICMP host unreachable: the
+    direct probe fails at once, and a relay repairs the path."""
+    s = slotd(["relay1"], {"select": {"cache_ttl": 0}})
+    rule = ["FORWARD", "-s", sb.ip("client"), "-d", sb.ip("server"), "-p", "tcp",
+            "-j", "REJECT", "--reject-with", "icmp-host-unreachable"]
+    c0 = s.counters()
+    sb.bed.run("router", "iptables", "-w", "-I", *rule)
+    try:
+        r = fetch(sb, tags(), "small", timeout=30)
+        d = assert_relayed(sb, s, r, sb.relay("relay1"))
+        c1 = s.counters()
+        assert c1["repairs"] - c0["repairs"] >= 1, (slotbed.deltas(c0, c1), d)
+    finally:
+        sb.bed.run("router", "iptables", "-w", "-D", *rule, check=False)
+
+
+# ---------------------------------------------------------------- 6: relay refuses or is down
+
+def test_relay_policy_refusal_goes_direct(sb, slotd, tags):
+    """relay1 denies the server's address: its probe answers POLICY, the
+    connection goes direct and the application does not notice."""
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"], {"select": {"cache_ttl": 0}})
+    r1.reload({"policy": {"deny_destinations": "%s/32" % sb.ip("server")}})
+    try:
+        p0 = r1.counters()
+        r = fetch(sb, tags(), "big")
+        assert_direct(sb, r)
+        d = s.decision(client=client_ep(sb, r))
+        assert d["verdict"] == "direct", d
+        p1 = r1.counters()
+        assert p1["probes_refused"] > p0["probes_refused"], (p0, p1)
+        assert p1["pipes_total"] == p0["pipes_total"]
+    finally:
+        r1.reload({"policy": {"deny_destinations": ""}})
+
+
+def test_pipe_fail_goes_direct(sb, slotd, tags):
+    """relay1's probe says it reaches the server (from its RTT cache), but
+    its connect is refused: PIPE_FAIL, the connection goes direct, byte-exact."""
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"], {"select": {"cache_ttl": 0}})
+    # warm up: relay1 measures the server and caches the RTT
+    w = fetch(sb, tags(), "small")
+    assert_relayed(sb, s, w, r1)
+    rule = ["OUTPUT", "-p", "tcp", "-d", sb.ip("server"), "--dport", "80",
+            "-j", "REJECT", "--reject-with", "tcp-reset"]
+    sb.bed.run("relay1", "iptables", "-w", "-I", *rule)
+    try:
+        c0, p0 = s.counters(), r1.counters()
+        r = fetch(sb, tags(), "big")
+        assert_direct(sb, r)
+        d = s.decision(client=client_ep(sb, r))
+        assert d["verdict"] == "direct", d
+        c1, p1 = s.counters(), r1.counters()
+        assert c1["pipes_failed"] - c0["pipes_failed"] == 1, slotbed.deltas(c0, c1)
+        assert p1["pipes_failed"] - p0["pipes_failed"] == 1, (p0, p1)
+    finally:
+        sb.bed.run("relay1", "iptables", "-w", "-D", *rule, check=False)
+
+
+def test_relay_down_goes_direct(sb, slotd, tags):
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"], {"select": {"cache_ttl": 0}})
+    try:
+        r1.stop()
+        r = fetch(sb, tags(), "big")             # at once: slotd may not know yet
+        assert_direct(sb, r)
+        slotbed.wait_for(lambda: s.counters()["relays_up"] == 0, 5, "relays_up == 0")
+        assert s.relays_state()[r1.control]["state"] != "up"
+        r = fetch(sb, tags(), "small")
+        assert_direct(sb, r)
+    finally:
+        if not r1.running:
+            r1.start()
+    # and it comes back
+    s.wait_relays_up(1, timeout=10)
+    r = fetch(sb, tags(), "small")
+    assert_relayed(sb, s, r, r1)
+
+
+# ---------------------------------------------------------------- 7: slotd dies, restarts, stops
+
+def test_sigkill_during_a_transfer(sb, slotd, tags):
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"])
+    rc0 = r1.counters()
+    tag = tags()
+    out = os.path.join(sb.dir, "inflight.out")
+    p = sb.curl_popen(sb.nginx.url("big", query="id=" + tag), out, args=["--limit-rate", "1M"])
+    try:
+        r1.wait_counter("pipes_open", lambda v: v == 1, timeout=10)
+        slotbed.wait_for(lambda: os.path.exists(out) and os.path.getsize(out) > 0, 10,
+                         "bytes to arrive")
+        s.kill()
+        assert p.poll() is None, "the transfer ended before slotd was killed: make it slower"
+        # the rules stay; --queue-bypass lets new connections go direct
+        assert sb.chain_exists("mangle", "SLOT_HIJACK") and sb.chain_exists("nat", "SLOT_DNAT")
+        n = fetch(sb, tags(), "small", timeout=20)
+        assert_direct(sb, n)
+        assert p.poll() is None, "the transfer in flight ended early"
+    finally:
+        res = sb.finish_curl(p, out)
+    size, sha = sb.nginx.files["big"]
+    assert res.rc == 0 and res.status == 200 and res.size == size and res.sha == sha, res
+    assert sb.nginx.peer_of("id=%s " % tag) == r1.ip
+    assert r1.counters()["pipes_total"] - rc0["pipes_total"] == 1
+
+    # a restart cleans up and adds its rules once
+    s2 = slotd(["relay1"])
+    m, nat = sb.iptables_save("mangle"), sb.iptables_save("nat")
+    assert m.count("-A OUTPUT -j SLOT_HIJACK") == 1, m
+    assert nat.count("-A OUTPUT -j SLOT_DNAT") == 1, nat
+    assert m.count("NFQUEUE") == 1, m
+    assert nat.count("-j DNAT") == 1, nat
+    assert s2.counters()["rules_applied"] >= 1
+    r = fetch(sb, tags(), "small")
+    assert_relayed(sb, s2, r, r1)
+
+
+def test_sigterm_removes_every_rule_it_added(sb, slotd):
+    admin = [("mangle", ["OUTPUT", "-p", "udp", "--dport", "9", "-j", "ACCEPT"]),
+             ("nat", ["OUTPUT", "-p", "udp", "--dport", "9", "-j", "ACCEPT"]),
+             ("mangle", ["POSTROUTING", "-p", "tcp", "--dport", "80", "-j", "ACCEPT"])]
+    for t, rule in admin:
+        sb.run_client("iptables", "-w", "-t", t, "-A", *rule)
+    try:
+        before = normalized_tables(sb)
+        s = slotd(["relay1", "relay2"])
+        assert len(sb.slot_rules()) >= 4
+        assert s.stop() == 0, s.log()
+        assert normalized_tables(sb) == before
+        assert sb.slot_rules() == []
+    finally:
+        for t, rule in admin:
+            sb.run_client("iptables", "-w", "-t", t, "-D", *rule, check=False)
+
+
+# ---------------------------------------------------------------- 8: the selection cache
+
+def test_cache_hit_sends_no_probes(sb, slotd, tags):
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"], {"select": {"cache_ttl": "10m"}})
+    c0, p0 = s.counters(), r1.counters()
+    a = fetch(sb, tags(), "small")
+    da = assert_relayed(sb, s, a, r1)
+    c1, p1 = s.counters(), r1.counters()
+    assert da["cached"] is False and da["probes"] >= 1, da
+    assert c1["probes_sent"] > c0["probes_sent"] and c1["cache_misses"] - c0["cache_misses"] == 1
+    b = fetch(sb, tags(), "small")
+    db = assert_relayed(sb, s, b, r1)
+    c2, p2 = s.counters(), r1.counters()
+    assert db["cached"] is True and db["probes"] == 0, db
+    dc = slotbed.deltas(c1, c2)
+    assert dc["probes_sent"] == 0 and dc["direct_probes"] == 0 and dc["probe_replies"] == 0, dc
+    assert dc["cache_hits"] == 1 and dc["cache_misses"] == 0, dc
+    for k in ("probes_answered", "probes_refused", "probes_dropped"):
+        assert p2[k] == p1[k], (k, p1, p2)
+
+
+# ---------------------------------------------------------------- 9: what is not selected
+
+@pytest.mark.parametrize("case", ["port", "exclude", "include"])
+def test_unselected_connections_are_untouched(sb, slotd, tags, case):
+    port = 80
+    if case == "port":
+        s = slotd(["relay1"], {"hijack": {"ports": "80, 5201"}})
+        port = 8080
+    elif case == "exclude":
+        s = slotd(["relay1"], {"hijack": {"exclude": "%s/32" % sb.ip("server")}})
+    else:
+        s = slotd(["relay1"], {"hijack": {"include": "192.0.2.0/24"}})
+    c0 = s.counters()
+    r = fetch(sb, tags(), "small", port=port)
+    assert_direct(sb, r)
+    c1 = s.counters()
+    assert c1["syn_received"] == c0["syn_received"], slotbed.deltas(c0, c1)
+    # a selected connection is still seen (the rules are in place)
+    if case == "port":
+        r = fetch(sb, tags(), "small")
+        assert_relayed(sb, s, r, sb.relay("relay1"))
+        assert s.counters()["syn_received"] > c1["syn_received"]
+
+
+# ---------------------------------------------------------------- 10: a burst
+
+BURST = 500
+BURST_SCRIPT = r'''
+import asyncio, hashlib, json, resource, sys
+host, port, path, want, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * n + 64)), hard))
+
+async def one(i, go):
+    await go.wait()
+    r, w = await asyncio.wait_for(asyncio.open_connection(host, port), 60)
+    try:
+        w.write(("GET %s?id=burst-%d HTTP/1.0\r\nHost: %s\r\n\r\n" % (path, i, host)).encode())
+        await w.drain()
+        data = await asyncio.wait_for(r.read(), 60)
+    finally:
+        w.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = head.split(b" ", 2)[1].decode() if head else "none"
+    if status != "200" or hashlib.sha256(body).hexdigest() != want:
+        raise RuntimeError("conn %d: status %s, %d bytes" % (i, status, len(body)))
+    return i
+
+async def main():
+    go = asyncio.Event()
+    tasks = [asyncio.ensure_future(one(i, go)) for i in range(n)]
+    await asyncio.sleep(0.1)
+    go.set()
+    res = await asyncio.gather(*tasks, return_exceptions=True)
+    errs = [repr(e) for e in res if isinstance(e, BaseException)]
+    print(json.dumps({"ok": n - len(errs), "errors": errs[:20]}))
+
+asyncio.run(main())
+'''
+
+
+def test_burst_of_new_connections(sb, slotd):
+    s = slotd(["relay1"])
+    script = os.path.join(sb.dir, "burst.py")
+    with open(script, "w") as f:
+        f.write(BURST_SCRIPT)
+    c0 = s.counters()
+    r = sb.run_client("/usr/bin/python3", script, sb.ip("server"), 80, "/f/tiny",
+                      sb.nginx.files["tiny"][1], BURST, check=False, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["ok"] == BURST, res
+    served = [q for q in sb.nginx.requests("id=burst-") if q["status"] == 200]
+    assert len(served) >= BURST
+    c1 = slotbed.wait_for(lambda: (lambda c: c if c["conns_held"] == 0 else None)(s.counters()),
+                          10, "conns_held == 0")
+    dc = slotbed.deltas(c0, c1)
+    assert dc["syn_received"] >= BURST, dc
+    assert dc["decisions_direct"] + dc["decisions_relay"] >= BURST, dc
+    assert dc["held_overflow"] == 0, dc
+    print("burst: slotd counters moved by %r; relay1 %r" % (
+        {k: v for k, v in dc.items() if v}, sb.relay("relay1").counters()))
+
+
+# ---------------------------------------------------------------- 11: configuration errors
+
+def test_config_check_and_reload(sb, slotd, tags):
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"])
+    rules = sb.slot_rules()
+    rc, out = s.check()
+    assert rc == 0, out
+    good = s.text()
+    r = sb.bed.run("client", s.binary, "-V", check=False)
+    assert r.returncode == 0 and r.stdout + r.stderr, r
+
+    # slotd -t names the line of the error
+    lines = good.splitlines()
+    at = lines.index("[select]") + 1
+    bad = lines[:at] + ["no_such_key = 1"] + lines[at:]
+    bad_path = os.path.join(sb.dir, "bad.conf")
+    with open(bad_path, "w") as f:
+        f.write("\n".join(bad) + "\n")
+    rc, out = s.check(bad_path)
+    assert rc == 1 and "%s:%d" % (bad_path, at + 1) in out, (rc, out)
+    bad_relay = [l if not l.startswith("relay =") else "relay = 10.1.1.1:99999" for l in lines]
+    at_relay = next(i for i, l in enumerate(bad_relay) if l.startswith("relay =")) + 1
+    with open(bad_path, "w") as f:
+        f.write("\n".join(bad_relay) + "\n")
+    rc, out = s.check(bad_path)
+    assert rc == 1 and "%s:%d" % (bad_path, at_relay) in out, (rc, out)
+    # checking a file touches nothing of the running daemon's
+    assert sb.slot_rules() == rules and s.running
+
+    # SIGHUP with a broken file: the old configuration stays
+    c0 = s.counters()
+    s.write("\n".join(bad) + "\n")
+    c1 = s.hup("reload_failures")
+    assert s.running
+    assert c1["reload_failures"] - c0["reload_failures"] == 1, slotbed.deltas(c0, c1)
+    assert sb.slot_rules() == rules
+    r = fetch(sb, tags(), "small")
+    assert_relayed(sb, s, r, r1)
+
+    # SIGHUP with a good file: new ports and relay set, atomically
+    s.relays = [r1, sb.relay("relay2")]
+    s.update({"hijack": {"ports": "80, 8080"}})
+    c2 = s.hup("reloads")
+    assert c2["reload_failures"] == c1["reload_failures"]
+    assert c2["relays_configured"] == 2
+    s.wait_relays_up(2)
+    m = sb.iptables_save("mangle")
+    assert "8080" in m and m.count("-A OUTPUT -j SLOT_HIJACK") == 1, m
+    nat = sb.iptables_save("nat")
+    assert nat.count("-j DNAT") == 2 and nat.count("-A OUTPUT -j SLOT_DNAT") == 1, nat
+    r = fetch(sb, tags(), "small", port=8080)
+    assert s.counters()["syn_received"] > c2["syn_received"]
+    d = s.decision(client=client_ep(sb, r))
+    assert d["server"] == server_ep(sb, 8080), d
+    # "reloads" counts configurations put in force: the failed one is not one
+    assert c1["reloads"] == c0["reloads"] and c2["reloads"] == c0["reloads"] + 1, \
+        "reloads: %d before, %d after the broken file, %d after the good one" % (
+            c0["reloads"], c1["reloads"], c2["reloads"])
+
+
+# ---------------------------------------------------------------- 12: privileges
+
+def test_only_cap_net_admin_is_kept(sb, slotd):
+    s = slotd(["relay1"])
+    caps = s.caps()
+    net_admin = 1 << 12
+    assert caps["CapEff"] == net_admin, caps
+    assert caps["CapPrm"] == net_admin, caps
+    assert caps["CapBnd"] == net_admin, caps
+    assert s.running
