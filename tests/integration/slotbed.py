@@ -458,8 +458,9 @@ class Slotd:
 
     _serial = 0
 
-    def __init__(self, sb, relays, overrides=None, host="client", binary=None):
+    def __init__(self, sb, relays, overrides=None, host="client", binary=None, wrapper=None):
         Slotd._serial += 1
+        self.wrapper = list(wrapper or [])
         self.n = Slotd._serial
         self.sb, self.bed, self.host = sb, sb.bed, host
         self.binary = binary or SLOTD
@@ -524,7 +525,7 @@ class Slotd:
         """Starts slotd; waits until it is ready (control socket answers and
         SLOT_HIJACK exists) and, by default, until every relay that runs is up."""
         self._log_f = open(self.log_path, "ab")
-        self.proc = self.bed.popen(self.host, [self.binary, "-c", self.conf_path],
+        self.proc = self.bed.popen(self.host, self.wrapper + [self.binary, "-c", self.conf_path],
                                    stdout=self._log_f, stderr=self._log_f)
         if wait:
             self.wait_ready(timeout)
