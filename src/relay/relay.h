@@ -32,7 +32,7 @@ struct relay_counters {
 struct pipe;
 struct ctrl_conn;
 struct probe_srv;
-struct stats_srv;
+struct ctlsrv;
 
 TAILQ_HEAD(pipe_list, pipe);
 TAILQ_HEAD(ctrl_list, ctrl_conn);
@@ -59,7 +59,7 @@ struct relay {
 	ev_timer accept_retry;		/* paused accepting on EMFILE */
 
 	struct probe_srv *probe;
-	struct stats_srv *stats;
+	struct ctlsrv *stats;
 
 	int draining;
 	ev_timer drain_timer;

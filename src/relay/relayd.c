@@ -342,7 +342,7 @@ main(int argc, char **argv)
 	ev_timer_init(&r->drain_timer, drain_timer_cb, 0., 0.);
 	r->drain_timer.data = r;
 	if ((r->probe = probe_start(r, probe_fd)) == NULL ||
-	    (r->stats = stats_start(r, stats_fd)) == NULL)
+	    (r->stats = ctlsrv_start(r->loop, stats_fd, stats_handle, r)) == NULL)
 		fatalx("out of memory");
 
 	ev_signal_init(&r->sig_hup, signal_cb, SIGHUP);
@@ -369,7 +369,7 @@ main(int argc, char **argv)
 	pipes_destroy(r);
 	ev_io_stop(r->loop, &r->data_accept);
 	close(r->data_fd);
-	stats_stop(r->stats);
+	ctlsrv_stop(r->stats);
 	(void)unlink(r->conf.stats_socket);	/* fails once unprivileged: harmless */
 	kpipe_pool_destroy(&r->kpipes);
 	replay_free(r->replay);

@@ -3,15 +3,15 @@
 
 #include <stddef.h>
 
+#include "slot/ctlsrv.h"
 #include "relay.h"
 
 /* Counters over a unix socket, for slotctl: a client sends one command line,
  * "counters" (text: "name value" lines) or "json" (one object), and reads
  * the answer until EOF. */
 
-/* fd: the listening unix socket (owned from now on). NULL on failure. */
-struct stats_srv *stats_start(struct relay *r, int fd);
-void stats_stop(struct stats_srv *s);
+/* The control socket's handler (slot/ctlsrv.h); user is the relay. */
+void stats_handle(void *user, const char *cmd, struct ctl_out *out);
 
 /* Formats the counters; json selects the format. Returns the length
  * (truncated to cap - 1). */
