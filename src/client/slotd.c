@@ -250,12 +250,14 @@ main(int argc, char **argv)
 		fatalx("out of memory");
 	set_env(d);
 
-	/* Leftovers of a run that crashed: our chains only. */
-	if (rules_remove(AF_INET, err, sizeof(err)) == -1)
-		fatalx("removing old rules: %s", err);
+	/* The queue first: it is exclusive, so a second slotd stops here,
+	 * before touching the first one's rules or socket. */
 	if ((d->q = synq_open(d->conf.queue, d->conf.queue_maxlen, hold_packet, d, err,
 	    sizeof(err))) == NULL)
 		fatalx("%s", err);
+	/* Leftovers of a run that crashed: our chains only. */
+	if (rules_remove(AF_INET, err, sizeof(err)) == -1)
+		fatalx("removing old rules: %s", err);
 	ev_io_init(&d->q_io, queue_cb, synq_fd(d->q), EV_READ);
 	d->q_io.data = d;
 	ev_io_start(d->loop, &d->q_io);

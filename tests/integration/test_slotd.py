@@ -478,6 +478,20 @@ def test_sigterm_removes_every_rule_it_added(sb, slotd):
             sb.run_client("iptables", "-w", "-t", t, "-D", *rule, check=False)
 
 
+def test_second_instance_leaves_the_first_alone(sb, slotd, tags):
+    """Starting slotd again while one runs fails on the queue, before it
+    touches the running one's rules or control socket."""
+    s = slotd(["relay1"])
+    rules = sb.slot_rules()
+    r = sb.bed.run("client", slotbed.SLOTD, "-c", s.conf_path, check=False, timeout=30)
+    assert r.returncode != 0
+    assert "NFQUEUE" in r.stderr, r.stderr
+    assert sb.slot_rules() == rules
+    assert s.counters()["relays_up"] == 1
+    d = assert_relayed(sb, s, fetch(sb, tags(), "small"), sb.relay("relay1"))
+    assert d["verdict"] == "relay"
+
+
 # ---------------------------------------------------------------- 8: the selection cache
 
 def test_cache_hit_sends_no_probes(sb, slotd, tags):
