@@ -622,14 +622,15 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 }
 
 void
-hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t len)
+hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t caplen,
+    size_t wirelen)
 {
 	struct slotd *d = user;
 	struct syn_info si;
 	struct hconn *c;
 	enum syn_parse r;
 
-	if (pkt == NULL || (r = syn_parse(pkt, len, &si)) != SYN_OK) {
+	if (pkt == NULL || (r = syn_parse(pkt, caplen, wirelen, &si)) != SYN_OK) {
 		/* Not ours to judge: a sysadmin's rule queued it. */
 		d->ctr.syn_malformed++;
 		synq_verdict(d->q, id, true, false, 0);

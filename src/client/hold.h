@@ -14,7 +14,8 @@ int hold_init(struct slotd *d, char *err, size_t errlen);
 void hold_fini(struct slotd *d);
 
 /* The NFQUEUE callback (user is the slotd). */
-void hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t len);
+void hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t caplen,
+    size_t wirelen);
 
 /* Releases every held SYN direct now (shutting down). */
 void hold_release_all(struct slotd *d, const char *why);

@@ -129,8 +129,8 @@ rl_down(struct rlink *l, const char *why)
 		log_debug("relay %s: attempt %u failed: %s", l->name, l->failures + 1, why);
 	l->failures++;
 	rl_close_fd(l);
-	rl_fail_requests(l);
 	rl_set_state(l, RL_DOWN);
+	rl_fail_requests(l);
 
 	if (l->backoff_ms < e->reconnect_min_ms)
 		l->backoff_ms = e->reconnect_min_ms;

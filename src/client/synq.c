@@ -45,12 +45,14 @@ get16(const uint8_t *p)
 }
 
 enum syn_parse
-syn_parse(const uint8_t *pkt, size_t len, struct syn_info *out)
+syn_parse(const uint8_t *pkt, size_t len, size_t wirelen, struct syn_info *out)
 {
 	const uint8_t *tcp;
 	size_t ihl, tlen;
 
 	memset(out, 0, sizeof(*out));
+	if (wirelen < len)
+		return SYN_MALFORMED;
 	if (len < 1)
 		return SYN_MALFORMED;
 	switch (pkt[0] >> 4) {
@@ -59,7 +61,7 @@ syn_parse(const uint8_t *pkt, size_t len, struct syn_info *out)
 			return SYN_MALFORMED;
 		ihl = (size_t)(pkt[0] & 0x0f) * 4;
 		tlen = get16(pkt + 2);
-		if (ihl < 20 || tlen < ihl || tlen > len)
+		if (ihl < 20 || ihl > len || tlen < ihl || tlen > wirelen)
 			return SYN_MALFORMED;
 		if (pkt[9] != IPPROTO_TCP)
 			return SYN_NOT_TCP;
@@ -75,7 +77,7 @@ syn_parse(const uint8_t *pkt, size_t len, struct syn_info *out)
 			return SYN_MALFORMED;
 		ihl = 40;
 		tlen = 40 + (size_t)get16(pkt + 4);
-		if (tlen > len)
+		if (tlen > wirelen)
 			return SYN_MALFORMED;
 		if (pkt[6] != IPPROTO_TCP)
 			return SYN_NOT_TCP;
@@ -87,7 +89,8 @@ syn_parse(const uint8_t *pkt, size_t len, struct syn_info *out)
 		return SYN_MALFORMED;
 	}
 	tcp = pkt + ihl;
-	if (tlen - ihl < 20 || (size_t)(tcp[12] >> 4) * 4 < 20 ||
+	/* Only the fixed TCP header must be captured; its options may be cut. */
+	if (tlen - ihl < 20 || ihl + 20 > len || (size_t)(tcp[12] >> 4) * 4 < 20 ||
 	    (size_t)(tcp[12] >> 4) * 4 > tlen - ihl)
 		return SYN_MALFORMED;
 	/* SYN without ACK, RST or FIN: the first segment of a connection. */
@@ -148,6 +151,7 @@ synq_packet(struct synq *q, const struct nlmsghdr *nlh)
 	struct nlattr *attr[NFQA_MAX + 1] = { 0 };
 	const struct nfqnl_msg_packet_hdr *ph;
 	uint32_t mark = 0;
+	size_t caplen, wirelen;
 
 	if (nfq_nlmsg_parse(nlh, attr) < 0 || attr[NFQA_PACKET_HDR] == NULL)
 		return;
@@ -156,11 +160,14 @@ synq_packet(struct synq *q, const struct nlmsghdr *nlh)
 	if (attr[NFQA_MARK])
 		mark = ntohl(mnl_attr_get_u32(attr[NFQA_MARK]));
 	if (attr[NFQA_PAYLOAD] == NULL) {
-		q->cb(q->user, ntohl(ph->packet_id), mark, NULL, 0);
+		q->cb(q->user, ntohl(ph->packet_id), mark, NULL, 0, 0);
 		return;
 	}
+	caplen = mnl_attr_get_payload_len(attr[NFQA_PAYLOAD]);
+	/* CAP_LEN comes only with a packet longer than the copy range. */
+	wirelen = attr[NFQA_CAP_LEN] ? ntohl(mnl_attr_get_u32(attr[NFQA_CAP_LEN])) : caplen;
 	q->cb(q->user, ntohl(ph->packet_id), mark, mnl_attr_get_payload(attr[NFQA_PAYLOAD]),
-	    mnl_attr_get_payload_len(attr[NFQA_PAYLOAD]));
+	    caplen, wirelen < caplen ? caplen : wirelen);
 }
 
 static void

@@ -23,16 +23,20 @@ enum syn_parse {
 	SYN_MALFORMED,		/* truncated or inconsistent headers */
 };
 
-/* Parses an IPv4 or IPv6 packet that should be a TCP SYN. Pure. */
-enum syn_parse syn_parse(const uint8_t *pkt, size_t len, struct syn_info *out);
+/* Parses an IPv4 or IPv6 packet that should be a TCP SYN, of wirelen bytes
+ * of which the first caplen are in pkt (the queue copies headers only: a
+ * SYN carrying data, as with TCP Fast Open, is longer). The headers must be
+ * captured whole. Pure. */
+enum syn_parse syn_parse(const uint8_t *pkt, size_t caplen, size_t wirelen,
+    struct syn_info *out);
 const char *syn_parse_str(enum syn_parse r);
 
 struct synq;
 
 /* Called for each queued packet: id for the verdict, the packet's current
- * mark, and its bytes (headers at least). */
+ * mark, its first caplen bytes (headers at least) and its length. */
 typedef void (*synq_packet_cb)(void *user, uint32_t id, uint32_t mark,
-    const uint8_t *pkt, size_t len);
+    const uint8_t *pkt, size_t caplen, size_t wirelen);
 
 /* Binds queue num (maxlen packets at most in the kernel). The kernel accepts
  * packets itself when the queue is full (fail-open), as it does with

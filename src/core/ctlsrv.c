@@ -26,6 +26,7 @@ struct ctlsrv {
 	struct ev_loop *loop;
 	int fd;
 	ev_io io;
+	ev_timer retry;		/* accepting paused: out of descriptors */
 	ctl_handler h;
 	void *user;
 	struct ctl_client *clients[CTL_MAX_CLIENTS];
@@ -145,8 +146,15 @@ accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 	(void)revents;
 
 	int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (fd == -1)
+	if (fd == -1) {
+		/* The pending connection stays readable: pause rather than
+		 * spin until a descriptor frees up. */
+		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+			ev_io_stop(loop, &s->io);
+			ev_timer_start(loop, &s->retry);
+		}
 		return;
+	}
 	for (int i = 0; i < CTL_MAX_CLIENTS; i++)
 		if (s->clients[i] == NULL)
 			slot = i;
@@ -166,6 +174,15 @@ accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 	ev_timer_start(loop, &c->timeout);
 }
 
+static void
+retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct ctlsrv *s = w->data;
+	(void)revents;
+
+	ev_io_start(loop, &s->io);
+}
+
 struct ctlsrv *
 ctlsrv_start(struct ev_loop *loop, int fd, ctl_handler h, void *user)
 {
@@ -182,6 +199,8 @@ ctlsrv_start(struct ev_loop *loop, int fd, ctl_handler h, void *user)
 	ev_io_init(&s->io, accept_cb, fd, EV_READ);
 	s->io.data = s;
 	ev_io_start(loop, &s->io);
+	ev_timer_init(&s->retry, retry_cb, 0.5, 0.);
+	s->retry.data = s;
 	return s;
 }
 
@@ -194,6 +213,7 @@ ctlsrv_stop(struct ctlsrv *s)
 		if (s->clients[i])
 			client_close(s->clients[i]);
 	ev_io_stop(s->loop, &s->io);
+	ev_timer_stop(s->loop, &s->retry);
 	close(s->fd);
 	free(s);
 }
