@@ -132,12 +132,12 @@ def server_ep(sb, port=80):
     return "%s:%d" % (sb.ip("server"), port)
 
 
-def assert_relayed(sb, s, r, relay):
+def assert_relayed(sb, s, r, relay, port=80):
     """r went through relay: slotd's decision, conntrack's DNAT, nginx's peer."""
     d = s.decision(client=client_ep(sb, r))
     assert d["verdict"] == "relay" and d["relay"] == relay.control, d
-    assert d["server"] == server_ep(sb), d
-    ct = sb.ct_entry(r.local_port, dst=sb.ip("server"), dport=80)
+    assert d["server"] == server_ep(sb, port), d
+    ct = sb.ct_entry(r.local_port, dst=sb.ip("server"), dport=port)
     assert ct is not None and ct.dnat == (relay.ip, relay.data_port), ct
     assert r.peer == relay.ip, (r.peer, relay.ip)
     return d
@@ -536,6 +536,28 @@ def test_unselected_connections_are_untouched(sb, slotd, tags, case):
         r = fetch(sb, tags(), "small")
         assert_relayed(sb, s, r, sb.relay("relay1"))
         assert s.counters()["syn_received"] > c1["syn_received"]
+
+
+def test_sysadmin_rule_queues_to_slotd(sb, slotd, tags):
+    """The README's recipe: a rule of the sysadmin's own, in mangle OUTPUT,
+    queues SYNs slotd's config does not select (here port 8080); slotd
+    relays them, and leaves the rule alone when it stops."""
+    s = slotd(["relay1"], {"hijack": {"ports": "80"}})
+    rule = ["OUTPUT", "-p", "tcp", "--syn", "-d", sb.ip("server"), "--dport", "8080",
+            "-m", "mark", "!", "--mark", "0x10000000/0x10000000",
+            "-j", "NFQUEUE", "--queue-num", "7600", "--queue-bypass"]
+    sb.run_client("iptables", "-w", "-t", "mangle", "-A", *rule)
+    try:
+        c0 = s.counters()
+        r = fetch(sb, tags(), "small", port=8080)
+        assert_relayed(sb, s, r, sb.relay("relay1"), port=8080)
+        assert s.counters()["syn_received"] == c0["syn_received"] + 1
+        assert s.stop() == 0
+        # Still there, and with slotd gone the queue is bypassed: direct.
+        sb.run_client("iptables", "-w", "-t", "mangle", "-C", *rule)
+        assert_direct(sb, fetch(sb, tags(), "small", port=8080))
+    finally:
+        sb.run_client("iptables", "-w", "-t", "mangle", "-D", *rule, check=False)
 
 
 # ---------------------------------------------------------------- 10: a burst
