@@ -1,0 +1,54 @@
+#ifndef SLOT_DIRCLIENT_H
+#define SLOT_DIRCLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "slot/addr.h"
+#include "slot/auth.h"
+
+/* The client side of slot-dird's XML-RPC methods (docs/directory.md), for
+ * slot-relayd (register, heartbeat, report) and slotd (list). Calls block
+ * for up to the timeout: run them off the event loop. One dirclient per
+ * thread. Errors: -1 with a reason in err; *fault (if not NULL) gets the
+ * directory's fault code, 0 for a transport error. */
+
+struct dirclient;
+
+/* Call dirc_global_init once, in the main thread, before any thread starts. */
+int dirc_global_init(char *err, size_t errlen);
+void dirc_global_fini(void);
+
+struct dirclient *dirc_new(const struct auth_key *key, unsigned timeout_ms, char *err,
+    size_t errlen);
+void dirc_free(struct dirclient *c);
+
+int dirc_register(struct dirclient *c, const char *url, const struct endpoint *relay,
+    uint16_t data_port, unsigned *heartbeat_s, unsigned *expire_s, int *fault,
+    char *err, size_t errlen);
+int dirc_heartbeat(struct dirclient *c, const char *url, const struct endpoint *relay,
+    int *fault, char *err, size_t errlen);
+
+struct dirc_rtt {
+	struct endpoint peer;
+	uint32_t rtt_us;
+};
+int dirc_report(struct dirclient *c, const char *url, const struct endpoint *relay,
+    const struct dirc_rtt *rtts, size_t n, int *fault, char *err, size_t errlen);
+
+struct dirc_relay {
+	struct endpoint relay;
+	uint16_t data_port;
+	uint32_t group;
+};
+#define DIRC_VERSION_MAX 64
+
+/* version: the listing we hold ("" for none). *changed false: ours is
+ * current and *out is NULL. Else *out (malloc'ed, *n entries; free it) and
+ * new_version. */
+int dirc_list(struct dirclient *c, const char *url, const char *version,
+    char new_version[DIRC_VERSION_MAX], bool *changed, struct dirc_relay **out, size_t *n,
+    int *fault, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,371 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xmlrpc-c/base.h>
+#include <xmlrpc-c/client.h>
+
+#include "slot/dirclient.h"
+#include "slot/dirproto.h"
+#include "slot/errbuf.h"
+
+#define DIRC_MAX_RELAYS 100000
+
+struct dirclient {
+	xmlrpc_client *cl;
+	struct auth_key key;
+};
+
+int
+dirc_global_init(char *err, size_t errlen)
+{
+	xmlrpc_env env;
+
+	xmlrpc_env_init(&env);
+	xmlrpc_client_setup_global_const(&env);
+	if (env.fault_occurred) {
+		errbuf_set(err, errlen, "xmlrpc client: %s", env.fault_string);
+		xmlrpc_env_clean(&env);
+		return -1;
+	}
+	xmlrpc_env_clean(&env);
+	return 0;
+}
+
+void
+dirc_global_fini(void)
+{
+	xmlrpc_client_teardown_global_const();
+}
+
+struct dirclient *
+dirc_new(const struct auth_key *key, unsigned timeout_ms, char *err, size_t errlen)
+{
+	struct xmlrpc_curl_xportparms cp;
+	struct xmlrpc_clientparms p;
+	struct dirclient *c = calloc(1, sizeof(*c));
+	xmlrpc_env env;
+
+	if (c == NULL) {
+		errbuf_set(err, errlen, "out of memory");
+		return NULL;
+	}
+	c->key = *key;
+	memset(&cp, 0, sizeof(cp));
+	cp.timeout = timeout_ms;
+	cp.dont_advertise = 1;
+	memset(&p, 0, sizeof(p));
+	p.transport = "curl";
+	p.transportparmsP = &cp;
+	p.transportparm_size = XMLRPC_CXPSIZE(dont_advertise);
+	xmlrpc_env_init(&env);
+	xmlrpc_client_create(&env, XMLRPC_CLIENT_NO_FLAGS, "slot", "1", &p,
+	    XMLRPC_CPSIZE(transportparm_size), &c->cl);
+	if (env.fault_occurred) {
+		errbuf_set(err, errlen, "xmlrpc client: %s", env.fault_string);
+		xmlrpc_env_clean(&env);
+		free(c);
+		return NULL;
+	}
+	xmlrpc_env_clean(&env);
+	return c;
+}
+
+void
+dirc_free(struct dirclient *c)
+{
+	if (c == NULL)
+		return;
+	xmlrpc_client_destroy(c->cl);
+	auth_key_wipe(&c->key);
+	free(c);
+}
+
+/* Adds ts, nonce and mac over body to the call's struct. */
+static void
+sign(struct dirclient *c, xmlrpc_env *env, xmlrpc_value *s, const char *method,
+    const char *body)
+{
+	char ts[24], nonce[DIRP_NONCE_HEX + 1], mac[DIRP_MAC_HEX + 1];
+	xmlrpc_value *v;
+
+	dirp_stamp(ts, nonce);
+	if (dirp_mac(&c->key, method, ts, nonce, body, mac) == -1) {
+		xmlrpc_faultf(env, "call too large to sign");
+		return;
+	}
+	const char *k[3] = { "ts", "nonce", "mac" }, *val[3] = { ts, nonce, mac };
+	for (int i = 0; i < 3 && !env->fault_occurred; i++) {
+		v = xmlrpc_string_new(env, val[i]);
+		if (!env->fault_occurred) {
+			xmlrpc_struct_set_value(env, s, k[i], v);
+			xmlrpc_DECREF(v);
+		}
+	}
+}
+
+/* Calls method with the one struct s; returns the result or NULL with err
+ * and *fault filled. */
+static xmlrpc_value *
+call(struct dirclient *c, const char *url, const char *method, xmlrpc_value *s, int *fault,
+    char *err, size_t errlen)
+{
+	xmlrpc_env env;
+	xmlrpc_value *params, *res = NULL;
+
+	if (fault)
+		*fault = 0;
+	xmlrpc_env_init(&env);
+	params = xmlrpc_array_new(&env);
+	if (!env.fault_occurred)
+		xmlrpc_array_append_item(&env, params, s);
+	if (!env.fault_occurred) {
+		xmlrpc_server_info *si = xmlrpc_server_info_new(&env, url);
+		if (!env.fault_occurred) {
+			xmlrpc_client_call2(&env, c->cl, si, method, params, &res);
+			xmlrpc_server_info_free(si);
+		}
+	}
+	if (params)
+		xmlrpc_DECREF(params);
+	if (env.fault_occurred) {
+		/* Transport errors come as faults too, with codes of their
+		 * own (negative); the directory's are 1..6. */
+		if (fault && env.fault_code > 0 && env.fault_code <= DIRP_FAULT_INTERNAL)
+			*fault = env.fault_code;
+		errbuf_set(err, errlen, "%s %s: %s", url, method, env.fault_string);
+		res = NULL;
+	}
+	xmlrpc_env_clean(&env);
+	return res;
+}
+
+static xmlrpc_value *
+new_struct(xmlrpc_env *env, const char *relay)
+{
+	xmlrpc_value *s = xmlrpc_struct_new(env), *v;
+
+	if (env->fault_occurred || relay == NULL)
+		return s;
+	v = xmlrpc_string_new(env, relay);
+	if (!env->fault_occurred) {
+		xmlrpc_struct_set_value(env, s, "relay", v);
+		xmlrpc_DECREF(v);
+	}
+	return s;
+}
+
+static int
+env_failed(xmlrpc_env *env, xmlrpc_value *s, char *err, size_t errlen)
+{
+	if (!env->fault_occurred)
+		return 0;
+	errbuf_set(err, errlen, "building the call: %s", env->fault_string);
+	if (s)
+		xmlrpc_DECREF(s);
+	xmlrpc_env_clean(env);
+	return -1;
+}
+
+int
+dirc_register(struct dirclient *c, const char *url, const struct endpoint *relay,
+    uint16_t data_port, unsigned *heartbeat_s, unsigned *expire_s, int *fault, char *err,
+    size_t errlen)
+{
+	char r[EP_STRLEN], body[EP_STRLEN + 16];
+	xmlrpc_env env;
+	xmlrpc_value *s, *v, *res;
+	xmlrpc_bool ok = 0;
+	int hb = 0, ex = 0;
+
+	ep_fmt(relay, r);
+	snprintf(body, sizeof(body), "%s\n%u", r, data_port);
+	xmlrpc_env_init(&env);
+	s = new_struct(&env, r);
+	if (!env.fault_occurred) {
+		v = xmlrpc_int_new(&env, data_port);
+		if (!env.fault_occurred) {
+			xmlrpc_struct_set_value(&env, s, "data_port", v);
+			xmlrpc_DECREF(v);
+		}
+	}
+	if (!env.fault_occurred)
+		sign(c, &env, s, "slot.register", body);
+	if (env_failed(&env, s, err, errlen))
+		return -1;
+	res = call(c, url, "slot.register", s, fault, err, errlen);
+	xmlrpc_DECREF(s);
+	if (res == NULL)
+		return -1;
+	xmlrpc_decompose_value(&env, res, "{s:b,s:i,s:i,*}", "ok", &ok, "heartbeat_interval", &hb,
+	    "expire_after", &ex);
+	xmlrpc_DECREF(res);
+	if (env.fault_occurred || !ok || hb <= 0 || ex <= 0) {
+		errbuf_set(err, errlen, "%s slot.register: unexpected answer%s%s", url,
+		    env.fault_occurred ? ": " : "", env.fault_occurred ? env.fault_string : "");
+		xmlrpc_env_clean(&env);
+		return -1;
+	}
+	xmlrpc_env_clean(&env);
+	if (heartbeat_s)
+		*heartbeat_s = (unsigned)hb;
+	if (expire_s)
+		*expire_s = (unsigned)ex;
+	return 0;
+}
+
+int
+dirc_heartbeat(struct dirclient *c, const char *url, const struct endpoint *relay, int *fault,
+    char *err, size_t errlen)
+{
+	char r[EP_STRLEN];
+	xmlrpc_env env;
+	xmlrpc_value *s, *res;
+
+	ep_fmt(relay, r);
+	xmlrpc_env_init(&env);
+	s = new_struct(&env, r);
+	if (!env.fault_occurred)
+		sign(c, &env, s, "slot.heartbeat", r);
+	if (env_failed(&env, s, err, errlen))
+		return -1;
+	res = call(c, url, "slot.heartbeat", s, fault, err, errlen);
+	xmlrpc_DECREF(s);
+	xmlrpc_env_clean(&env);
+	if (res == NULL)
+		return -1;
+	xmlrpc_DECREF(res);
+	return 0;
+}
+
+int
+dirc_report(struct dirclient *c, const char *url, const struct endpoint *relay,
+    const struct dirc_rtt *rtts, size_t n, int *fault, char *err, size_t errlen)
+{
+	char r[EP_STRLEN], p[EP_STRLEN];
+	size_t cap = EP_STRLEN + 2 + n * (EP_STRLEN + 12), len;
+	char *body = malloc(cap);
+	xmlrpc_env env;
+	xmlrpc_value *s, *arr = NULL, *e, *res;
+
+	if (body == NULL) {
+		errbuf_set(err, errlen, "out of memory");
+		return -1;
+	}
+	ep_fmt(relay, r);
+	len = (size_t)snprintf(body, cap, "%s\n", r);
+	xmlrpc_env_init(&env);
+	s = new_struct(&env, r);
+	if (!env.fault_occurred)
+		arr = xmlrpc_array_new(&env);
+	for (size_t i = 0; i < n && !env.fault_occurred; i++) {
+		ep_fmt(&rtts[i].peer, p);
+		len += (size_t)snprintf(body + len, cap - len, "%s %u\n", p, rtts[i].rtt_us);
+		e = xmlrpc_build_value(&env, "{s:s,s:i}", "peer", p, "rtt_us",
+		    (xmlrpc_int32)(rtts[i].rtt_us > INT32_MAX ? INT32_MAX : rtts[i].rtt_us));
+		if (!env.fault_occurred) {
+			xmlrpc_array_append_item(&env, arr, e);
+			xmlrpc_DECREF(e);
+		}
+	}
+	if (!env.fault_occurred)
+		xmlrpc_struct_set_value(&env, s, "rtts", arr);
+	if (arr)
+		xmlrpc_DECREF(arr);
+	if (!env.fault_occurred)
+		sign(c, &env, s, "slot.report", body);
+	free(body);
+	if (env_failed(&env, s, err, errlen))
+		return -1;
+	res = call(c, url, "slot.report", s, fault, err, errlen);
+	xmlrpc_DECREF(s);
+	xmlrpc_env_clean(&env);
+	if (res == NULL)
+		return -1;
+	xmlrpc_DECREF(res);
+	return 0;
+}
+
+int
+dirc_list(struct dirclient *c, const char *url, const char *version,
+    char new_version[DIRC_VERSION_MAX], bool *changed, struct dirc_relay **out, size_t *n,
+    int *fault, char *err, size_t errlen)
+{
+	xmlrpc_env env;
+	xmlrpc_value *s, *v, *res, *arr = NULL;
+	const char *ver = NULL;
+	xmlrpc_bool ch = 0;
+	struct dirc_relay *list = NULL;
+	int count = 0;
+
+	*out = NULL;
+	*n = 0;
+	xmlrpc_env_init(&env);
+	s = new_struct(&env, NULL);
+	if (!env.fault_occurred) {
+		v = xmlrpc_string_new(&env, version);
+		if (!env.fault_occurred) {
+			xmlrpc_struct_set_value(&env, s, "version", v);
+			xmlrpc_DECREF(v);
+		}
+	}
+	if (!env.fault_occurred)
+		sign(c, &env, s, "slot.list", version);
+	if (env_failed(&env, s, err, errlen))
+		return -1;
+	res = call(c, url, "slot.list", s, fault, err, errlen);
+	xmlrpc_DECREF(s);
+	if (res == NULL) {
+		xmlrpc_env_clean(&env);
+		return -1;
+	}
+	xmlrpc_decompose_value(&env, res, "{s:s,s:b,s:A,*}", "version", &ver, "changed", &ch,
+	    "relays", &arr);
+	if (!env.fault_occurred && (strlen(ver) == 0 || strlen(ver) >= DIRC_VERSION_MAX))
+		xmlrpc_faultf(&env, "version of %zu characters", strlen(ver));
+	if (!env.fault_occurred)
+		count = xmlrpc_array_size(&env, arr);
+	if (!env.fault_occurred && (count < 0 || count > DIRC_MAX_RELAYS))
+		xmlrpc_faultf(&env, "%d relays", count);
+	if (!env.fault_occurred && count > 0 &&
+	    (list = calloc((size_t)count, sizeof(*list))) == NULL)
+		xmlrpc_faultf(&env, "out of memory");
+	for (int i = 0; i < count && !env.fault_occurred; i++) {
+		xmlrpc_value *item;
+		const char *relay = NULL;
+		int dp = 0, g = 0;
+
+		xmlrpc_array_read_item(&env, arr, i, &item);
+		if (env.fault_occurred)
+			break;
+		xmlrpc_decompose_value(&env, item, "{s:s,s:i,s:i,*}", "relay", &relay,
+		    "data_port", &dp, "group", &g);
+		xmlrpc_DECREF(item);
+		if (env.fault_occurred)
+			break;
+		if (ep_parse(relay, 0, &list[i].relay) == -1 || list[i].relay.port == 0 ||
+		    dp < 1 || dp > 65535 || g < 0)
+			xmlrpc_faultf(&env, "relay %d: bad entry (%s, %d, %d)", i, relay, dp, g);
+		list[i].data_port = (uint16_t)dp;
+		list[i].group = (uint32_t)g;
+		free((void *)relay);
+	}
+	if (env.fault_occurred) {
+		errbuf_set(err, errlen, "%s slot.list: unexpected answer: %s", url,
+		    env.fault_string);
+		free(list);
+		list = NULL;
+	} else {
+		snprintf(new_version, DIRC_VERSION_MAX, "%s", ver);
+		*changed = ch;
+		*out = list;
+		*n = (size_t)count;
+	}
+	free((void *)ver);
+	if (arr)
+		xmlrpc_DECREF(arr);
+	xmlrpc_DECREF(res);
+	int failed = env.fault_occurred;
+	xmlrpc_env_clean(&env);
+	return failed ? -1 : 0;
+}
