@@ -42,7 +42,7 @@ CORE_LIB   := $(B)/libslotcore.a
 RELAY_LIB  := $(B)/librelay.a
 WANEM_LIB  := $(B)/libwanem.a
 CLIENT_LIB := $(B)/libclient.a
-BINS       := $(B)/slot-relayd $(B)/slotd
+BINS       := $(B)/slot-relayd $(B)/slotd $(B)/slotctl
 TESTBED    := $(if $(wildcard $(WANEM_MAIN)),$(B)/slot-wanem)
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 TOOL_BINS  := $(patsubst tests/integration/%.c,$(B)/tests/%,$(TOOL_SRC))
@@ -88,6 +88,9 @@ $(B)/slot-relayd: $(call obj,$(RELAY_MAIN)) $(RELAY_LIB) $(CORE_LIB)
 
 $(B)/slotd: $(call obj,$(CLIENT_MAIN)) $(CLIENT_LIB) $(CORE_LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(CORE_LIBS) $(EV_LIBS)
+
+$(B)/slotctl: $(call obj,src/ctl/slotctl.c)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^
 
 # The WAN emulator of the test bed (tests/testbed, docs/testbed.md).
 $(B)/slot-wanem: $(call obj,$(WANEM_MAIN)) $(WANEM_LIB) $(CORE_LIB)
@@ -137,7 +140,7 @@ install: $(BINS)
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/slot-relayd $(DESTDIR)$(UNITDIR)/slot-relayd.service \
-	    $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example $(DESTDIR)$(SBINDIR)/slotd \
+	    $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example $(DESTDIR)$(SBINDIR)/slotd $(DESTDIR)$(SBINDIR)/slotctl \
 	    $(DESTDIR)$(UNITDIR)/slotd.service $(DESTDIR)$(SYSCONFDIR)/slot/slotd.conf.example
 	rm -rf $(DESTDIR)$(DOCDIR)
 

@@ -97,6 +97,24 @@ json(struct slotd *d, struct ctl_out *o)
 	ctl_printf(o, "]}\n");
 }
 
+static void
+relays(struct slotd *d, struct ctl_out *o)
+{
+	uint64_t now = clock_mono_us();
+	char a[EP_STRLEN];
+
+	ctl_printf(o, "%-24s %5s %6s %-10s %5s %8s %8s %8s\n", "relay", "data", "group",
+	    "state", "fails", "probes", "pipes", "failed");
+	for (size_t i = 0; i < d->nrelays; i++) {
+		const struct crelay *x = d->relays[i];
+		ctl_printf(o, "%-24s %5u %6u %-10s %5u %8llu %8llu %8llu\n",
+		    ep_fmt(&x->conf.control, a), x->conf.data_port, x->conf.group,
+		    now < x->quarantine_until_us ? "quarantine" : relay_state_str(x),
+		    x->link ? rlink_failures(x->link) : 0, x->probes, x->pipes_ok,
+		    x->pipes_failed);
+	}
+}
+
 void
 cstats_handle(void *user, const char *cmd, struct ctl_out *out)
 {
@@ -109,7 +127,10 @@ cstats_handle(void *user, const char *cmd, struct ctl_out *out)
 			ctl_printf(out, "%s %llu\n", v[i].name, v[i].v);
 	} else if (strcmp(cmd, "json") == 0) {
 		json(d, out);
+	} else if (strcmp(cmd, "relays") == 0) {
+		relays(d, out);
 	} else {
-		ctl_printf(out, "error: unknown command (try \"counters\" or \"json\")\n");
+		ctl_printf(out, "error: unknown command (try \"counters\", \"relays\" or "
+		    "\"json\")\n");
 	}
 }

@@ -20,6 +20,7 @@ test_silent_relays_do_not_delay_the_decision, which is the requirement itself.
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -691,3 +692,23 @@ def test_only_cap_net_admin_is_kept(sb, slotd):
     assert caps["CapPrm"] == net_admin, caps
     assert caps["CapBnd"] == net_admin, caps
     assert s.running
+
+
+def test_slotctl(sb, slotd):
+    """slotctl asks slotd over its socket: relays with their state, counters;
+    meaningful exit codes."""
+    s = slotd(["relay1", "relay2"])
+    ctl = os.path.join(slotbed.BUILD, "slotctl")
+    r = subprocess.run([ctl, "-s", s.sock, "relays"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = {l.split()[0]: l.split() for l in r.stdout.splitlines()[1:]}
+    for name, group in (("relay1", 1), ("relay2", 2)):
+        row = lines[sb.relay(name).control]
+        assert row[3] == "up" and int(row[2]) == group, row
+    r = subprocess.run([ctl, "-s", s.sock, "counters"], capture_output=True, text=True)
+    assert r.returncode == 0 and slotbed.parse_counters(r.stdout)["relays_up"] == 2, r.stdout
+    r = subprocess.run([ctl, "-s", s.sock, "nonsense"], capture_output=True, text=True)
+    assert r.returncode == 1 and "unknown command" in r.stderr
+    r = subprocess.run([ctl, "-s", s.sock + ".none", "counters"], capture_output=True, text=True)
+    assert r.returncode == 3 and "is the daemon running" in r.stderr
+    assert subprocess.run([ctl], capture_output=True).returncode == 2
