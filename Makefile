@@ -25,12 +25,18 @@ CORE_LIBS  := $(shell $(PKG_CONFIG) --libs $(PKGS_CORE) 2>/dev/null)
 EV_LIBS    := -lev -lm
 TEST_LIBS  := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null)
 NFQ_LIBS   := $(shell $(PKG_CONFIG) --libs libnetfilter_queue libmnl 2>/dev/null)
+# xmlrpc-c ships its own config tool, not pkg-config files.
+XMLRPC_CONFIG ?= xmlrpc-c-config
+XMLRPC_SERVER_CFLAGS := $(shell $(XMLRPC_CONFIG) abyss-server --cflags 2>/dev/null)
+XMLRPC_SERVER_LIBS := $(shell $(XMLRPC_CONFIG) abyss-server --libs 2>/dev/null)
 
 CORE_SRC   := $(sort $(wildcard src/core/*.c))
 RELAY_MAIN := src/relay/relayd.c
 RELAY_SRC  := $(filter-out $(RELAY_MAIN),$(sort $(wildcard src/relay/*.c)))
 CLIENT_MAIN := src/client/slotd.c
 CLIENT_SRC := $(filter-out $(CLIENT_MAIN),$(sort $(wildcard src/client/*.c)))
+DIRD_MAIN  := src/directory/dird.c
+DIRD_SRC   := $(filter-out $(DIRD_MAIN),$(sort $(wildcard src/directory/*.c)))
 WANEM_MAIN := tests/testbed/slot-wanem.c
 WANEM_SRC  := $(filter-out $(WANEM_MAIN),$(sort $(wildcard tests/testbed/*.c)))
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
@@ -42,7 +48,8 @@ CORE_LIB   := $(B)/libslotcore.a
 RELAY_LIB  := $(B)/librelay.a
 WANEM_LIB  := $(B)/libwanem.a
 CLIENT_LIB := $(B)/libclient.a
-BINS       := $(B)/slot-relayd $(B)/slotd $(B)/slotctl
+DIRD_LIB   := $(B)/libdird.a
+BINS       := $(B)/slot-relayd $(B)/slotd $(B)/slotctl $(B)/slot-dird
 TESTBED    := $(if $(wildcard $(WANEM_MAIN)),$(B)/slot-wanem)
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 TOOL_BINS  := $(patsubst tests/integration/%.c,$(B)/tests/%,$(TOOL_SRC))
@@ -79,6 +86,13 @@ $(CLIENT_LIB): $(call obj,$(CLIENT_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
+$(DIRD_LIB): $(call obj,$(DIRD_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
+# Only the directory's objects need xmlrpc-c's server flags.
+$(B)/obj/src/directory/%.o: ALL_CPPFLAGS += $(XMLRPC_SERVER_CFLAGS)
+
 $(WANEM_LIB): $(call obj,$(WANEM_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
@@ -89,6 +103,9 @@ $(B)/slot-relayd: $(call obj,$(RELAY_MAIN)) $(RELAY_LIB) $(CORE_LIB)
 $(B)/slotd: $(call obj,$(CLIENT_MAIN)) $(CLIENT_LIB) $(CORE_LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
+$(B)/slot-dird: $(call obj,$(DIRD_MAIN)) $(DIRD_LIB) $(CORE_LIB)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(XMLRPC_SERVER_LIBS) $(CORE_LIBS) $(EV_LIBS)
+
 $(B)/slotctl: $(call obj,src/ctl/slotctl.c)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^
 
@@ -96,7 +113,7 @@ $(B)/slotctl: $(call obj,src/ctl/slotctl.c)
 $(B)/slot-wanem: $(call obj,$(WANEM_MAIN)) $(WANEM_LIB) $(CORE_LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(CORE_LIBS) -lm
 
-$(B)/tests/test_%: $(call obj,tests/unit/test_%.c) $(CLIENT_LIB) $(RELAY_LIB) $(WANEM_LIB) $(CORE_LIB)
+$(B)/tests/test_%: $(call obj,tests/unit/test_%.c) $(CLIENT_LIB) $(RELAY_LIB) $(WANEM_LIB) $(DIRD_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(NFQ_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
@@ -130,18 +147,21 @@ install: $(BINS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) \
 	    $(DESTDIR)$(SYSCONFDIR)/slot
 	install -m 755 $(BINS) $(DESTDIR)$(SBINDIR)/
-	for u in slot-relayd slotd; do \
+	for u in slot-relayd slotd slot-dird; do \
 	    sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' systemd/$$u.service \
 	        > $(DESTDIR)$(UNITDIR)/$$u.service && chmod 644 $(DESTDIR)$(UNITDIR)/$$u.service; \
 	done
 	install -m 644 etc/relayd.conf $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example
 	install -m 644 etc/slotd.conf $(DESTDIR)$(SYSCONFDIR)/slot/slotd.conf.example
+	install -m 644 etc/dird.conf $(DESTDIR)$(SYSCONFDIR)/slot/dird.conf.example
 	install -m 644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/slot-relayd $(DESTDIR)$(UNITDIR)/slot-relayd.service \
 	    $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example $(DESTDIR)$(SBINDIR)/slotd $(DESTDIR)$(SBINDIR)/slotctl \
-	    $(DESTDIR)$(UNITDIR)/slotd.service $(DESTDIR)$(SYSCONFDIR)/slot/slotd.conf.example
+	    $(DESTDIR)$(UNITDIR)/slotd.service $(DESTDIR)$(SYSCONFDIR)/slot/slotd.conf.example \
+	    $(DESTDIR)$(SBINDIR)/slot-dird $(DESTDIR)$(UNITDIR)/slot-dird.service \
+	    $(DESTDIR)$(SYSCONFDIR)/slot/dird.conf.example
 	rm -rf $(DESTDIR)$(DOCDIR)
 
 clean:

@@ -1,0 +1,48 @@
+#ifndef SLOT_DIRECTORY_DCONF_H
+#define SLOT_DIRECTORY_DCONF_H
+
+#include <stdint.h>
+
+#include "slot/addr.h"
+#include "slot/log.h"
+
+/* slot-dird's configuration: defaults, INI keys, validation (etc/dird.conf is
+ * the reference and shows every default). The key itself is loaded by the
+ * daemon; here only its path. */
+
+#define DCONF_PATH_MAX 256
+
+struct dconf {
+	/* [dird] */
+	struct endpoint listen;
+	char key_file[DCONF_PATH_MAX];
+	char state_file[DCONF_PATH_MAX];	/* "" : no snapshot */
+	char control_socket[DCONF_PATH_MAX];
+	enum slog_level log_level;
+	uint64_t max_clock_skew_ms;
+
+	/* [limits] */
+	uint64_t max_body;		/* bytes of one XML-RPC request */
+	uint64_t max_conns;		/* HTTP connections served at once */
+	uint64_t request_timeout_ms;	/* first byte, then the whole request */
+	uint64_t max_relays;
+	uint64_t max_report_entries;
+
+	/* [relays] */
+	uint64_t heartbeat_interval_ms;
+	uint64_t expire_after_ms;
+
+	/* [groups] */
+	double inflation;
+	double max_intra_rtt_ms;	/* 0: no bound */
+	uint64_t regroup_interval_ms;
+};
+
+/* Fills c with the defaults (those of etc/dird.conf). */
+void dconf_defaults(struct dconf *c);
+
+/* Defaults, then path (NULL: defaults only). Returns 0, or -1 with
+ * "path:line: reason" (or "path: reason") in err. */
+int dconf_load(struct dconf *c, const char *path, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,470 @@
+/* slot-dird: the directory. Relays register, send heartbeats and their RTTs
+ * to each other; client daemons list the relays and their groups. XML-RPC
+ * over HTTP (xmlrpc-c's Abyss) on connection threads (dhttp.c); this thread
+ * runs a libev loop for signals, expiry, regrouping, snapshots and the
+ * counters socket. See docs/directory.md. */
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ev.h>
+#include <sodium.h>
+
+#include "slot/auth.h"
+#include "slot/clock.h"
+#include "slot/ctlsrv.h"
+#include "slot/log.h"
+#include "slot/mcl.h"
+#include "slot/sock.h"
+#include "dhttp.h"
+#include "dird.h"
+#include "dird_rpc.h"
+#include "dsnap.h"
+#include "dstats.h"
+
+#ifndef SLOT_VERSION
+#define SLOT_VERSION "0.1.0"
+#endif
+
+/* Nonces live for twice the clock window; this holds ~1000 calls a second
+ * with the default 30 s window. */
+#define REPLAY_CAPACITY (1u << 17)
+#define TICK_S 0.5
+/* Snapshots are written at most this often while things change. */
+#define SNAPSHOT_INTERVAL_US (5ull * 1000000)
+
+struct daemon {
+	struct dird d;			/* shared with the RPC threads */
+	const char *conf_path;
+	struct ev_loop *loop;
+	struct dhttp *http;
+	xmlrpc_registry *reg;
+	struct ctlsrv *ctl;
+	int http_fd;
+	ev_signal sig_hup, sig_term, sig_int;
+	ev_timer tick;
+	uint64_t last_regroup, last_snapshot;	/* monotonic us */
+	bool snapshot_retry;		/* the last write failed */
+	bool snapshot_failing;		/* said so already */
+};
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: slot-dird [-c config] [-l level] [-t] [-V]\n"
+	    "  -c config  configuration file (default /etc/slot/dird.conf)\n"
+	    "  -l level   log level: error, warn, info, debug (overrides the file)\n"
+	    "  -t         check the configuration and the key file, then exit\n"
+	    "  -V         print the version\n");
+}
+
+static uint64_t
+fresh_boot(void)
+{
+	uint64_t b;
+
+	randombytes_buf(&b, sizeof(b));
+	return b;
+}
+
+static struct dstate_params
+state_params(const struct dconf *c)
+{
+	struct dstate_params p = {
+		.expire_after_us = c->expire_after_ms * 1000,
+		.max_relays = c->max_relays,
+	};
+	return p;
+}
+
+/* Writes the snapshot. clean: at exit, nothing can change after it. */
+static int
+snapshot(struct daemon *dm, bool clean)
+{
+	struct dird *d = &dm->d;
+	char *buf = NULL, err[512];
+	size_t len;
+	int rc;
+
+	if (d->conf.state_file[0] == '\0')
+		return 0;
+	pthread_mutex_lock(&d->mu);
+	rc = dsnap_format(d->state, clock_mono_us(), clock_real_us(), clean, &buf, &len);
+	if (rc == 0)
+		dstate_mark_saved(d->state);
+	pthread_mutex_unlock(&d->mu);
+	dm->last_snapshot = clock_mono_us();
+	if (rc == 0 && dsnap_write_file(d->conf.state_file, buf, len, err, sizeof(err)) == -1)
+		rc = -1;
+	else if (rc == -1)
+		snprintf(err, sizeof(err), "out of memory");
+	free(buf);
+	pthread_mutex_lock(&d->mu);
+	if (rc == 0)
+		d->ctr.snapshots_written++;
+	else
+		d->ctr.snapshot_errors++;
+	pthread_mutex_unlock(&d->mu);
+	dm->snapshot_retry = rc == -1;
+	if (rc == -1 && !dm->snapshot_failing)
+		log_warnx("state not saved: %s (retrying every %llu s)", err,
+		    SNAPSHOT_INTERVAL_US / 1000000);
+	else if (rc == 0 && dm->snapshot_failing)
+		log_info("state saved again to %s", d->conf.state_file);
+	dm->snapshot_failing = rc == -1;
+	return rc;
+}
+
+/* Loads the snapshot, or starts empty; never fails the start. */
+static struct dstate *
+restore(struct daemon *dm)
+{
+	const struct dconf *c = &dm->d.conf;
+	struct dstate_params p = state_params(c);
+	struct dstate *s = NULL;
+	struct dsnap_info info;
+	char *buf = NULL, err[512];
+	size_t len;
+
+	if (c->state_file[0] == '\0') {
+		log_info("no state_file: the state lives in memory only");
+	} else if (dsnap_read_file(c->state_file, &buf, &len, err, sizeof(err)) == -1) {
+		if (errno == ENOENT)
+			log_info("no state file %s yet: starting empty", c->state_file);
+		else
+			log_warnx("state file unreadable, starting empty: %s", err);
+	} else if ((s = dsnap_parse(buf, len, &p, clock_mono_us(), clock_real_us(), fresh_boot(),
+	    &info, err, sizeof(err))) == NULL) {
+		log_warnx("state file %s is corrupt, starting empty: %s", c->state_file, err);
+	} else {
+		log_info("state restored from %s: %zu relays, %zu rtts, %zu dropped as expired%s",
+		    c->state_file, info.relays, info.rtts, info.dropped,
+		    info.clean ? "" : " (not saved at exit: new version)");
+	}
+	free(buf);
+	if (s == NULL && (s = dstate_new(&p, fresh_boot())) == NULL)
+		fatalx("out of memory");
+	return s;
+}
+
+static void
+regroup(struct daemon *dm)
+{
+	struct dird *d = &dm->d;
+	struct mcl_params mp;
+	double *m = NULL;
+	uint32_t *group = NULL;
+	size_t n = 0, ngroups = 0;
+	uint64_t gen;
+	char err[256] = "", v[DSTATE_VERSION_LEN];
+	int rc, applied = -1;
+
+	dm->last_regroup = clock_mono_us();
+	mcl_params_default(&mp);
+	pthread_mutex_lock(&d->mu);
+	mp.inflation = d->conf.inflation;
+	mp.max_intra_rtt_ms = d->conf.max_intra_rtt_ms;
+	rc = dstate_rtt_matrix(d->state, &m, &n, &gen);
+	pthread_mutex_unlock(&d->mu);
+	if (rc == -1 || n == 0) {
+		if (rc == -1)
+			log_warnx("regroup: out of memory");
+		free(m);
+		return;
+	}
+	/* The clustering runs without the lock: calls go on meanwhile. */
+	if ((group = calloc(n, sizeof(*group))) == NULL) {
+		snprintf(err, sizeof(err), "out of memory");
+		rc = -1;
+	} else
+		rc = mcl_groups(m, n, &mp, group, &ngroups, err, sizeof(err));
+	free(m);
+	pthread_mutex_lock(&d->mu);
+	if (rc == 0) {
+		d->ctr.regroups++;
+		applied = dstate_apply_groups(d->state, gen, group, n);
+		dstate_version(d->state, v);
+	} else
+		d->ctr.regroup_errors++;
+	pthread_mutex_unlock(&d->mu);
+	free(group);
+	if (rc == -1)
+		log_warnx("regroup failed, groups unchanged: %s", err);
+	else if (applied == 1)
+		log_info("regrouped: %zu relays in %zu groups, version %s", n, ngroups, v);
+	else if (applied == 0)
+		log_debug("regrouped: %zu relays in %zu groups, unchanged", n, ngroups);
+	else
+		log_debug("regroup: the relays changed meanwhile; again later");
+}
+
+static void
+expired(void *user, const char *relay, uint64_t age_us)
+{
+	(void)user;
+	log_info("relay %s expired: silent for %.1f s", relay, (double)age_us / 1e6);
+}
+
+static void
+tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct daemon *dm = w->data;
+	struct dird *d = &dm->d;
+	uint64_t now = clock_mono_us(), interval;
+	bool pending, dirty;
+	(void)loop;
+	(void)revents;
+
+	pthread_mutex_lock(&d->mu);
+	d->ctr.relays_expired += dstate_expire(d->state, now, expired, NULL);
+	pending = dstate_regroup_pending(d->state);
+	interval = d->conf.regroup_interval_ms * 1000;
+	pthread_mutex_unlock(&d->mu);
+	if (pending && now - dm->last_regroup >= interval)
+		regroup(dm);
+
+	pthread_mutex_lock(&d->mu);
+	dirty = dstate_dirty(d->state);
+	pthread_mutex_unlock(&d->mu);
+	if ((dirty || dm->snapshot_retry) &&
+	    clock_mono_us() - dm->last_snapshot >= SNAPSHOT_INTERVAL_US)
+		snapshot(dm, false);
+}
+
+static void
+reload(struct daemon *dm)
+{
+	struct dird *d = &dm->d;
+	struct dconf n;
+	struct auth_key k;
+	char err[512];
+	bool key_ok;
+
+	if (dconf_load(&n, dm->conf_path, err, sizeof(err)) == -1) {
+		log_warnx("reload failed, keeping the running configuration: %s", err);
+		return;
+	}
+	const struct dconf *c = &d->conf;
+	if (!ep_eq(&n.listen, &c->listen) || strcmp(n.state_file, c->state_file) != 0 ||
+	    strcmp(n.control_socket, c->control_socket) != 0 || n.max_body != c->max_body ||
+	    n.max_conns != c->max_conns || n.request_timeout_ms != c->request_timeout_ms)
+		log_warnx("reload: listen, state_file, control_socket, max_body, max_conns "
+		    "and request_timeout change only on restart");
+	n.listen = c->listen;
+	memcpy(n.state_file, c->state_file, sizeof(n.state_file));
+	memcpy(n.control_socket, c->control_socket, sizeof(n.control_socket));
+	n.max_body = c->max_body;
+	n.max_conns = c->max_conns;
+	n.request_timeout_ms = c->request_timeout_ms;
+	key_ok = auth_key_load(n.key_file, &k, err, sizeof(err)) == 0;
+	if (!key_ok)
+		log_warnx("reload: key not reloaded (%s); the running key stays", err);
+
+	pthread_mutex_lock(&d->mu);
+	d->conf = n;
+	if (key_ok)
+		d->key = k;
+	replay_set_window(d->replay, n.max_clock_skew_ms * 1000);
+	struct dstate_params p = state_params(&n);
+	dstate_set_params(d->state, &p);
+	pthread_mutex_unlock(&d->mu);
+	auth_key_wipe(&k);
+	log_set_level(n.log_level);
+	log_info("configuration reloaded from %s", dm->conf_path);
+}
+
+static void
+signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
+{
+	struct daemon *dm = w->data;
+	(void)revents;
+
+	if (w->signum == SIGHUP) {
+		reload(dm);
+		return;
+	}
+	log_info("signal %d: saving the state and exiting", w->signum);
+	ev_break(loop, EVBREAK_ALL);
+}
+
+static void
+ctl_cb(void *user, const char *cmd, struct ctl_out *out)
+{
+	struct daemon *dm = user;
+	struct dhttp_counters hc;
+
+	dhttp_counters(dm->http, &hc);
+	dstats_answer(&dm->d, &hc, cmd, out);
+}
+
+static int
+open_control(const char *path, char *err, size_t errlen)
+{
+	char dir[DCONF_PATH_MAX];
+	int fd;
+
+	/* systemd makes the directory with RuntimeDirectory=; by hand we do. */
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		if (mkdir(dir, 0755) == -1 && errno != EEXIST) {
+			snprintf(err, errlen, "control socket directory %s: %s", dir,
+			    strerror(errno));
+			return -1;
+		}
+	}
+	if ((fd = sock_listen_unix(path, 0660, 16)) == -1)
+		snprintf(err, errlen, "control socket %s: %s", path, strerror(errno));
+	return fd;
+}
+
+static unsigned
+whole_s(uint64_t ms)
+{
+	/* Abyss counts whole seconds; round up so no timeout is shortened. */
+	uint64_t s = (ms + 999) / 1000;
+
+	return s > 86400 ? 86400 : (unsigned)s;
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct daemon daemon;
+	struct daemon *dm = &daemon;
+	struct dird *d = &dm->d;
+	const char *path = "/etc/slot/dird.conf";
+	const char *level_arg = NULL;
+	int check_only = 0, ch, ctl_fd;
+	enum slog_level level;
+	char err[512], b[EP_STRLEN], v[DSTATE_VERSION_LEN];
+
+	while ((ch = getopt(argc, argv, "c:l:tVh")) != -1) {
+		switch (ch) {
+		case 'c':
+			path = optarg;
+			break;
+		case 'l':
+			level_arg = optarg;
+			break;
+		case 't':
+			check_only = 1;
+			break;
+		case 'V':
+			printf("slot-dird %s\n", SLOT_VERSION);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	log_init("slot-dird", SLOG_INFO);
+	if (level_arg && log_level_parse(level_arg, &level) == -1)
+		fatalx("-l %s: expected error, warn, info or debug", level_arg);
+	if (auth_init() == -1)
+		fatalx("libsodium failed to initialise");
+	dm->conf_path = path;
+	dm->http_fd = -1;
+	if (dconf_load(&d->conf, path, err, sizeof(err)) == -1)
+		fatalx("%s", err);
+	if (level_arg)
+		d->conf.log_level = level;
+	log_set_level(d->conf.log_level);
+	if (auth_key_load(d->conf.key_file, &d->key, err, sizeof(err)) == -1)
+		fatalx("%s", err);
+	if (check_only) {
+		printf("%s: configuration ok\n", path);
+		return 0;
+	}
+
+	signal(SIGPIPE, SIG_IGN);
+	if (dhttp_global_init(err, sizeof(err)) == -1)
+		fatalx("%s", err);
+	if ((dm->loop = ev_default_loop(EVFLAG_AUTO)) == NULL)
+		fatalx("cannot create the event loop");
+	pthread_mutex_init(&d->mu, NULL);
+	if ((d->replay = replay_new(REPLAY_CAPACITY, d->conf.max_clock_skew_ms * 1000)) == NULL)
+		fatalx("out of memory");
+
+	if ((dm->http_fd = sock_listen_tcp(&d->conf.listen, 128)) == -1)
+		fatalx("listen %s: %s", ep_fmt(&d->conf.listen, b), strerror(errno));
+	if ((ctl_fd = open_control(d->conf.control_socket, err, sizeof(err))) == -1)
+		fatalx("%s", err);
+
+	d->state = restore(dm);
+	regroup(dm);
+	/* A start that restored the version served last must not let a
+	 * crash hand the same version out again for other contents: mark
+	 * the file unclean before serving. Failing that, a new boot id. */
+	if (d->conf.state_file[0] != '\0' && snapshot(dm, false) == -1)
+		dstate_set_boot(d->state, fresh_boot());
+
+	xmlrpc_env env;
+	xmlrpc_env_init(&env);
+	if ((dm->reg = drpc_registry(&env, d)) == NULL)
+		fatalx("xmlrpc-c: %s", env.fault_string);
+	xmlrpc_env_clean(&env);
+	struct dhttp_params hp = {
+		.max_body = d->conf.max_body,
+		.max_conns = (unsigned)d->conf.max_conns,
+		.request_timeout_s = whole_s(d->conf.request_timeout_ms),
+	};
+	if ((dm->http = dhttp_start(dm->http_fd, &hp, dm->reg, err, sizeof(err))) == NULL)
+		fatalx("%s", err);
+	if ((dm->ctl = ctlsrv_start(dm->loop, ctl_fd, ctl_cb, dm)) == NULL)
+		fatalx("out of memory");
+
+	ev_signal_init(&dm->sig_hup, signal_cb, SIGHUP);
+	ev_signal_init(&dm->sig_term, signal_cb, SIGTERM);
+	ev_signal_init(&dm->sig_int, signal_cb, SIGINT);
+	dm->sig_hup.data = dm->sig_term.data = dm->sig_int.data = dm;
+	ev_signal_start(dm->loop, &dm->sig_hup);
+	ev_signal_start(dm->loop, &dm->sig_term);
+	ev_signal_start(dm->loop, &dm->sig_int);
+	ev_timer_init(&dm->tick, tick_cb, TICK_S, TICK_S);
+	dm->tick.data = dm;
+	ev_timer_start(dm->loop, &dm->tick);
+
+	pthread_mutex_lock(&d->mu);
+	dstate_version(d->state, v);
+	size_t nrelays = dstate_count(d->state);
+	pthread_mutex_unlock(&d->mu);
+	log_info("slot-dird %s: XML-RPC on http://%s/RPC2, %zu relays, version %s, counters %s",
+	    SLOT_VERSION, ep_fmt(&d->conf.listen, b), nrelays, v, d->conf.control_socket);
+
+	ev_run(dm->loop, 0);
+
+	/* No call can change the state once the server has stopped: the last
+	 * snapshot is then exact, and says so. */
+	dhttp_stop(dm->http);
+	close(dm->http_fd);
+	snapshot(dm, true);
+	ctlsrv_stop(dm->ctl);
+	(void)unlink(d->conf.control_socket);
+	xmlrpc_registry_free(dm->reg);
+	dhttp_global_term();
+	pthread_mutex_lock(&d->mu);
+	dstate_version(d->state, v);
+	log_info("exiting: %zu relays, version %s", dstate_count(d->state), v);
+	pthread_mutex_unlock(&d->mu);
+	dstate_free(d->state);
+	replay_free(d->replay);
+	auth_key_wipe(&d->key);
+	pthread_mutex_destroy(&d->mu);
+	ev_loop_destroy(dm->loop);
+	return 0;
+}

@@ -1,0 +1,499 @@
+/*
+ * The snapshot's text format and its atomic file (see dsnap.h). A file that
+ * fails any check is refused whole: a half-restored directory would serve a
+ * listing nobody built.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "slot/errbuf.h"
+#include "dsnap.h"
+
+#define DSNAP_MAGIC "slot-dird-state 1"
+
+int
+dsnap_format(const struct dstate *s, uint64_t now_mono, uint64_t now_wall, bool clean,
+    char **buf, size_t *len)
+{
+	size_t n = dstate_count(s), nrtt = 0;
+	FILE *f;
+	int bad;
+
+	*buf = NULL;
+	*len = 0;
+	if ((f = open_memstream(buf, len)) == NULL)
+		return -1;
+	fprintf(f, DSNAP_MAGIC "\nboot %016" PRIx64 "\ncounter %" PRIu64 "\nclean %d\n"
+	    "saved %" PRIu64 "\n", dstate_boot(s), dstate_counter(s), clean ? 1 : 0, now_wall);
+	for (size_t i = 0; i < n; i++) {
+		struct dstate_relay_view v;
+		dstate_relay_at(s, i, &v);
+		uint64_t age = now_mono > v.last_seen ? now_mono - v.last_seen : 0;
+		uint64_t seen = now_wall > age ? now_wall - age : 0;
+		fprintf(f, "relay %s %u %" PRIu32 " %" PRIu64 "\n", v.relay,
+		    (unsigned)v.data_port, v.group, seen);
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct dstate_relay_view v, pv;
+		dstate_relay_at(s, i, &v);
+		for (size_t j = 0; j < v.nrtt; j++) {
+			size_t peer;
+			uint32_t rtt;
+			dstate_rtt_at(s, i, j, &peer, &rtt);
+			dstate_relay_at(s, peer, &pv);
+			fprintf(f, "rtt %s %s %" PRIu32 "\n", v.relay, pv.relay, rtt);
+			nrtt++;
+		}
+	}
+	fprintf(f, "end %zu %zu\n", n, nrtt);
+	bad = ferror(f);
+	if (fclose(f) != 0 || bad) {
+		free(*buf);
+		*buf = NULL;
+		*len = 0;
+		return -1;
+	}
+	return 0;
+}
+
+/* Decimal digits only, no sign, no overflow. */
+static int
+parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (*s == '\0')
+		return -1;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -1;
+		unsigned d = (unsigned)(*s - '0');
+		if (d > max || v > (max - d) / 10)
+			return -1;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return 0;
+}
+
+static int
+parse_hex64(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+	size_t i;
+
+	for (i = 0; s[i]; i++) {
+		int c = s[i], d;
+		if (c >= '0' && c <= '9')
+			d = c - '0';
+		else if (c >= 'a' && c <= 'f')
+			d = c - 'a' + 10;
+		else
+			return -1;
+		v = v << 4 | (uint64_t)d;
+	}
+	if (i != 16)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* Splits line (modified) at single spaces into at most max fields. Returns
+ * the count, or -1 on empty fields or too many. */
+static int
+split(char *line, char **f, int max)
+{
+	int n = 0;
+
+	for (char *p = line;;) {
+		char *sp = strchr(p, ' ');
+		if (n == max || *p == '\0' || p == sp)
+			return -1;
+		f[n++] = p;
+		if (sp == NULL)
+			return n;
+		*sp = '\0';
+		p = sp + 1;
+	}
+}
+
+struct loader {
+	struct dstate *s;
+	const struct dstate_params *p;
+	uint64_t now_mono, now_wall;
+	struct endpoint *dropped;	/* relays too old to restore */
+	size_t ndropped, capdropped;
+	struct endpoint from;		/* the batch of rtt lines being gathered */
+	bool from_dropped;
+	struct dstate_rtt_in *batch;
+	size_t nbatch, capbatch;
+	size_t rtt_lines, restored_rtts;
+};
+
+static bool
+was_dropped(const struct loader *l, const struct endpoint *ep)
+{
+	for (size_t i = 0; i < l->ndropped; i++)
+		if (ep_eq(&l->dropped[i], ep))
+			return true;
+	return false;
+}
+
+static int
+flush_batch(struct loader *l, char *err, size_t errlen)
+{
+	size_t acc;
+
+	if (l->nbatch == 0)
+		return 0;
+	if (!l->from_dropped) {
+		enum dstate_rc rc = dstate_report(l->s, &l->from, l->batch, l->nbatch, &acc);
+		if (rc != DSTATE_OK) {
+			errbuf_set(err, errlen, "%s", rc == DSTATE_NOMEM ?
+			    "out of memory" : "rtt line before its relay line");
+			return -1;
+		}
+		l->restored_rtts += acc;
+	}
+	l->nbatch = 0;
+	return 0;
+}
+
+static int
+relay_line(struct loader *l, char **f, int nf, char *err, size_t errlen)
+{
+	struct endpoint ep;
+	uint64_t port, group, seen;
+
+	if (nf != 5 || ep_parse(f[1], 0, &ep) == -1 || parse_u64(f[2], 65535, &port) == -1 ||
+	    port == 0 || parse_u64(f[3], UINT32_MAX, &group) == -1 ||
+	    parse_u64(f[4], UINT64_MAX, &seen) == -1) {
+		errbuf_set(err, errlen, "bad relay line");
+		return -1;
+	}
+	if (dstate_has(l->s, &ep) || was_dropped(l, &ep)) {
+		errbuf_set(err, errlen, "relay %s listed twice", f[1]);
+		return -1;
+	}
+	uint64_t age = l->now_wall > seen ? l->now_wall - seen : 0;
+	if (age > l->p->expire_after_us) {
+		if (l->ndropped == l->capdropped) {
+			size_t cap = l->capdropped ? 2 * l->capdropped : 16;
+			struct endpoint *d = realloc(l->dropped, cap * sizeof(*d));
+			if (d == NULL)
+				goto oom;
+			l->dropped = d;
+			l->capdropped = cap;
+		}
+		l->dropped[l->ndropped++] = ep;
+		return 0;
+	}
+	/* On a host up for less than age, the monotonic clock cannot go back
+	 * that far; such a relay just lives a little longer. */
+	uint64_t last = l->now_mono > age ? l->now_mono - age : 0;
+	enum dstate_rc rc = dstate_restore_relay(l->s, &ep, (uint16_t)port, (uint32_t)group, last);
+	if (rc == DSTATE_OK)
+		return 0;
+oom:
+	errbuf_set(err, errlen, "out of memory");
+	return -1;
+}
+
+static int
+rtt_line(struct loader *l, char **f, int nf, char *err, size_t errlen)
+{
+	struct endpoint from, to;
+	uint64_t rtt;
+
+	if (nf != 4 || ep_parse(f[1], 0, &from) == -1 || ep_parse(f[2], 0, &to) == -1 ||
+	    parse_u64(f[3], INT32_MAX, &rtt) == -1) {
+		errbuf_set(err, errlen, "bad rtt line");
+		return -1;
+	}
+	bool from_dropped = was_dropped(l, &from), to_dropped = was_dropped(l, &to);
+	if ((!from_dropped && !dstate_has(l->s, &from)) ||
+	    (!to_dropped && !dstate_has(l->s, &to))) {
+		errbuf_set(err, errlen, "rtt line names a relay not listed");
+		return -1;
+	}
+	l->rtt_lines++;
+	if (l->nbatch > 0 && !ep_eq(&l->from, &from) && flush_batch(l, err, errlen) == -1)
+		return -1;
+	l->from = from;
+	l->from_dropped = from_dropped;
+	if (to_dropped)
+		return 0;
+	if (l->nbatch == l->capbatch) {
+		size_t cap = l->capbatch ? 2 * l->capbatch : 64;
+		struct dstate_rtt_in *b = realloc(l->batch, cap * sizeof(*b));
+		if (b == NULL) {
+			errbuf_set(err, errlen, "out of memory");
+			return -1;
+		}
+		l->batch = b;
+		l->capbatch = cap;
+	}
+	l->batch[l->nbatch].peer = to;
+	l->batch[l->nbatch].rtt_us = (uint32_t)rtt;
+	l->nbatch++;
+	return 0;
+}
+
+struct dstate *
+dsnap_parse(const char *text, size_t len, const struct dstate_params *p, uint64_t now_mono,
+    uint64_t now_wall, uint64_t fresh_boot, struct dsnap_info *info, char *err, size_t errlen)
+{
+	static const char *const head[] = { "boot", "counter", "clean", "saved" };
+	struct loader l = { .p = p, .now_mono = now_mono, .now_wall = now_wall };
+	uint64_t boot = 0, counter = 0, clean = 0, saved = 0, nrel = 0, nrtt = 0;
+	size_t lineno = 0, relay_lines = 0, pos = 0;
+	bool ended = false;
+	char *copy = NULL, sub[160] = "";
+
+	memset(info, 0, sizeof(*info));
+	if (memchr(text, '\0', len) != NULL) {
+		errbuf_set(err, errlen, "NUL byte in the file");
+		return NULL;
+	}
+	if ((copy = malloc(len + 1)) == NULL) {
+		errbuf_set(err, errlen, "out of memory");
+		return NULL;
+	}
+	memcpy(copy, text, len);
+	copy[len] = '\0';
+
+	while (pos < len) {
+		char *line = copy + pos, *nl = strchr(line, '\n'), *f[6];
+		int nf;
+
+		lineno++;
+		if (nl == NULL) {
+			snprintf(sub, sizeof(sub), "last line cut short");
+			goto bad;
+		}
+		*nl = '\0';
+		pos = (size_t)(nl - copy) + 1;
+		if (ended) {
+			snprintf(sub, sizeof(sub), "text after the end line");
+			goto bad;
+		}
+		if (lineno == 1) {
+			if (strcmp(line, DSNAP_MAGIC) != 0) {
+				snprintf(sub, sizeof(sub), "not a slot-dird state file "
+				    "(expected \"" DSNAP_MAGIC "\")");
+				goto bad;
+			}
+			continue;
+		}
+		if ((nf = split(line, f, 6)) < 0) {
+			snprintf(sub, sizeof(sub), "malformed line");
+			goto bad;
+		}
+		if (lineno <= 5) {
+			/* The header, in its fixed order. */
+			if (nf != 2 || strcmp(f[0], head[lineno - 2]) != 0) {
+				snprintf(sub, sizeof(sub), "expected \"%s\"", head[lineno - 2]);
+				goto bad;
+			}
+			int rc = lineno == 2 ? parse_hex64(f[1], &boot) :
+			    lineno == 3 ? parse_u64(f[1], UINT64_MAX, &counter) :
+			    lineno == 4 ? parse_u64(f[1], 1, &clean) :
+			    parse_u64(f[1], UINT64_MAX, &saved);
+			if (rc == -1) {
+				snprintf(sub, sizeof(sub), "bad %s value", f[0]);
+				goto bad;
+			}
+			if (lineno == 5) {
+				struct dstate_params q = *p;
+				/* Restoring never refuses relays the file holds. */
+				q.max_relays = SIZE_MAX;
+				if ((l.s = dstate_new(&q, clean ? boot : fresh_boot)) == NULL) {
+					snprintf(sub, sizeof(sub), "out of memory");
+					goto bad;
+				}
+			}
+			continue;
+		}
+		if (strcmp(f[0], "relay") == 0) {
+			if (l.rtt_lines > 0) {
+				snprintf(sub, sizeof(sub), "relay line after rtt lines");
+				goto bad;
+			}
+			if (relay_line(&l, f, nf, sub, sizeof(sub)) == -1)
+				goto bad;
+			relay_lines++;
+		} else if (strcmp(f[0], "rtt") == 0) {
+			if (rtt_line(&l, f, nf, sub, sizeof(sub)) == -1)
+				goto bad;
+		} else if (strcmp(f[0], "end") == 0) {
+			if (nf != 3 || parse_u64(f[1], UINT64_MAX, &nrel) == -1 ||
+			    parse_u64(f[2], UINT64_MAX, &nrtt) == -1) {
+				snprintf(sub, sizeof(sub), "bad end line");
+				goto bad;
+			}
+			if (nrel != relay_lines || nrtt != l.rtt_lines) {
+				snprintf(sub, sizeof(sub), "end line counts %" PRIu64 " relays and "
+				    "%" PRIu64 " rtts, the file holds %zu and %zu", nrel, nrtt,
+				    relay_lines, l.rtt_lines);
+				goto bad;
+			}
+			if (flush_batch(&l, sub, sizeof(sub)) == -1)
+				goto bad;
+			ended = true;
+		} else {
+			snprintf(sub, sizeof(sub), "unknown record \"%s\"", f[0]);
+			goto bad;
+		}
+	}
+	if (!ended) {
+		lineno++;
+		snprintf(sub, sizeof(sub), "no end line (file cut short)");
+		goto bad;
+	}
+	free(copy);
+	free(l.dropped);
+	free(l.batch);
+	dstate_set_params(l.s, p);
+	dstate_restore_counter(l.s, counter);
+	if (l.ndropped > 0)
+		dstate_bump(l.s);
+	info->relays = dstate_count(l.s);
+	info->dropped = l.ndropped;
+	info->rtts = l.restored_rtts;
+	info->clean = clean != 0;
+	return l.s;
+bad:
+	errbuf_set(err, errlen, "line %zu: %s", lineno, sub);
+	free(copy);
+	free(l.dropped);
+	free(l.batch);
+	dstate_free(l.s);
+	return NULL;
+}
+
+int
+dsnap_write_file(const char *path, const char *buf, size_t len, char *err, size_t errlen)
+{
+	char tmp[512], dir[512];
+	int fd = -1, dfd;
+	size_t off = 0;
+
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) {
+		errbuf_set(err, errlen, "%s: path too long", path);
+		return -1;
+	}
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) == -1) {
+		errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
+		return -1;
+	}
+	while (off < len) {
+		ssize_t w = write(fd, buf + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			errbuf_set(err, errlen, "%s: %s", tmp, w < 0 ? strerror(errno) : "short write");
+			goto fail;
+		}
+		off += (size_t)w;
+	}
+	/* The data must be on disk before the name points at it. */
+	if (fsync(fd) == -1) {
+		errbuf_set(err, errlen, "%s: fsync: %s", tmp, strerror(errno));
+		goto fail;
+	}
+	if (close(fd) == -1) {
+		fd = -1;
+		errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
+		goto fail;
+	}
+	fd = -1;
+	if (rename(tmp, path) == -1) {
+		errbuf_set(err, errlen, "rename %s: %s", tmp, strerror(errno));
+		goto fail;
+	}
+	/* And the rename itself survives a crash once the directory is synced. */
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash == NULL)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == dir)
+		dir[1] = '\0';
+	else
+		*slash = '\0';
+	if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+		(void)fsync(dfd);
+		close(dfd);
+	}
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	(void)unlink(tmp);
+	return -1;
+}
+
+int
+dsnap_read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen)
+{
+	struct stat st;
+	char *b = NULL;
+	size_t off = 0;
+	int fd, e;
+
+	*buf = NULL;
+	*len = 0;
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1) {
+		e = errno;
+		errbuf_set(err, errlen, "%s: %s", path, strerror(e));
+		errno = e;
+		return -1;
+	}
+	if (fstat(fd, &st) == -1) {
+		e = errno;
+		errbuf_set(err, errlen, "%s: %s", path, strerror(e));
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > DSNAP_MAX_BYTES) {
+		errbuf_set(err, errlen, "%s: %s", path, !S_ISREG(st.st_mode) ?
+		    "not a regular file" : "larger than 256 MiB");
+		close(fd);
+		errno = EINVAL;
+		return -1;
+	}
+	if ((b = malloc((size_t)st.st_size + 1)) == NULL) {
+		errbuf_set(err, errlen, "%s: out of memory", path);
+		close(fd);
+		errno = ENOMEM;
+		return -1;
+	}
+	while (off < (size_t)st.st_size) {
+		ssize_t r = read(fd, b + off, (size_t)st.st_size - off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			e = errno;
+			errbuf_set(err, errlen, "%s: %s", path, strerror(e));
+			free(b);
+			close(fd);
+			errno = e;
+			return -1;
+		}
+		if (r == 0)
+			break;	/* shrank meanwhile: what we have */
+		off += (size_t)r;
+	}
+	close(fd);
+	b[off] = '\0';
+	*buf = b;
+	*len = off;
+	return 0;
+}

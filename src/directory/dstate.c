@@ -1,0 +1,546 @@
+/*
+ * The directory's registry (see dstate.h).
+ *
+ * Relays live in an array in registration order, each with an id that only
+ * grows, so the array is sorted by id and an id finds its index by binary
+ * search; a hash table on the endpoint finds a relay by address. Each relay
+ * keeps its own reports as a vector sorted by the peer's id: a report of k
+ * entries merges in O((k + m) log k), and removing a relay strikes it from
+ * every other vector in O(n log m).
+ */
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "slot/htab.h"
+#include "dstate.h"
+
+struct drtt {
+	uint64_t peer;		/* the peer's id */
+	uint32_t rtt_us;
+};
+
+struct drelay {
+	struct hnode hn;
+	uint64_t id;
+	struct endpoint ep;
+	char name[EP_STRLEN];
+	uint16_t data_port;
+	uint32_t group;
+	uint64_t last_seen;
+	struct drtt *rtt;	/* sorted by peer, no duplicates */
+	size_t nrtt;
+};
+
+struct dstate {
+	struct dstate_params p;
+	struct drelay **v;	/* registration order = ascending id */
+	size_t n, cap;
+	struct htab byep;
+	uint8_t hkey[16];
+	uint64_t next_id;
+	uint64_t boot, counter;
+	uint64_t gen;		/* moves with the relay set */
+	uint32_t next_group;	/* for relays waiting for a regroup */
+	bool regroup_pending;
+	bool dirty;
+};
+
+struct dstate *
+dstate_new(const struct dstate_params *p, uint64_t boot)
+{
+	struct dstate *s = calloc(1, sizeof(*s));
+
+	if (s == NULL)
+		return NULL;
+	if (htab_init(&s->byep, 64) == -1) {
+		free(s);
+		return NULL;
+	}
+	addr_hash_key(s->hkey);
+	s->p = *p;
+	s->boot = boot;
+	s->next_id = 1;
+	return s;
+}
+
+static void
+relay_free(struct drelay *r)
+{
+	free(r->rtt);
+	free(r);
+}
+
+void
+dstate_free(struct dstate *s)
+{
+	if (s == NULL)
+		return;
+	for (size_t i = 0; i < s->n; i++)
+		relay_free(s->v[i]);
+	free(s->v);
+	htab_destroy(&s->byep);
+	free(s);
+}
+
+void
+dstate_set_params(struct dstate *s, const struct dstate_params *p)
+{
+	s->p = *p;
+}
+
+static void
+changed(struct dstate *s)
+{
+	s->counter++;
+	s->dirty = true;
+}
+
+static struct drelay *
+find(const struct dstate *s, const struct endpoint *ep)
+{
+	uint64_t h = ep_hash(ep, s->hkey);
+
+	for (struct hnode *n = htab_first(&s->byep, h); n; n = htab_next(n, h)) {
+		struct drelay *r = container_of(n, struct drelay, hn);
+		if (ep_eq(&r->ep, ep))
+			return r;
+	}
+	return NULL;
+}
+
+/* Index of the relay with this id, or -1. */
+static long
+index_of(const struct dstate *s, uint64_t id)
+{
+	size_t lo = 0, hi = s->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (s->v[mid]->id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < s->n && s->v[lo]->id == id ? (long)lo : -1;
+}
+
+static struct drelay *
+append(struct dstate *s, const struct endpoint *ep, uint16_t data_port, uint32_t group,
+    uint64_t last_seen)
+{
+	struct drelay *r;
+
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 16;
+		struct drelay **v = realloc(s->v, cap * sizeof(*v));
+		if (v == NULL)
+			return NULL;
+		s->v = v;
+		s->cap = cap;
+	}
+	if ((r = calloc(1, sizeof(*r))) == NULL)
+		return NULL;
+	r->id = s->next_id++;
+	r->ep = *ep;
+	ep_fmt(ep, r->name);
+	r->data_port = data_port;
+	r->group = group;
+	r->last_seen = last_seen;
+	/* A failed grow leaves a working, if slower, table. */
+	(void)htab_insert(&s->byep, &r->hn, ep_hash(ep, s->hkey));
+	s->v[s->n++] = r;
+	if (group >= s->next_group)
+		s->next_group = group + 1;
+	s->gen++;
+	s->regroup_pending = true;
+	s->dirty = true;
+	return r;
+}
+
+enum dstate_rc
+dstate_register(struct dstate *s, const struct endpoint *relay, uint16_t data_port,
+    uint64_t now)
+{
+	struct drelay *r = find(s, relay);
+
+	if (r != NULL) {
+		r->last_seen = now;
+		s->dirty = true;
+		if (r->data_port != data_port) {
+			r->data_port = data_port;
+			changed(s);
+		}
+		return DSTATE_OK;
+	}
+	if (s->n >= s->p.max_relays)
+		return DSTATE_LIMIT;
+	if (append(s, relay, data_port, s->next_group, now) == NULL)
+		return DSTATE_NOMEM;
+	changed(s);
+	return DSTATE_NEW;
+}
+
+enum dstate_rc
+dstate_heartbeat(struct dstate *s, const struct endpoint *relay, uint64_t now)
+{
+	struct drelay *r = find(s, relay);
+
+	if (r == NULL)
+		return DSTATE_UNKNOWN;
+	r->last_seen = now;
+	s->dirty = true;
+	return DSTATE_OK;
+}
+
+static int
+cmp_rtt(const void *a, const void *b)
+{
+	const struct drtt *x = a, *y = b;
+
+	return x->peer < y->peer ? -1 : x->peer > y->peer;
+}
+
+/* A report entry being merged: pos orders duplicates. */
+struct drtt_in {
+	uint64_t peer;
+	uint32_t rtt_us;
+	size_t pos;
+};
+
+static int
+cmp_rtt_in(const void *a, const void *b)
+{
+	const struct drtt_in *x = a, *y = b;
+
+	/* By peer, and the last given first, so it wins. */
+	if (x->peer != y->peer)
+		return x->peer < y->peer ? -1 : 1;
+	return x->pos > y->pos ? -1 : x->pos < y->pos;
+}
+
+enum dstate_rc
+dstate_report(struct dstate *s, const struct endpoint *relay, const struct dstate_rtt_in *e,
+    size_t n, size_t *accepted)
+{
+	struct drelay *r = find(s, relay);
+	struct drtt_in *in;
+	struct drtt *out;
+	size_t k = 0, u = 0, m = 0, i, j;
+
+	*accepted = 0;
+	if (r == NULL)
+		return DSTATE_UNKNOWN;
+	if (n == 0)
+		return DSTATE_OK;
+	if ((in = malloc(n * sizeof(*in))) == NULL)
+		return DSTATE_NOMEM;
+	for (i = 0; i < n; i++) {
+		struct drelay *p = find(s, &e[i].peer);
+		if (p == NULL || p == r)
+			continue;
+		in[k].peer = p->id;
+		in[k].rtt_us = e[i].rtt_us;
+		in[k].pos = i;
+		k++;
+	}
+	if (k == 0) {
+		free(in);
+		return DSTATE_OK;
+	}
+	qsort(in, k, sizeof(*in), cmp_rtt_in);
+	for (i = 0; i < k; i++)
+		if (u == 0 || in[u - 1].peer != in[i].peer)
+			in[u++] = in[i];
+
+	if ((out = malloc((r->nrtt + u) * sizeof(*out))) == NULL) {
+		free(in);
+		return DSTATE_NOMEM;
+	}
+	for (i = 0, j = 0; i < r->nrtt || j < u;) {
+		if (j == u || (i < r->nrtt && r->rtt[i].peer < in[j].peer)) {
+			out[m++] = r->rtt[i++];
+			continue;
+		}
+		if (i < r->nrtt && r->rtt[i].peer == in[j].peer)
+			i++;	/* replaced */
+		out[m].peer = in[j].peer;
+		out[m].rtt_us = in[j].rtt_us;
+		m++;
+		j++;
+	}
+	free(in);
+	free(r->rtt);
+	r->rtt = out;
+	r->nrtt = m;
+	*accepted = u;
+	s->regroup_pending = true;
+	s->dirty = true;
+	return DSTATE_OK;
+}
+
+/* Strikes reports about the relay with this id from r's vector. */
+static void
+forget_peer(struct drelay *r, uint64_t id)
+{
+	struct drtt key = { .peer = id }, *f;
+
+	/* bsearch wants a non-null base even for no elements. */
+	if (r->nrtt == 0 ||
+	    (f = bsearch(&key, r->rtt, r->nrtt, sizeof(*r->rtt), cmp_rtt)) == NULL)
+		return;
+	memmove(f, f + 1, (size_t)(r->rtt + r->nrtt - (f + 1)) * sizeof(*f));
+	r->nrtt--;
+}
+
+size_t
+dstate_expire(struct dstate *s, uint64_t now, dstate_gone_fn gone, void *user)
+{
+	size_t i, j, removed = 0;
+
+	for (i = 0, j = 0; i < s->n; i++) {
+		struct drelay *r = s->v[i];
+		uint64_t age = now > r->last_seen ? now - r->last_seen : 0;
+
+		if (age <= s->p.expire_after_us) {
+			s->v[j++] = r;
+			continue;
+		}
+		if (gone)
+			gone(user, r->name, age);
+		htab_remove(&s->byep, &r->hn);
+		/* The survivors before j already sit in place; those after i
+		 * are struck below, with the others. */
+		for (size_t q = 0; q < j; q++)
+			forget_peer(s->v[q], r->id);
+		for (size_t q = i + 1; q < s->n; q++)
+			forget_peer(s->v[q], r->id);
+		relay_free(r);
+		removed++;
+	}
+	s->n = j;
+	if (removed) {
+		s->gen++;
+		s->regroup_pending = true;
+		changed(s);
+	}
+	return removed;
+}
+
+void
+dstate_version(const struct dstate *s, char v[DSTATE_VERSION_LEN])
+{
+	snprintf(v, DSTATE_VERSION_LEN, "%016" PRIx64 "-%" PRIu64, s->boot, s->counter);
+}
+
+uint64_t
+dstate_boot(const struct dstate *s)
+{
+	return s->boot;
+}
+
+uint64_t
+dstate_counter(const struct dstate *s)
+{
+	return s->counter;
+}
+
+size_t
+dstate_count(const struct dstate *s)
+{
+	return s->n;
+}
+
+bool
+dstate_has(const struct dstate *s, const struct endpoint *relay)
+{
+	return find(s, relay) != NULL;
+}
+
+int
+dstate_listing(const struct dstate *s, uint64_t now, struct dstate_entry **out, size_t *n)
+{
+	struct dstate_entry *e = NULL;
+
+	*out = NULL;
+	*n = 0;
+	if (s->n == 0)
+		return 0;
+	if ((e = calloc(s->n, sizeof(*e))) == NULL)
+		return -1;
+	for (size_t i = 0; i < s->n; i++) {
+		const struct drelay *r = s->v[i];
+		memcpy(e[i].relay, r->name, sizeof(e[i].relay));
+		e[i].data_port = r->data_port;
+		e[i].group = r->group;
+		e[i].age_us = now > r->last_seen ? now - r->last_seen : 0;
+		e[i].nrtt = r->nrtt;
+	}
+	*out = e;
+	*n = s->n;
+	return 0;
+}
+
+static int
+cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+size_t
+dstate_ngroups(const struct dstate *s)
+{
+	uint32_t *g;
+	size_t k = 0;
+
+	if (s->n == 0 || (g = malloc(s->n * sizeof(*g))) == NULL)
+		return 0;
+	for (size_t i = 0; i < s->n; i++)
+		g[i] = s->v[i]->group;
+	qsort(g, s->n, sizeof(*g), cmp_u32);
+	for (size_t i = 0; i < s->n; i++)
+		if (i == 0 || g[i] != g[i - 1])
+			k++;
+	free(g);
+	return k;
+}
+
+bool
+dstate_regroup_pending(const struct dstate *s)
+{
+	return s->regroup_pending;
+}
+
+int
+dstate_rtt_matrix(struct dstate *s, double **m, size_t *n, uint64_t *gen)
+{
+	size_t nn = s->n;
+	double *d;
+
+	*m = NULL;
+	*n = nn;
+	*gen = s->gen;
+	if (nn == 0) {
+		s->regroup_pending = false;
+		return 0;
+	}
+	if (nn > SIZE_MAX / sizeof(double) / nn || (d = malloc(nn * nn * sizeof(*d))) == NULL)
+		return -1;
+	for (size_t i = 0; i < nn * nn; i++)
+		d[i] = NAN;
+	for (size_t i = 0; i < nn; i++) {
+		const struct drelay *r = s->v[i];
+		for (size_t q = 0; q < r->nrtt; q++) {
+			long j = index_of(s, r->rtt[q].peer);
+			if (j >= 0)
+				d[i * nn + (size_t)j] = (double)r->rtt[q].rtt_us / 1000.0;
+		}
+	}
+	for (size_t i = 0; i < nn; i++) {
+		d[i * nn + i] = 0.0;
+		for (size_t j = i + 1; j < nn; j++) {
+			double a = d[i * nn + j], b = d[j * nn + i], v;
+			if (isnan(a))
+				v = b;
+			else if (isnan(b))
+				v = a;
+			else
+				v = (a + b) / 2.0;
+			d[i * nn + j] = d[j * nn + i] = v;
+		}
+	}
+	s->regroup_pending = false;
+	*m = d;
+	return 0;
+}
+
+int
+dstate_apply_groups(struct dstate *s, uint64_t gen, const uint32_t *group, size_t n)
+{
+	bool diff = false;
+
+	if (gen != s->gen || n != s->n) {
+		s->regroup_pending = true;
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (s->v[i]->group != group[i])
+			diff = true;
+		s->v[i]->group = group[i];
+	}
+	s->next_group = 0;
+	for (size_t i = 0; i < n; i++)
+		if (group[i] >= s->next_group)
+			s->next_group = group[i] + 1;
+	if (diff)
+		changed(s);
+	return diff ? 1 : 0;
+}
+
+bool
+dstate_dirty(const struct dstate *s)
+{
+	return s->dirty;
+}
+
+void
+dstate_mark_saved(struct dstate *s)
+{
+	s->dirty = false;
+}
+
+void
+dstate_relay_at(const struct dstate *s, size_t i, struct dstate_relay_view *out)
+{
+	const struct drelay *r = s->v[i];
+
+	out->relay = r->name;
+	out->data_port = r->data_port;
+	out->group = r->group;
+	out->last_seen = r->last_seen;
+	out->nrtt = r->nrtt;
+}
+
+void
+dstate_rtt_at(const struct dstate *s, size_t i, size_t j, size_t *peer, uint32_t *rtt_us)
+{
+	const struct drtt *t = &s->v[i]->rtt[j];
+	long k = index_of(s, t->peer);
+
+	/* Vectors only ever name live relays (forget_peer), so k >= 0. */
+	*peer = k >= 0 ? (size_t)k : 0;
+	*rtt_us = t->rtt_us;
+}
+
+enum dstate_rc
+dstate_restore_relay(struct dstate *s, const struct endpoint *relay, uint16_t data_port,
+    uint32_t group, uint64_t last_seen)
+{
+	if (find(s, relay) != NULL)
+		return DSTATE_LIMIT;
+	return append(s, relay, data_port, group, last_seen) ? DSTATE_OK : DSTATE_NOMEM;
+}
+
+void
+dstate_restore_counter(struct dstate *s, uint64_t counter)
+{
+	s->counter = counter;
+}
+
+void
+dstate_set_boot(struct dstate *s, uint64_t boot)
+{
+	s->boot = boot;
+	s->dirty = true;
+}
+
+void
+dstate_bump(struct dstate *s)
+{
+	changed(s);
+}

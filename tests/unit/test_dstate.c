@@ -1,0 +1,567 @@
+/* slot-dird's registry (src/directory/dstate.c) and its snapshot
+ * (src/directory/dsnap.c): registration, versions, reports, expiry, the
+ * grouping input, and the state file's round trip and refusals. */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <sodium.h>
+
+#include "slot/mcl.h"
+#include "../../src/directory/dsnap.h"
+#include "../../src/directory/dstate.h"
+
+#define S 1000000ull
+#define BOOT 0x0123456789abcdefull
+
+static const struct dstate_params params = { .expire_after_us = 120 * S, .max_relays = 100 };
+
+static struct endpoint
+E(const char *s)
+{
+	struct endpoint e;
+
+	assert_int_equal(ep_parse(s, 0, &e), 0);
+	return e;
+}
+
+static struct endpoint
+relay_n(int i)
+{
+	char b[32];
+
+	snprintf(b, sizeof(b), "192.0.2.%d:7600", i);
+	return E(b);
+}
+
+static struct dstate *
+new_state(void)
+{
+	struct dstate *s = dstate_new(&params, BOOT);
+
+	assert_non_null(s);
+	return s;
+}
+
+static void
+reg(struct dstate *s, int i, uint64_t now)
+{
+	struct endpoint e = relay_n(i);
+	enum dstate_rc rc = dstate_register(s, &e, 7601, now);
+
+	assert_true(rc == DSTATE_NEW || rc == DSTATE_OK);
+}
+
+static size_t
+report(struct dstate *s, int from, int to, uint32_t rtt_us)
+{
+	struct endpoint f = relay_n(from);
+	struct dstate_rtt_in in = { .peer = relay_n(to), .rtt_us = rtt_us };
+	size_t acc = 99;
+
+	assert_int_equal(dstate_report(s, &f, &in, 1, &acc), DSTATE_OK);
+	return acc;
+}
+
+static void
+test_register_and_versions(void **state)
+{
+	struct dstate *s = new_state();
+	struct endpoint a = relay_n(1), b = relay_n(2);
+	char v0[DSTATE_VERSION_LEN], v1[DSTATE_VERSION_LEN], v2[DSTATE_VERSION_LEN];
+	struct dstate_entry *e;
+	size_t n;
+	(void)state;
+
+	dstate_version(s, v0);
+	assert_string_equal(v0, "0123456789abcdef-0");
+	assert_int_equal(dstate_register(s, &a, 7601, 10 * S), DSTATE_NEW);
+	assert_int_equal(dstate_register(s, &b, 7602, 11 * S), DSTATE_NEW);
+	dstate_version(s, v1);
+	assert_string_not_equal(v0, v1);
+	assert_int_equal(dstate_count(s), 2);
+
+	/* Registering again with the same data port, or a heartbeat: the
+	 * listing is the same, so is the version. */
+	assert_int_equal(dstate_register(s, &a, 7601, 12 * S), DSTATE_OK);
+	assert_int_equal(dstate_heartbeat(s, &b, 13 * S), DSTATE_OK);
+	dstate_version(s, v2);
+	assert_string_equal(v1, v2);
+	/* A new data port is a new listing. */
+	assert_int_equal(dstate_register(s, &a, 9000, 14 * S), DSTATE_OK);
+	dstate_version(s, v2);
+	assert_string_not_equal(v1, v2);
+
+	/* The listing: registration order, a group each until a regroup. */
+	assert_int_equal(dstate_listing(s, 20 * S, &e, &n), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(e[0].relay, "192.0.2.1:7600");
+	assert_int_equal(e[0].data_port, 9000);
+	assert_int_equal(e[0].age_us, 6 * S);
+	assert_string_equal(e[1].relay, "192.0.2.2:7600");
+	assert_int_equal(e[1].data_port, 7602);
+	assert_int_equal(e[1].age_us, 7 * S);
+	assert_int_not_equal(e[0].group, e[1].group);
+	assert_int_equal(dstate_ngroups(s), 2);
+	free(e);
+	dstate_free(s);
+}
+
+static void
+test_unknown_and_limit(void **state)
+{
+	struct dstate_params p = params;
+	struct dstate *s;
+	struct endpoint x = relay_n(9);
+	size_t acc;
+	(void)state;
+
+	p.max_relays = 3;
+	s = dstate_new(&p, BOOT);
+	assert_int_equal(dstate_heartbeat(s, &x, 0), DSTATE_UNKNOWN);
+	assert_int_equal(dstate_report(s, &x, NULL, 0, &acc), DSTATE_UNKNOWN);
+	for (int i = 1; i <= 3; i++)
+		reg(s, i, 0);
+	assert_int_equal(dstate_register(s, &x, 7601, 0), DSTATE_LIMIT);
+	/* A known relay may always register again. */
+	struct endpoint a = relay_n(1);
+	assert_int_equal(dstate_register(s, &a, 7601, 1), DSTATE_OK);
+	assert_false(dstate_has(s, &x));
+	assert_true(dstate_has(s, &a));
+	dstate_free(s);
+}
+
+static void
+test_report_merges(void **state)
+{
+	struct dstate *s = new_state();
+	struct endpoint a = relay_n(1);
+	size_t acc, peer;
+	uint32_t rtt;
+	struct dstate_relay_view v;
+	(void)state;
+
+	for (int i = 1; i <= 4; i++)
+		reg(s, i, 0);
+	struct dstate_rtt_in in[] = {
+		{ relay_n(3), 3000 },
+		{ relay_n(2), 2000 },
+		{ relay_n(9), 9000 },	/* not registered: skipped */
+		{ relay_n(1), 1 },	/* itself: skipped */
+		{ relay_n(2), 2500 },	/* the later entry wins */
+	};
+	assert_int_equal(dstate_report(s, &a, in, 5, &acc), DSTATE_OK);
+	assert_int_equal(acc, 2);
+	dstate_relay_at(s, 0, &v);
+	assert_int_equal(v.nrtt, 2);
+	dstate_rtt_at(s, 0, 0, &peer, &rtt);
+	assert_int_equal(peer, 1);
+	assert_int_equal(rtt, 2500);
+	dstate_rtt_at(s, 0, 1, &peer, &rtt);
+	assert_int_equal(peer, 2);
+	assert_int_equal(rtt, 3000);
+
+	/* A second report replaces what it names and keeps the rest. */
+	assert_int_equal(report(s, 1, 4, 4000), 1);
+	assert_int_equal(report(s, 1, 3, 3300), 1);
+	dstate_relay_at(s, 0, &v);
+	assert_int_equal(v.nrtt, 3);
+	dstate_rtt_at(s, 0, 1, &peer, &rtt);
+	assert_int_equal(peer, 2);
+	assert_int_equal(rtt, 3300);
+	dstate_rtt_at(s, 0, 2, &peer, &rtt);
+	assert_int_equal(peer, 3);
+	assert_int_equal(rtt, 4000);
+	dstate_free(s);
+}
+
+static void
+test_matrix(void **state)
+{
+	struct dstate *s = new_state();
+	double *m;
+	size_t n;
+	uint64_t gen;
+	(void)state;
+
+	for (int i = 1; i <= 3; i++)
+		reg(s, i, 0);
+	report(s, 1, 2, 10000);
+	report(s, 2, 1, 20000);	/* both sides: the mean */
+	report(s, 3, 1, 5000);	/* one side: that one */
+	assert_true(dstate_regroup_pending(s));
+	assert_int_equal(dstate_rtt_matrix(s, &m, &n, &gen), 0);
+	assert_false(dstate_regroup_pending(s));
+	assert_int_equal(n, 3);
+	assert_true(m[0 * 3 + 1] == 15.0 && m[1 * 3 + 0] == 15.0);
+	assert_true(m[0 * 3 + 2] == 5.0 && m[2 * 3 + 0] == 5.0);
+	assert_true(isnan(m[1 * 3 + 2]) && isnan(m[2 * 3 + 1]));
+	assert_true(m[0] == 0.0 && m[4] == 0.0 && m[8] == 0.0);
+	free(m);
+	dstate_free(s);
+}
+
+static void
+test_groups_apply(void **state)
+{
+	struct dstate *s = new_state();
+	char v0[DSTATE_VERSION_LEN], v1[DSTATE_VERSION_LEN];
+	double *m;
+	size_t n;
+	uint64_t gen;
+	(void)state;
+
+	for (int i = 1; i <= 3; i++)
+		reg(s, i, 0);
+	assert_int_equal(dstate_ngroups(s), 3);
+	assert_int_equal(dstate_rtt_matrix(s, &m, &n, &gen), 0);
+	free(m);
+	uint32_t g[3] = { 0, 0, 1 };
+	dstate_version(s, v0);
+	assert_int_equal(dstate_apply_groups(s, gen, g, 3), 1);
+	dstate_version(s, v1);
+	assert_string_not_equal(v0, v1);
+	assert_int_equal(dstate_ngroups(s), 2);
+	/* The same groups again: nothing moves. */
+	assert_int_equal(dstate_apply_groups(s, gen, g, 3), 0);
+	dstate_version(s, v0);
+	assert_string_equal(v0, v1);
+	/* The relay set changed since the matrix: refused, pending again. */
+	reg(s, 4, 0);
+	assert_int_equal(dstate_rtt_matrix(s, &m, &n, &gen), 0);
+	free(m);
+	reg(s, 5, 0);
+	uint32_t g4[4] = { 0, 0, 0, 0 };
+	assert_int_equal(dstate_apply_groups(s, gen, g4, 4), -1);
+	assert_true(dstate_regroup_pending(s));
+	/* A newcomer's provisional group is one nobody else has. */
+	struct dstate_entry *e;
+	assert_int_equal(dstate_listing(s, 0, &e, &n), 0);
+	assert_int_equal(n, 5);
+	for (size_t i = 0; i < 4; i++)
+		assert_int_not_equal(e[4].group, e[i].group);
+	free(e);
+	dstate_free(s);
+}
+
+static void
+test_expiry(void **state)
+{
+	struct dstate *s = new_state();
+	char v0[DSTATE_VERSION_LEN], v1[DSTATE_VERSION_LEN];
+	struct dstate_relay_view v;
+	size_t peer;
+	uint32_t rtt;
+	(void)state;
+
+	reg(s, 1, 0);
+	reg(s, 2, 100 * S);
+	reg(s, 3, 0);
+	report(s, 2, 1, 1000);
+	report(s, 2, 3, 3000);
+	report(s, 1, 2, 1000);
+	dstate_version(s, v0);
+	assert_int_equal(dstate_expire(s, 120 * S, NULL, NULL), 0);
+	struct endpoint b = relay_n(2);
+	assert_int_equal(dstate_heartbeat(s, &b, 121 * S), DSTATE_OK);
+	/* 1 and 3 are silent for 121 s > 120 s; 2 spoke 0 s ago. */
+	assert_int_equal(dstate_expire(s, 121 * S, NULL, NULL), 2);
+	dstate_version(s, v1);
+	assert_string_not_equal(v0, v1);
+	assert_int_equal(dstate_count(s), 1);
+	dstate_relay_at(s, 0, &v);
+	assert_string_equal(v.relay, "192.0.2.2:7600");
+	/* Its reports about the expired relays went with them. */
+	assert_int_equal(v.nrtt, 0);
+	assert_true(dstate_regroup_pending(s));
+	/* The expired relay must register again. */
+	struct endpoint a = relay_n(1);
+	assert_int_equal(dstate_heartbeat(s, &a, 122 * S), DSTATE_UNKNOWN);
+	reg(s, 1, 122 * S);
+	report(s, 1, 2, 777);
+	dstate_relay_at(s, 1, &v);
+	assert_int_equal(v.nrtt, 1);
+	dstate_rtt_at(s, 1, 0, &peer, &rtt);
+	assert_int_equal(peer, 0);
+	assert_int_equal(rtt, 777);
+	dstate_free(s);
+}
+
+/* Two sites of three relays: 1 ms inside, 60 ms between. */
+static void
+test_two_sites_group(void **state)
+{
+	struct dstate *s = new_state();
+	struct mcl_params mp;
+	double *m;
+	size_t n, ngroups;
+	uint64_t gen;
+	uint32_t g[6];
+	char err[128];
+	struct dstate_entry *e;
+	(void)state;
+
+	for (int i = 1; i <= 6; i++)
+		reg(s, i, 0);
+	for (int i = 1; i <= 6; i++)
+		for (int j = 1; j <= 6; j++)
+			if (i != j)
+				report(s, i, j, (i <= 3) == (j <= 3) ? 1000 : 60000);
+	assert_int_equal(dstate_rtt_matrix(s, &m, &n, &gen), 0);
+	mcl_params_default(&mp);
+	assert_int_equal(mcl_groups(m, n, &mp, g, &ngroups, err, sizeof(err)), 0);
+	free(m);
+	assert_int_equal(ngroups, 2);
+	assert_int_equal(dstate_apply_groups(s, gen, g, n), 1);
+	assert_int_equal(dstate_listing(s, 0, &e, &n), 0);
+	assert_int_equal(e[0].group, e[1].group);
+	assert_int_equal(e[0].group, e[2].group);
+	assert_int_equal(e[3].group, e[4].group);
+	assert_int_equal(e[3].group, e[5].group);
+	assert_int_not_equal(e[0].group, e[3].group);
+	free(e);
+	dstate_free(s);
+}
+
+/* A state of three relays with reports and groups, seen at mono 50 s,
+ * wall 1000 s. */
+static struct dstate *
+sample(void)
+{
+	struct dstate *s = new_state();
+	double *m;
+	size_t n;
+	uint64_t gen;
+
+	reg(s, 1, 40 * S);
+	reg(s, 2, 45 * S);
+	struct endpoint c = E("[2001:db8::3]:7700");
+	assert_int_equal(dstate_register(s, &c, 7701, 50 * S), DSTATE_NEW);
+	report(s, 1, 2, 1500);
+	struct endpoint a = relay_n(1);
+	struct dstate_rtt_in in[] = { { c, 90000 } };
+	size_t acc;
+	assert_int_equal(dstate_report(s, &a, in, 1, &acc), DSTATE_OK);
+	assert_int_equal(dstate_rtt_matrix(s, &m, &n, &gen), 0);
+	free(m);
+	uint32_t g[3] = { 0, 0, 1 };
+	assert_int_equal(dstate_apply_groups(s, gen, g, 3), 1);
+	return s;
+}
+
+static void
+test_snapshot_round_trip(void **state)
+{
+	struct dstate *s = sample(), *t;
+	struct dsnap_info info;
+	char *buf, *buf2, err[256], v0[DSTATE_VERSION_LEN], v1[DSTATE_VERSION_LEN];
+	size_t len, len2;
+	(void)state;
+
+	assert_int_equal(dsnap_format(s, 50 * S, 1000 * S, true, &buf, &len), 0);
+	assert_int_equal(strlen(buf), len);
+	assert_non_null(strstr(buf, "slot-dird-state 1\nboot 0123456789abcdef\n"));
+	assert_non_null(strstr(buf, "\nclean 1\n"));
+	assert_non_null(strstr(buf, "\nrelay 192.0.2.1:7600 7601 0 990000000\n"));
+	assert_non_null(strstr(buf, "\nrelay [2001:db8::3]:7700 7701 1 1000000000\n"));
+	assert_non_null(strstr(buf, "\nrtt 192.0.2.1:7600 [2001:db8::3]:7700 90000\n"));
+	assert_non_null(strstr(buf, "\nend 3 2\n"));
+
+	/* Restored 30 s later, the monotonic clock at 100 s: same listing,
+	 * same version since it was saved at exit. */
+	t = dsnap_parse(buf, len, &params, 100 * S, 1030 * S, 42, &info, err, sizeof(err));
+	if (t == NULL)
+		fail_msg("%s", err);
+	assert_true(info.clean);
+	assert_int_equal(info.relays, 3);
+	assert_int_equal(info.rtts, 2);
+	assert_int_equal(info.dropped, 0);
+	dstate_version(s, v0);
+	dstate_version(t, v1);
+	assert_string_equal(v0, v1);
+	struct dstate_entry *e;
+	size_t n;
+	assert_int_equal(dstate_listing(t, 100 * S, &e, &n), 0);
+	assert_int_equal(n, 3);
+	assert_string_equal(e[2].relay, "[2001:db8::3]:7700");
+	assert_int_equal(e[2].group, 1);
+	assert_int_equal(e[0].age_us, 40 * S);	/* 10 s before the save, 30 s down */
+	assert_int_equal(e[2].age_us, 30 * S);
+	free(e);
+	/* Saved again at that instant: the same records. */
+	assert_int_equal(dsnap_format(t, 100 * S, 1030 * S, true, &buf2, &len2), 0);
+	assert_string_equal(strstr(buf2, "\nrelay"), strstr(buf, "\nrelay"));
+	free(buf2);
+	dstate_free(t);
+
+	/* A monotonic clock younger than the downtime (a rebooted host):
+	 * the relays are kept, not taken for fresh by mistake nor dropped. */
+	t = dsnap_parse(buf, len, &params, 5 * S, 1030 * S, 42, &info, err, sizeof(err));
+	assert_non_null(t);
+	assert_int_equal(info.relays, 3);
+	dstate_free(t);
+
+	/* Not saved at exit: a new boot id, so a new version. */
+	free(buf);
+	assert_int_equal(dsnap_format(s, 50 * S, 1000 * S, false, &buf, &len), 0);
+	t = dsnap_parse(buf, len, &params, 5 * S, 1030 * S, 42, &info, err, sizeof(err));
+	assert_non_null(t);
+	assert_false(info.clean);
+	dstate_version(t, v1);
+	assert_string_equal(v1, "000000000000002a-4");
+	assert_string_not_equal(v0, v1);
+	dstate_free(t);
+	free(buf);
+	dstate_free(s);
+}
+
+static void
+test_snapshot_drops_expired(void **state)
+{
+	struct dstate *s = sample(), *t;
+	struct dsnap_info info;
+	char *buf, err[256], v0[DSTATE_VERSION_LEN], v1[DSTATE_VERSION_LEN];
+	size_t len;
+	(void)state;
+
+	assert_int_equal(dsnap_format(s, 50 * S, 1000 * S, true, &buf, &len), 0);
+	/* 115 s later: relay 1 (seen at 990 s) is 125 s old, the others 120
+	 * s and 115 s: only relay 1 goes, with its two reports. */
+	t = dsnap_parse(buf, len, &params, 5 * S, 1115 * S, 42, &info, err, sizeof(err));
+	if (t == NULL)
+		fail_msg("%s", err);
+	assert_int_equal(info.relays, 2);
+	assert_int_equal(info.dropped, 1);
+	assert_int_equal(info.rtts, 0);
+	dstate_version(s, v0);
+	dstate_version(t, v1);
+	assert_string_not_equal(v0, v1);
+	struct endpoint a = relay_n(1);
+	assert_false(dstate_has(t, &a));
+	dstate_free(t);
+	free(buf);
+	dstate_free(s);
+}
+
+static void
+corrupt(const char *text, const char *want)
+{
+	struct dsnap_info info;
+	char err[256] = "";
+	struct dstate *t = dsnap_parse(text, strlen(text), &params, 5 * S, 1000 * S, 42, &info,
+	    err, sizeof(err));
+
+	if (t != NULL)
+		fail_msg("accepted: %s", text);
+	if (strstr(err, want) == NULL)
+		fail_msg("error \"%s\" lacks \"%s\"", err, want);
+}
+
+#define HEAD "slot-dird-state 1\nboot 0123456789abcdef\ncounter 7\nclean 1\nsaved 1\n"
+#define R1 "relay 192.0.2.1:7600 7601 0 999000000\n"
+#define R2 "relay 192.0.2.2:7600 7601 0 999000000\n"
+
+static void
+test_snapshot_corrupt(void **state)
+{
+	(void)state;
+	corrupt("", "line 1: no end line");
+	corrupt("garbage\n", "line 1: not a slot-dird state file");
+	corrupt("slot-dird-state 2\n" "boot 0\n", "line 1:");
+	corrupt(HEAD R1 R2, "no end line");
+	corrupt(HEAD R1 R2 "end 2 0", "last line cut short");
+	corrupt(HEAD R1 R2 "end 3 0\n", "end line counts");
+	corrupt(HEAD R1 R2 "rtt 192.0.2.1:7600 192.0.2.2:7600 5\nend 2 0\n", "end line counts");
+	corrupt(HEAD R1 "rtt 192.0.2.1:7600 192.0.2.9:7600 5\nend 1 1\n", "line 7: rtt line names");
+	corrupt(HEAD R1 R1 "end 2 0\n", "line 7: relay 192.0.2.1:7600 listed twice");
+	corrupt(HEAD R1 "relay 192.0.2.3:7600 0 0 1\nend 2 0\n", "line 7: bad relay line");
+	corrupt(HEAD R1 "relay 192.0.2.3 7601 0 1\nend 2 0\n", "bad relay line");
+	corrupt(HEAD R1 "rtt 192.0.2.1:7600 192.0.2.1:7600 -5\nend 1 1\n", "bad rtt line");
+	corrupt(HEAD R1 "weird 1\nend 1 0\n", "unknown record");
+	corrupt(HEAD R1 "end 1 0\nrelay 192.0.2.5:7600 1 0 1\n", "text after the end line");
+	corrupt(HEAD R1 "rtt 192.0.2.1:7600 192.0.2.1:7600 5\n" R2 "end 2 1\n",
+	    "relay line after rtt lines");
+	corrupt("slot-dird-state 1\nboot 012345\ncounter 7\n", "line 2: bad boot value");
+	corrupt("slot-dird-state 1\ncounter 7\n", "line 2: expected \"boot\"");
+	corrupt("slot-dird-state 1\nboot 0123456789abcdef\ncounter 7\nclean 2\n",
+	    "line 4: bad clean value");
+	corrupt(HEAD R1 " end 1 0\n", "malformed line");
+
+	/* A NUL byte. */
+	char text[] = HEAD R1 "end 1 0\n";
+	struct dsnap_info info;
+	char err[128];
+	text[3] = '\0';
+	assert_null(dsnap_parse(text, sizeof(text) - 1, &params, 0, 0, 1, &info, err,
+	    sizeof(err)));
+	assert_non_null(strstr(err, "NUL"));
+
+	/* And the good one parses. */
+	struct dstate *t = dsnap_parse(HEAD R1 R2 "end 2 0\n", strlen(HEAD R1 R2 "end 2 0\n"),
+	    &params, 5 * S, 1000 * S, 42, &info, err, sizeof(err));
+	assert_non_null(t);
+	char v[DSTATE_VERSION_LEN];
+	dstate_version(t, v);
+	assert_string_equal(v, "0123456789abcdef-7");
+	dstate_free(t);
+}
+
+static void
+test_snapshot_file(void **state)
+{
+	char dir[] = "/tmp/slot-test-dsnap-XXXXXX", path[128], tmp[140], err[256], *buf;
+	struct stat st;
+	size_t len;
+	(void)state;
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/dird.state", dir);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	assert_int_equal(dsnap_read_file(path, &buf, &len, err, sizeof(err)), -1);
+	assert_int_equal(errno, ENOENT);
+	assert_int_equal(dsnap_write_file(path, "one\n", 4, err, sizeof(err)), 0);
+	assert_int_equal(dsnap_write_file(path, "two lines\n", 10, err, sizeof(err)), 0);
+	assert_int_equal(stat(tmp, &st), -1);	/* renamed away */
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	assert_int_equal(dsnap_read_file(path, &buf, &len, err, sizeof(err)), 0);
+	assert_int_equal(len, 10);
+	assert_string_equal(buf, "two lines\n");
+	free(buf);
+	/* A directory that does not exist: an error, not a crash. */
+	assert_int_equal(dsnap_write_file("/nonexistent/dir/dird.state", "x", 1, err,
+	    sizeof(err)), -1);
+	assert_non_null(strstr(err, "/nonexistent/dir/dird.state.tmp"));
+	unlink(path);
+	rmdir(dir);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_register_and_versions),
+		cmocka_unit_test(test_unknown_and_limit),
+		cmocka_unit_test(test_report_merges),
+		cmocka_unit_test(test_matrix),
+		cmocka_unit_test(test_groups_apply),
+		cmocka_unit_test(test_expiry),
+		cmocka_unit_test(test_two_sites_group),
+		cmocka_unit_test(test_snapshot_round_trip),
+		cmocka_unit_test(test_snapshot_drops_expired),
+		cmocka_unit_test(test_snapshot_corrupt),
+		cmocka_unit_test(test_snapshot_file),
+	};
+	if (sodium_init() < 0)
+		return 1;
+	return cmocka_run_group_tests_name("dstate", tests, NULL, NULL);
+}
