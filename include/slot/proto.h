@@ -129,6 +129,10 @@ enum proto_err {
 	PERR_MAC,
 };
 
+/* Sets m's timestamp (now, wall clock) and a fresh random nonce, as every
+ * message sent needs. */
+void proto_stamp(struct proto_msg *m);
+
 /* Encodes and signs m into buf. Returns the message length, or -1 if cap is
  * too small or m holds a value the format cannot carry (unknown type, bad
  * family, port 0). */

@@ -33,6 +33,10 @@ void sock_close_rst(int fd);
  * Returns fd or -1. */
 int sock_listen_unix(const char *path, mode_t mode, int backlog);
 
+/* Raises the soft limit on open descriptors to the hard limit (daemons
+ * hold many sockets). Failure is harmless: the old limit stays. */
+void sock_raise_nofile(void);
+
 /* Local and peer endpoints of a connected socket. Return 0 or -1. */
 int sock_local_ep(int fd, struct endpoint *out);
 int sock_peer_ep(int fd, struct endpoint *out);

@@ -423,8 +423,7 @@ probe_send(struct slotd *d, struct hconn *c, size_t i)
 	if (++d->next_probe_id == 0)
 		d->next_probe_id = 1;
 	m.id = d->next_probe_id;
-	m.ts_us = clock_real_us();
-	m.nonce = ((uint64_t)arc4random() << 32) | arc4random();
+	proto_stamp(&m);
 	m.u.probe_req.target = c->server;
 	c->pr[i].id = m.id;
 	c->pr[i].c = c;

@@ -196,8 +196,7 @@ rl_send(struct rlink *l, struct proto_msg *m)
 	if (++l->next_id == 0)
 		l->next_id = 1;
 	m->id = l->next_id;
-	m->ts_us = clock_real_us();
-	m->nonce = ((uint64_t)arc4random() << 32) | arc4random();
+	proto_stamp(m);
 	if ((n = proto_encode(m, l->env->key, buf, sizeof(buf))) < 0)
 		return 0;
 	if (l->outlen + (size_t)n > RL_OUT_MAX)

@@ -56,18 +56,6 @@ set_env(struct slotd *d)
 	d->env.reconnect_max_ms = d->conf.reconnect_max_ms;
 }
 
-/* A held SYN costs a descriptor for its direct probe. */
-static void
-raise_nofile(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		(void)setrlimit(RLIMIT_NOFILE, &rl);
-	}
-}
-
 static void
 queue_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
@@ -239,7 +227,8 @@ main(int argc, char **argv)
 		    "CAP_NET_ADMIN once set up");
 
 	signal(SIGPIPE, SIG_IGN);
-	raise_nofile();
+	/* A held SYN costs a descriptor for its direct probe. */
+	sock_raise_nofile();
 	if ((d->loop = ev_default_loop(EVFLAG_AUTO)) == NULL)
 		fatalx("cannot create the event loop");
 	addr_hash_key(d->hkey);

@@ -8,9 +8,11 @@
  * means for their channel (drop a datagram, answer ERROR, close).
  */
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
+#include "slot/clock.h"
 #include "slot/proto.h"
 
 /* Body lengths per type. */
@@ -502,4 +504,11 @@ proto_error_for(enum proto_err e)
 		return ERR_MALFORMED;
 	}
 	return ERR_MALFORMED;
+}
+
+void
+proto_stamp(struct proto_msg *m)
+{
+	m->ts_us = clock_real_us();
+	m->nonce = ((uint64_t)arc4random() << 32) | arc4random();
 }

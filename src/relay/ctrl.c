@@ -104,8 +104,7 @@ ctrl_queue(struct ctrl_conn *c, struct proto_msg *m)
 	uint8_t buf[PROTO_MAX_LEN];
 	int n;
 
-	m->ts_us = clock_real_us();
-	m->nonce = ((uint64_t)arc4random() << 32) | arc4random();
+	proto_stamp(m);
 	if ((n = proto_encode(m, &c->r->key, buf, sizeof(buf))) < 0) {
 		log_warnx("control: cannot encode %s", proto_type_str(m->type));
 		return;

@@ -58,8 +58,7 @@ probe_reply(struct probe_srv *ps, const struct waiter *w, const struct endpoint 
 	int n;
 	uint64_t now = clock_mono_us();
 
-	m.ts_us = clock_real_us();
-	m.nonce = ((uint64_t)arc4random() << 32) | arc4random();
+	proto_stamp(&m);
 	m.u.probe_reply.status = status;
 	m.u.probe_reply.flags = flags;
 	m.u.probe_reply.rtt_us = rtt_us;

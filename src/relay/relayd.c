@@ -248,18 +248,6 @@ drop_privileges(const struct rconf *c, char *err, size_t errlen)
 	return 0;
 }
 
-static void
-raise_nofile(void)
-{
-	struct rlimit rl;
-
-	/* Two sockets and up to two kernel pipes (four descriptors) per pipe. */
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		(void)setrlimit(RLIMIT_NOFILE, &rl);
-	}
-}
-
 int
 main(int argc, char **argv)
 {
@@ -318,7 +306,8 @@ main(int argc, char **argv)
 	}
 
 	signal(SIGPIPE, SIG_IGN);
-	raise_nofile();
+	/* Two sockets and up to two kernel pipes per pipe. */
+	sock_raise_nofile();
 	if ((r->loop = ev_default_loop(EVFLAG_AUTO)) == NULL)
 		fatalx("cannot create the event loop");
 	addr_hash_key(r->hkey);
