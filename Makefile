@@ -29,6 +29,7 @@ NFQ_LIBS   := $(shell $(PKG_CONFIG) --libs libnetfilter_queue libmnl 2>/dev/null
 XMLRPC_CONFIG ?= xmlrpc-c-config
 XMLRPC_SERVER_CFLAGS := $(shell $(XMLRPC_CONFIG) abyss-server --cflags 2>/dev/null)
 XMLRPC_SERVER_LIBS := $(shell $(XMLRPC_CONFIG) abyss-server --libs 2>/dev/null)
+XMLRPC_CLIENT_LIBS := $(shell $(XMLRPC_CONFIG) client --libs 2>/dev/null) -lpthread
 
 CORE_SRC   := $(sort $(wildcard src/core/*.c))
 RELAY_MAIN := src/relay/relayd.c
@@ -98,10 +99,10 @@ $(WANEM_LIB): $(call obj,$(WANEM_SRC))
 	rm -f $@ && $(AR) rcs $@ $^
 
 $(B)/slot-relayd: $(call obj,$(RELAY_MAIN)) $(RELAY_LIB) $(CORE_LIB)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(CORE_LIBS) $(EV_LIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(XMLRPC_CLIENT_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
 $(B)/slotd: $(call obj,$(CLIENT_MAIN)) $(CLIENT_LIB) $(CORE_LIB)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(CORE_LIBS) $(EV_LIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(XMLRPC_CLIENT_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
 $(B)/slot-dird: $(call obj,$(DIRD_MAIN)) $(DIRD_LIB) $(CORE_LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(XMLRPC_SERVER_LIBS) $(CORE_LIBS) $(EV_LIBS)
@@ -115,11 +116,11 @@ $(B)/slot-wanem: $(call obj,$(WANEM_MAIN)) $(WANEM_LIB) $(CORE_LIB)
 
 $(B)/tests/test_%: $(call obj,tests/unit/test_%.c) $(CLIENT_LIB) $(RELAY_LIB) $(WANEM_LIB) $(DIRD_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(NFQ_LIBS) $(CORE_LIBS) $(EV_LIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(NFQ_LIBS) $(XMLRPC_SERVER_LIBS) $(XMLRPC_CLIENT_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
 $(B)/tests/%: $(call obj,tests/integration/%.c) $(CLIENT_LIB) $(RELAY_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(CORE_LIBS) $(EV_LIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(XMLRPC_CLIENT_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
 unit: $(UNIT_BINS)
 	@./tests/unit/run.sh $(UNIT_BINS)

@@ -12,7 +12,6 @@ down(), atexit, SIGINT/SIGTERM.
 """
 
 import atexit
-import ctypes
 import hashlib
 import json
 import os
@@ -28,13 +27,11 @@ import time
 
 PREFIX = "sltit"
 NAME_RE = re.compile(r"^%s(\d+)-" % PREFIX)
-CLONE_NEWNET = 0x40000000
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 # Command and process helpers are the test bed's (tests/testbed/topo.py).
 sys.path.insert(0, os.path.join(ROOT, "tests", "testbed"))
+import topo  # noqa: E402
 from topo import kill_ns_pids, pid_alive, sh  # noqa: E402,F401
 
 
@@ -207,27 +204,7 @@ class Net:
     def in_ns(self, ns, fn):
         """Calls fn() on a thread that has entered ns; returns its result.
         Sockets keep the namespace they were created in."""
-        out = {}
-
-        def body():
-            try:
-                fd = os.open("/run/netns/" + self._nsname(ns), os.O_RDONLY)
-                try:
-                    if _libc.setns(fd, CLONE_NEWNET) != 0:
-                        e = ctypes.get_errno()
-                        raise OSError(e, "setns: " + os.strerror(e))
-                finally:
-                    os.close(fd)
-                out["v"] = fn()
-            except BaseException as e:   # handed to the caller
-                out["e"] = e
-
-        th = threading.Thread(target=body)
-        th.start()
-        th.join()
-        if "e" in out:
-            raise out["e"]
-        return out["v"]
+        return topo.in_netns(self._nsname(ns), fn)
 
     def listen(self, ns, ip, port, backlog=64):
         def f():

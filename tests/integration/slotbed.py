@@ -39,12 +39,14 @@ sys.path.insert(0, os.path.join(HERE, "..", "testbed"))
 sys.path.insert(0, HERE)
 import topo  # noqa: E402
 import netns  # noqa: E402
+from dirrpc import DirClient  # noqa: E402
 
 ROOT = topo.ROOT
 BUILD = os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build"))
 RELAYD = os.environ.get("SLOT_RELAYD", os.path.join(BUILD, "slot-relayd"))
 SLOTD = os.environ.get("SLOT_SLOTD", os.path.join(BUILD, "slotd"))
 SLOTD_SRC = os.path.join(ROOT, "src", "client", "slotd.c")
+DIRD = os.environ.get("SLOT_DIRD", os.path.join(BUILD, "slot-dird"))
 NGINX = os.environ.get("SLOT_NGINX", "/usr/sbin/nginx")
 
 KiB = 1 << 10
@@ -671,18 +673,107 @@ class Result:
                    (self.sha or "")[:16], self.err[-2000:]))
 
 
+class BedDird(DirClient):
+    """slot-dird in a host of the test bed (listening on the host's address,
+    port 7602, state file and counters socket in the run directory), config
+    from a dict. Its DirClient methods call it from inside the client host,
+    as a relay or slotd would."""
+
+    def __init__(self, sb, host, overrides=None, port=7602):
+        self.sb, self.bed, self.host = sb, sb.bed, host
+        self.ip = sb.bed.ip(host)
+        self.port = port
+        self.sock = os.path.join(sb.dir, "dird-%s.sock" % host)
+        self.state = os.path.join(sb.dir, "dird-%s.state" % host)
+        self.conf_path = os.path.join(sb.dir, "dird-%s.conf" % host)
+        self.log_path = os.path.join(sb.dir, "dird-%s.log" % host)
+        self.conf = {
+            "dird": {"listen": "%s:%d" % (self.ip, port), "key_file": sb.slotd_key,
+                     "state_file": self.state, "control_socket": self.sock,
+                     "log_level": "debug"},
+            "limits": {}, "relays": {}, "groups": {"regroup_interval": "200ms"},
+        }
+        self.proc = None
+        self._log_f = None
+        self.update(overrides or {})
+        DirClient.__init__(self, self.url, bytes.fromhex(sb.key_hex),
+                           run=lambda fn: self.bed.in_ns("client", fn))
+
+    @property
+    def url(self):
+        return "http://%s:%d/RPC2" % (self.ip, self.port)
+
+    def update(self, overrides):
+        for sec, kv in overrides.items():
+            self.conf.setdefault(sec, {}).update(kv)
+        with open(self.conf_path, "w") as f:
+            f.write(render_ini(self.conf))
+
+    def start(self, timeout=10):
+        self._log_f = open(self.log_path, "ab")
+        self.proc = self.bed.popen(self.host, [DIRD, "-c", self.conf_path],
+                                   stdout=self._log_f, stderr=self._log_f)
+        end = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("slot-dird in %s exited with %d at start:\n%s"
+                                   % (self.host, self.proc.returncode, self.log()))
+            try:
+                self.counters()     # the HTTP port listens before this answers
+                return self
+            except OSError:
+                pass
+            if time.monotonic() > end:
+                raise RuntimeError("slot-dird in %s not ready:\n%s" % (self.host, self.log()))
+            time.sleep(0.05)
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=10):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._log_f:
+            self._log_f.close()
+            self._log_f = None
+        return self.proc.returncode if self.proc else None
+
+    def log(self):
+        return read_log(self.log_path)
+
+    def counters(self):
+        return parse_counters(unix_request(self.sock, b"counters\n"))
+
+    def json(self):
+        return json.loads(unix_request(self.sock, b"json\n"))
+
+    def listing(self):
+        """{relay: group} of the current listing."""
+        return {e["relay"]: e["group"] for e in self.list("")["relays"]}
+
+
 class SlotBed:
     """The test bed and its daemons. relays: {name: (rtt client-relay, rtt
-    relay-server)}; direct_rtt: client-server. Every other pair gets
-    other_rtt. host_sysctls: sysctls of every host."""
+    relay-server)}; direct_rtt: client-server. extra_hosts: more hosts (a
+    directory's, say); extra_pairs: (a, b, rtt) for other pairs. Every other
+    pair gets other_rtt. host_sysctls: sysctls of every host."""
 
-    def __init__(self, relays, direct_rtt=80, other_rtt=10, host_sysctls=None, relay_conf=None):
+    def __init__(self, relays, direct_rtt=80, other_rtt=10, host_sysctls=None, relay_conf=None,
+                 extra_hosts=(), extra_pairs=()):
         self.relay_rtts = dict(relays)
-        hosts = ["client"] + list(self.relay_rtts) + ["server"]
+        hosts = ["client"] + list(self.relay_rtts) + ["server"] + list(extra_hosts)
         pairs = [{"a": "client", "b": "server", "rtt": direct_rtt}]
         for name, (crtt, srtt) in self.relay_rtts.items():
             pairs.append({"a": "client", "b": name, "rtt": crtt})
             pairs.append({"a": name, "b": "server", "rtt": srtt})
+        # more pairs: (a, b, rtt in ms)
+        pairs += [{"a": a, "b": b, "rtt": rtt} for a, b, rtt in extra_pairs]
         sysctls = {
             # no ssthresh carried over between connections of one pair
             "net.ipv4.tcp_no_metrics_save": 1,
@@ -699,6 +790,7 @@ class SlotBed:
         self.relays = {}
         self.nginx = None
         self.slotds = []
+        self.dirds = []
         self.key_hex = None
 
     # -- life cycle --
@@ -733,7 +825,7 @@ class SlotBed:
                 s.stop(timeout=5)
             except Exception:
                 pass
-        for r in self.relays.values():
+        for r in list(self.relays.values()) + self.dirds:
             try:
                 r.stop(timeout=5)
             except Exception:
@@ -760,6 +852,12 @@ class SlotBed:
 
     def relay(self, name):
         return self.relays[name]
+
+    def dird(self, host="dir", overrides=None):
+        """A started slot-dird in host (stopped at down())."""
+        d = BedDird(self, host, overrides).start()
+        self.dirds.append(d)
+        return d
 
     def slotd(self, relays, overrides=None, **kw):
         """A new Slotd (not started) for these relays (Relay objects or raw

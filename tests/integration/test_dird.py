@@ -1,11 +1,9 @@
 """slot-dird over real HTTP on 127.0.0.1: registration, listing and versions,
 heartbeats and expiry, authentication faults, hostile HTTP, concurrency,
 grouping, the state file across restarts, reload, counters, and a run under
-valgrind. The client side of the call authentication is written here from
-docs/directory.md with hmac/hashlib, independently of src/core/dirproto.c."""
+valgrind. The calls are tests/integration/dirrpc.py's, written from
+docs/directory.md independently of src/core/dirproto.c."""
 
-import hashlib
-import hmac
 import http.client
 import json
 import os
@@ -19,6 +17,8 @@ import time
 import xmlrpc.client
 
 import pytest
+
+from dirrpc import DirClient, stamp
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build"))
@@ -46,42 +46,9 @@ def render_ini(conf):
     return "\n".join(out) + "\n"
 
 
-# ---- the client side of the protocol (docs/directory.md) ----
-
-def canonical(method, ts, nonce, body):
-    return "slot-dird/1\n%s\n%s\n%s\n%s" % (method, ts, nonce, body)
-
-
-def body_of(method, f):
-    if method == "slot.register":
-        return "%s\n%d" % (f["relay"], f["data_port"])
-    if method == "slot.heartbeat":
-        return f["relay"]
-    if method == "slot.report":
-        return f["relay"] + "\n" + "".join("%s %d\n" % (e["peer"], e["rtt_us"])
-                                           for e in f["rtts"])
-    if method == "slot.list":
-        return f["version"]
-    raise ValueError(method)
-
-
-def stamp():
-    return str(int(time.time() * 1e6)), os.urandom(8).hex()
-
-
-class Timeout(xmlrpc.client.Transport):
-    def __init__(self, timeout):
-        super().__init__()
-        self.timeout = timeout
-
-    def make_connection(self, host):
-        c = super().make_connection(host)
-        c.timeout = self.timeout
-        return c
-
-
-class Dird:
-    """slot-dird on 127.0.0.1 with a config written from a dict, in a temp dir."""
+class Dird(DirClient):
+    """slot-dird on 127.0.0.1 with a config written from a dict, in a temp dir;
+    its calls are DirClient's."""
 
     def __init__(self, tmp, overrides=None, valgrind=False):
         self.dir = str(tmp)
@@ -105,6 +72,7 @@ class Dird:
         self.update(overrides or {})
         self.proc = None
         self._log = None
+        DirClient.__init__(self, "http://127.0.0.1:%d/RPC2" % self.port, self.key)
 
     def write_key(self, hexkey):
         fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -116,10 +84,6 @@ class Dird:
             self.conf.setdefault(sec, {}).update(kv)
         with open(self.conf_path, "w") as f:
             f.write(render_ini(self.conf))
-
-    @property
-    def url(self):
-        return "http://127.0.0.1:%d/RPC2" % self.port
 
     def start(self, wait=True):
         self._log = open(self.log_path, "ab")
@@ -200,37 +164,6 @@ class Dird:
 
     def json(self):
         return json.loads(self._ctl(b"json\n"))
-
-    # ---- calls ----
-
-    def raw_call(self, method, fields, timeout=10):
-        p = xmlrpc.client.ServerProxy(self.url, transport=Timeout(timeout))
-        return getattr(p, method)(fields)
-
-    def call(self, method, fields, key=None, ts=None, nonce=None, mac=None, body=None,
-             timeout=10):
-        t, n = stamp()
-        ts = ts if ts is not None else t
-        nonce = nonce if nonce is not None else n
-        if body is None:
-            body = body_of(method, fields)
-        if mac is None:
-            mac = hmac.new(key or self.key, canonical(method, ts, nonce, body).encode(),
-                           hashlib.sha256).hexdigest()
-        return self.raw_call(method, dict(fields, ts=ts, nonce=nonce, mac=mac), timeout)
-
-    def register(self, relay, data_port=7601):
-        return self.call("slot.register", {"relay": relay, "data_port": data_port})
-
-    def heartbeat(self, relay):
-        return self.call("slot.heartbeat", {"relay": relay})
-
-    def report(self, relay, rtts):
-        return self.call("slot.report", {"relay": relay, "rtts": [
-            {"peer": p, "rtt_us": r} for p, r in rtts]})
-
-    def list(self, version=""):
-        return self.call("slot.list", {"version": version})
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ import os
 import re
 import socket
 import subprocess
-import threading
 
 import pytest
 
 import netns as harness
+import topo
 from conftest import BUILD
 
 TOOL = os.path.join(BUILD, "tests", "slot-rules")
@@ -77,27 +77,7 @@ def netns():
 
 def in_ns(fn):
     """Runs fn on a thread that has entered the namespace."""
-    out = {}
-
-    def body():
-        try:
-            fd = os.open("/run/netns/" + NS, os.O_RDONLY)
-            try:
-                # os.setns is Python 3.12+; the harness calls libc's.
-                if harness._libc.setns(fd, harness.CLONE_NEWNET) != 0:
-                    raise OSError("setns failed")
-            finally:
-                os.close(fd)
-            out["v"] = fn()
-        except BaseException as e:
-            out["e"] = e
-
-    t = threading.Thread(target=body)
-    t.start()
-    t.join(30)
-    if "e" in out:
-        raise out["e"]
-    return out.get("v")
+    return topo.in_netns(NS, fn)
 
 
 def operator_rules_intact():

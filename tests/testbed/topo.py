@@ -36,6 +36,7 @@ Command line:
 import argparse
 import atexit
 import csv
+import ctypes
 import itertools
 import json
 import math
@@ -663,6 +664,37 @@ class PingResult:
             self.sent, self.received, self.min, self.median)
 
 
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def in_netns(nsname, fn):
+    """Calls fn() on a thread that has entered the namespace nsname and returns
+    its result (os.setns is Python 3.12+: libc's). Sockets keep the namespace
+    they were created in, so fn may return one for use from any thread."""
+    out = {}
+
+    def body():
+        try:
+            fd = os.open("/run/netns/" + nsname, os.O_RDONLY)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    e = ctypes.get_errno()
+                    raise OSError(e, "setns: " + os.strerror(e))
+            finally:
+                os.close(fd)
+            out["v"] = fn()
+        except BaseException as e:   # handed to the caller
+            out["e"] = e
+
+    th = threading.Thread(target=body)
+    th.start()
+    th.join()
+    if "e" in out:
+        raise out["e"]
+    return out["v"]
+
+
 class Testbed:
     """One topology, built by up() and removed by down() (or the context manager).
 
@@ -889,6 +921,10 @@ class Testbed:
         if name == "router":
             return self.router_ns
         return self.hosts[name].ns
+
+    def in_ns(self, name, fn):
+        """fn() run inside host name's namespace (see in_netns)."""
+        return in_netns(self.ns(name), fn)
 
     def rtt(self, a, b):
         return self.topo.rtt(a, b)
