@@ -696,12 +696,9 @@ class BedDird(DirClient):
         self.proc = None
         self._log_f = None
         self.update(overrides or {})
-        DirClient.__init__(self, self.url, bytes.fromhex(sb.key_hex),
+        DirClient.__init__(self, "http://%s:%d/RPC2" % (self.ip, port),
+                           bytes.fromhex(sb.key_hex),
                            run=lambda fn: self.bed.in_ns("client", fn))
-
-    @property
-    def url(self):
-        return "http://%s:%d/RPC2" % (self.ip, self.port)
 
     def update(self, overrides):
         for sec, kv in overrides.items():
