@@ -38,4 +38,14 @@ int conf_size(const char *s, uint64_t min, uint64_t max, uint64_t *out,
 /* Copies a string value; -1 if it does not fit. */
 int conf_string(const char *s, char *out, size_t outlen, char *err, size_t errlen);
 
+/* A list of http:// or https:// URLs (slot-dird's), separated by commas or
+ * blanks; empty: none. */
+#define CONF_URLS_MAX 8
+#define CONF_URL_LEN 256
+struct conf_urls {
+	char url[CONF_URLS_MAX][CONF_URL_LEN];
+	size_t n;
+};
+int conf_urls(const char *s, struct conf_urls *out, char *err, size_t errlen);
+
 #endif

@@ -23,6 +23,8 @@ void dirc_global_fini(void);
 struct dirclient *dirc_new(const struct auth_key *key, unsigned timeout_ms, char *err,
     size_t errlen);
 void dirc_free(struct dirclient *c);
+/* Signs the next calls with key (after a reload). */
+void dirc_set_key(struct dirclient *c, const struct auth_key *key);
 
 int dirc_register(struct dirclient *c, const char *url, const struct endpoint *relay,
     uint16_t data_port, unsigned *heartbeat_s, unsigned *expire_s, int *fault,

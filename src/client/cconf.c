@@ -18,6 +18,9 @@
  * the relay's index there. */
 #define GROUP_UNSET UINT32_MAX
 
+#define DAY_MS (24ull * 3600 * 1000)
+#define HOUR_MS (3600ull * 1000)
+
 void
 cconf_defaults(struct cconf *c)
 {
@@ -49,6 +52,11 @@ cconf_defaults(struct cconf *c)
 	c->reconnect_min_ms = 500;
 	c->reconnect_max_ms = 30000;
 	c->failure_quarantine_ms = 30000;
+
+	c->dir_refresh_ms = 2 * HOUR_MS;
+	c->dir_retry_ms = 30000;
+	c->dir_timeout_ms = 5000;
+	snprintf(c->dir_cache_file, sizeof(c->dir_cache_file), "/var/lib/slot/slotd.relays");
 }
 
 void
@@ -105,9 +113,13 @@ cconf_parse_relay(const char *s, struct cconf_relay *out, char *err, size_t errl
 			out->data_port = (uint16_t)v;
 			have_data = true;
 		} else if (strncmp(w, "group=", 6) == 0 && !have_group) {
-			/* UINT32_MAX is GROUP_UNSET. */
-			if (relay_num(w, w + 6, 0, UINT32_MAX - 1, &v, err, errlen) == -1)
+			/* Groups above CCONF_GROUP_MAX are the directory's. */
+			if (relay_num(w, w + 6, 0, CCONF_GROUP_MAX, &v, err, errlen) == -1) {
+				size_t len = strlen(err);
+				snprintf(err + len, errlen - len, " (groups above %u are the "
+				    "directory's)", CCONF_GROUP_MAX);
 				return -1;
+			}
 			out->group = (uint32_t)v;
 			have_group = true;
 		} else {
@@ -194,14 +206,11 @@ mask_contiguous(uint32_t m)
 	return m != 0 && (low & (low + 1)) == 0;
 }
 
-#define DAY_MS (24ull * 3600 * 1000)
-#define HOUR_MS (3600ull * 1000)
-
 struct key_spec {
 	const char *section, *name;
 	enum {
 		K_STR, K_LEVEL, K_UINT, K_MS, K_US, K_DOUBLE, K_BIT, K_MASK,
-		K_STRATEGY, K_PORTS, K_CIDRS, K_RELAY,
+		K_STRATEGY, K_PORTS, K_CIDRS, K_RELAY, K_URLS,
 	} kind;
 	size_t off, size;	/* of the member; K_UINT stores 2, 4 or 8 bytes */
 	uint64_t min, max;	/* K_UINT, K_DOUBLE; K_MS and K_US in ms */
@@ -237,6 +246,11 @@ static const struct key_spec keys[] = {
 	{ "relays", "reconnect_max", K_MS, F(reconnect_max_ms), 10, HOUR_MS },
 	{ "relays", "failure_quarantine", K_MS, F(failure_quarantine_ms), 0, HOUR_MS },
 	{ "relays", "relay", K_RELAY, F(relays), 0, 0 },
+	{ "directory", "urls", K_URLS, F(dir_urls), 0, 0 },
+	{ "directory", "refresh", K_MS, F(dir_refresh_ms), 100, 7 * DAY_MS },
+	{ "directory", "retry", K_MS, F(dir_retry_ms), 100, 7 * DAY_MS },
+	{ "directory", "timeout", K_MS, F(dir_timeout_ms), 100, 10 * 60 * 1000 },
+	{ "directory", "cache_file", K_STR, F(dir_cache_file), 0, 0 },
 };
 #undef F
 
@@ -347,6 +361,9 @@ set_key(void *user, const char *section, const char *name, const char *value,
 	case K_RELAY:
 		rc = add_relay(c, value, sub, sizeof(sub));
 		break;
+	case K_URLS:
+		rc = conf_urls(value, dst, sub, sizeof(sub));
+		break;
 	}
 	if (rc == -1)
 		snprintf(err, errlen, "[%s] %s = %s: %s", section, name, value, sub);
@@ -403,6 +420,10 @@ cconf_load(struct cconf *c, const char *path, char *err, size_t errlen)
 	if (c->reconnect_max_ms < c->reconnect_min_ms) {
 		snprintf(err, errlen, "%s: [relays] reconnect_max must be at least "
 		    "reconnect_min", path);
+		goto fail;
+	}
+	if (c->dir_retry_ms > c->dir_refresh_ms) {
+		snprintf(err, errlen, "%s: [directory] retry must be at most refresh", path);
 		goto fail;
 	}
 	return 0;

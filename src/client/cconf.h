@@ -1,9 +1,11 @@
 #ifndef SLOT_CLIENT_CCONF_H
 #define SLOT_CLIENT_CCONF_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "slot/addr.h"
+#include "slot/conf.h"
 #include "slot/log.h"
 #include "slot/select.h"
 
@@ -14,11 +16,23 @@
 #define CCONF_PATH_MAX 256
 #define CCONF_MAX_RELAYS 4095	/* relay marks are 1..4095 within relay_mask */
 
+/* Static groups are 0..CCONF_GROUP_MAX; the directory's group g becomes
+ * CCONF_DIR_GROUP + g, so the two never share a group. */
+#define CCONF_GROUP_MAX 0x7fffffffu
+#define CCONF_DIR_GROUP 0x80000000u
+
 struct cconf_relay {
 	struct endpoint control;	/* probe (UDP) and control (TCP) port */
 	uint16_t data_port;		/* default control port + 1 */
 	uint32_t group;			/* default: its index in the list (one group per relay) */
 };
+
+/* The top bit of the group tells where a relay of the set came from. */
+static inline bool
+cconf_relay_from_dir(const struct cconf_relay *r)
+{
+	return (r->group & CCONF_DIR_GROUP) != 0;
+}
 
 struct cconf {
 	/* [slotd] */
@@ -54,6 +68,13 @@ struct cconf {
 	uint64_t failure_quarantine_ms;	/* a relay that failed a pipe sits out this long */
 	struct cconf_relay *relays;	/* "relay = ..." lines, in order */
 	size_t nrelays;
+
+	/* [directory] */
+	struct conf_urls dir_urls;	/* none: no directory */
+	uint64_t dir_refresh_ms;
+	uint64_t dir_retry_ms;		/* after a failed fetch; doubles up to refresh */
+	uint64_t dir_timeout_ms;	/* per call */
+	char dir_cache_file[CCONF_PATH_MAX];	/* "": keep no copy */
 };
 
 /* Fills c with the defaults (those of etc/slotd.conf). */
@@ -66,7 +87,7 @@ int cconf_load(struct cconf *c, const char *path, char *err, size_t errlen);
 
 /* Parses one relay line, "ADDR[:PORT] [data=PORT] [group=N]" (PORT default
  * 7600). Without group=, out->group is UINT32_MAX (group= takes 0 to
- * UINT32_MAX - 1): the loader puts the relay's index there. Returns 0, or -1
+ * CCONF_GROUP_MAX): the loader puts the relay's index there. Returns 0, or -1
  * with a reason in err. */
 int cconf_parse_relay(const char *s, struct cconf_relay *out, char *err, size_t errlen);
 

@@ -354,3 +354,38 @@ conf_string(const char *s, char *out, size_t outlen, char *err, size_t errlen)
 	memcpy(out, s, len + 1);
 	return 0;
 }
+
+int
+conf_urls(const char *s, struct conf_urls *out, char *err, size_t errlen)
+{
+	struct conf_urls v = { .n = 0 };
+
+	while (*s) {
+		size_t len = strcspn(s, ", \t");
+		if (len == 0) {
+			s++;
+			continue;
+		}
+		const char *host = strncmp(s, "http://", 7) == 0 ? s + 7 :
+		    strncmp(s, "https://", 8) == 0 ? s + 8 : NULL;
+		if (host == NULL || host >= s + len || *host == '/' || *host == ':') {
+			errbuf_set(err, errlen, "'%.*s': expected http://host[:port]/path", (int)len,
+			    s);
+			return -1;
+		}
+		if (v.n == CONF_URLS_MAX) {
+			errbuf_set(err, errlen, "at most %d URLs", CONF_URLS_MAX);
+			return -1;
+		}
+		if (len >= CONF_URL_LEN) {
+			errbuf_set(err, errlen, "URL longer than %d characters", CONF_URL_LEN - 1);
+			return -1;
+		}
+		memcpy(v.url[v.n], s, len);
+		v.url[v.n][len] = '\0';
+		v.n++;
+		s += len;
+	}
+	*out = v;
+	return 0;
+}

@@ -81,6 +81,12 @@ dirc_free(struct dirclient *c)
 	free(c);
 }
 
+void
+dirc_set_key(struct dirclient *c, const struct auth_key *key)
+{
+	c->key = *key;
+}
+
 /* Adds ts, nonce and mac over body to the call's struct. */
 static void
 sign(struct dirclient *c, xmlrpc_env *env, xmlrpc_value *s, const char *method,

@@ -59,20 +59,20 @@ policy_load_self(struct policy *p)
 	return 0;
 }
 
-static int
-is_self(const struct policy *p, const struct addr *a)
+bool
+policy_is_self(const struct policy *p, const struct addr *a)
 {
 	for (size_t i = 0; i < p->nself; i++)
 		if (addr_eq(&p->self[i], a))
-			return 1;
-	return 0;
+			return true;
+	return false;
 }
 
 enum policy_verdict
 policy_check(const struct policy *p, const struct endpoint *dst)
 {
 	/* Relaying to itself would loop; no allow entry overrides that. */
-	if (is_self(p, &dst->addr) || cidr_list_match(&p->deny, &dst->addr))
+	if (policy_is_self(p, &dst->addr) || cidr_list_match(&p->deny, &dst->addr))
 		return POLICY_ADDR;
 	if (addr_classify(&dst->addr) != 0 &&
 	    !cidr_list_match(&p->allow, &dst->addr))

@@ -1,6 +1,7 @@
 #ifndef SLOT_RELAY_POLICY_H
 #define SLOT_RELAY_POLICY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "slot/addr.h"
@@ -32,5 +33,8 @@ void policy_free(struct policy *p);
 int policy_load_self(struct policy *p);
 
 enum policy_verdict policy_check(const struct policy *p, const struct endpoint *dst);
+
+/* Whether a is one of the host's own addresses. */
+bool policy_is_self(const struct policy *p, const struct addr *a);
 
 #endif

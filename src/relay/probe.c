@@ -148,6 +148,15 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 		probe_reply(ps, w, t, PROBE_ST_RATE_LIMITED, 0, 0);
 		return;
 	}
+	/* A probe for our own probe endpoint is another relay measuring its
+	 * RTT to us (docs/protocol.md): answered at once, nothing connected. */
+	if (t->port == r->conf.probe_listen.port &&
+	    (addr_eq(&t->addr, &r->conf.probe_listen.addr) ||
+	    policy_is_self(&r->conf.policy, &t->addr))) {
+		r->ctr.peer_pings++;
+		probe_reply(ps, w, t, PROBE_ST_OK, 0, 0);
+		return;
+	}
 	if (r->draining || policy_check(&r->conf.policy, t) != POLICY_OK) {
 		probe_reply(ps, w, t, r->draining ? PROBE_ST_BUSY : PROBE_ST_POLICY, 0, 0);
 		return;

@@ -39,6 +39,11 @@ rconf_defaults(struct rconf *c)
 	c->max_inflight = 1024;
 
 	c->max_clock_skew_ms = 30000;
+
+	c->dir_timeout_ms = 5000;
+	c->list_interval_ms = 5 * 60 * 1000;
+	c->measure_interval_ms = 10 * 60 * 1000;
+	c->measure_rate = 5;
 }
 
 void
@@ -51,7 +56,8 @@ rconf_free(struct rconf *c)
 
 struct key_spec {
 	const char *section, *name;
-	enum { K_STR, K_EP, K_LEVEL, K_UINT, K_MS, K_SIZE, K_DOUBLE, K_PORTS, K_CIDRS } kind;
+	enum { K_STR, K_EP, K_LEVEL, K_UINT, K_MS, K_SIZE, K_DOUBLE, K_PORTS, K_CIDRS, K_URLS,
+	    K_EP_OPT } kind;
 	size_t off;
 	uint64_t min, max;	/* K_UINT, K_MS, K_SIZE; K_STR: buffer size */
 };
@@ -87,6 +93,12 @@ static const struct key_spec keys[] = {
 	{ "probe", "destination_burst", K_DOUBLE, F(destination_burst), 0, 0 },
 	{ "probe", "max_inflight", K_UINT, F(max_inflight), 1, 100000 },
 	{ "auth", "max_clock_skew", K_MS, F(max_clock_skew_ms), 1000, 3600000 },
+	{ "directory", "urls", K_URLS, F(dir_urls), 0, 0 },
+	{ "directory", "advertise", K_EP_OPT, F(advertise), 0, 0 },
+	{ "directory", "timeout", K_MS, F(dir_timeout_ms), 100, 120000 },
+	{ "directory", "list_interval", K_MS, F(list_interval_ms), 100, DAY_MS },
+	{ "directory", "measure_interval", K_MS, F(measure_interval_ms), 100, DAY_MS },
+	{ "directory", "measure_rate", K_DOUBLE, F(measure_rate), 0, 0 },
 };
 #undef F
 
@@ -113,6 +125,12 @@ set_key(void *user, const char *section, const char *name, const char *value,
 	case K_STR:
 		rc = conf_string(value, dst, k->max, sub, sizeof(sub));
 		break;
+	case K_EP_OPT:
+		if (value[0] == '\0') {
+			memset(dst, 0, sizeof(struct endpoint));
+			break;
+		}
+		/* FALLTHROUGH */
 	case K_EP:
 		if (ep_parse(value, 0, dst) == -1) {
 			snprintf(sub, sizeof(sub), "expected address:port");
@@ -149,6 +167,9 @@ set_key(void *user, const char *section, const char *name, const char *value,
 	case K_PORTS:
 		rc = portset_parse(value, dst, sub, sizeof(sub));
 		break;
+	case K_URLS:
+		rc = conf_urls(value, dst, sub, sizeof(sub));
+		break;
 	case K_CIDRS: {
 		struct cidr_list l = { 0 };
 		rc = cidr_list_parse(value, &l, sub, sizeof(sub));
@@ -174,6 +195,13 @@ rconf_load(struct rconf *c, const char *path, char *err, size_t errlen)
 		goto fail;
 	if (c->requester_burst < 1 || c->destination_burst < 1) {
 		snprintf(err, errlen, "%s: [probe] bursts must be at least 1", path);
+		goto fail;
+	}
+	/* A relay is known to the directory and its clients by one endpoint,
+	 * for probes (UDP) and control (TCP) alike. */
+	if (c->dir_urls.n > 0 && c->probe_listen.port != c->control_listen.port) {
+		snprintf(err, errlen, "%s: [directory] needs probe_listen and control_listen "
+		    "on the same port", path);
 		goto fail;
 	}
 	if (c->stats_socket[0] == '\0' || c->key_file[0] == '\0') {

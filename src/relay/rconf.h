@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "slot/addr.h"
+#include "slot/conf.h"
 #include "slot/log.h"
 #include "policy.h"
 
@@ -47,6 +48,14 @@ struct rconf {
 
 	/* [auth] */
 	uint64_t max_clock_skew_ms;
+
+	/* [directory] */
+	struct conf_urls dir_urls;	/* none: no directory */
+	struct endpoint advertise;	/* family 0: derived (see rconf_load) */
+	uint64_t dir_timeout_ms;
+	uint64_t list_interval_ms;
+	uint64_t measure_interval_ms;
+	double measure_rate;		/* peer probes per second, at most */
 };
 
 /* Fills c with the defaults (those of etc/relayd.conf). */

@@ -27,12 +27,17 @@ struct relay_counters {
 	unsigned long long control_conns;	/* gauge */
 	unsigned long long control_errors;	/* ERROR messages sent */
 	unsigned long long data_rejected;	/* data connections with no pipe */
+	unsigned long long peer_pings;		/* other relays' RTT probes answered */
+	unsigned long long peers;		/* gauge: other relays listed */
+	unsigned long long peer_probes_sent, peer_probes_answered, peer_probes_lost;
 };
 
 struct pipe;
 struct ctrl_conn;
 struct probe_srv;
 struct ctlsrv;
+struct dirlink;
+struct peers;
 
 TAILQ_HEAD(pipe_list, pipe);
 TAILQ_HEAD(ctrl_list, ctrl_conn);
@@ -60,6 +65,8 @@ struct relay {
 
 	struct probe_srv *probe;
 	struct ctlsrv *stats;
+	struct dirlink *dir;		/* NULL: no directory configured */
+	struct peers *peers;
 
 	int draining;
 	ev_timer drain_timer;

@@ -17,7 +17,10 @@
 #include "slot/clock.h"
 #include "slot/log.h"
 #include "slot/sock.h"
+#include "slot/dirclient.h"
 #include "ctrl.h"
+#include "dirlink.h"
+#include "peers.h"
 #include "pipe.h"
 #include "probe.h"
 #include "stats.h"
@@ -41,6 +44,15 @@ usage(FILE *f)
 	    "  -l level   log level: error, warn, info, debug (overrides the file)\n"
 	    "  -t         check the configuration and the key file, then exit\n"
 	    "  -V         print the version\n");
+}
+
+static void
+peers_cb(void *user, const struct endpoint *self, const struct endpoint *peers, size_t n)
+{
+	struct relay *r = user;
+
+	if (r->peers)
+		peers_set(r->peers, self, peers, n);
 }
 
 void
@@ -113,8 +125,21 @@ reload(struct relay *r)
 	n.data_listen = r->conf.data_listen;
 	memcpy(n.user, r->conf.user, sizeof(n.user));
 	memcpy(n.stats_socket, r->conf.stats_socket, sizeof(n.stats_socket));
+	/* The directory thread holds its own copy of these. */
+	if (memcmp(&n.dir_urls, &r->conf.dir_urls, sizeof(n.dir_urls)) != 0 ||
+	    !ep_eq(&n.advertise, &r->conf.advertise) ||
+	    n.dir_timeout_ms != r->conf.dir_timeout_ms ||
+	    n.list_interval_ms != r->conf.list_interval_ms)
+		log_warnx("reload: [directory] urls, advertise, timeout and list_interval "
+		    "change only on restart");
+	n.dir_urls = r->conf.dir_urls;
+	n.advertise = r->conf.advertise;
+	n.dir_timeout_ms = r->conf.dir_timeout_ms;
+	n.list_interval_ms = r->conf.list_interval_ms;
 	if (auth_key_load(n.key_file, &k, err, sizeof(err)) == 0) {
 		r->key = k;
+		if (r->dir)
+			dirlink_set_key(r->dir, &k);
 		auth_key_wipe(&k);
 	} else
 		log_warnx("reload: key not reloaded (%s); the running key stays", err);
@@ -169,6 +194,8 @@ signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 	    (double)r->conf.drain_timeout_ms / 1000.0);
 	probe_stop(r->probe);
 	r->probe = NULL;
+	peers_stop(r->peers);
+	r->peers = NULL;
 	ctrl_stop_accepting(r);
 	ev_timer_set(&r->drain_timer, (double)r->conf.drain_timeout_ms / 1000.0, 0.);
 	ev_timer_start(loop, &r->drain_timer);
@@ -334,6 +361,17 @@ main(int argc, char **argv)
 	    (r->stats = ctlsrv_start(r->loop, stats_fd, stats_handle, r)) == NULL)
 		fatalx("out of memory");
 
+	/* After the privilege drop: the directory thread needs none. */
+	if (r->conf.dir_urls.n > 0) {
+		if (dirc_global_init(err, sizeof(err)) == -1)
+			fatalx("%s", err);
+		if ((r->peers = peers_start(r)) == NULL)
+			fatalx("out of memory");
+		if ((r->dir = dirlink_start(r->loop, &r->conf, &r->key, peers_cb, r, err,
+		    sizeof(err))) == NULL)
+			fatalx("%s", err);
+	}
+
 	ev_signal_init(&r->sig_hup, signal_cb, SIGHUP);
 	ev_signal_init(&r->sig_term, signal_cb, SIGTERM);
 	ev_signal_init(&r->sig_int, signal_cb, SIGINT);
@@ -343,16 +381,21 @@ main(int argc, char **argv)
 	ev_signal_start(r->loop, &r->sig_int);
 
 	char pb[EP_STRLEN], cb[EP_STRLEN], db[EP_STRLEN];
-	log_info("slot-relayd %s: probes %s/udp, control %s, data %s, counters %s",
-	    SLOT_VERSION, ep_fmt(&r->conf.probe_listen, pb),
+	log_info("slot-relayd %s: probes %s/udp, control %s, data %s, counters %s, "
+	    "%zu directories", SLOT_VERSION, ep_fmt(&r->conf.probe_listen, pb),
 	    ep_fmt(&r->conf.control_listen, cb), ep_fmt(&r->conf.data_listen, db),
-	    r->conf.stats_socket);
+	    r->conf.stats_socket, r->conf.dir_urls.n);
 
 	ev_run(r->loop, 0);
 
 	log_info("exiting: %llu pipes served, %llu bytes client->server, %llu server->client",
 	    r->ctr.pipes_total, r->ctr.bytes_client_to_server, r->ctr.bytes_server_to_client);
 	probe_stop(r->probe);
+	if (r->dir) {
+		dirlink_stop(r->dir);
+		dirc_global_fini();
+	}
+	peers_stop(r->peers);
 	ctrl_close_all(r);
 	ctrl_stop_accepting(r);
 	pipes_destroy(r);

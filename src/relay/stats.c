@@ -1,12 +1,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dirlink.h"
+#include "peers.h"
 #include "stats.h"
 
 size_t
 stats_format(const struct relay *r, int json, char *buf, size_t cap)
 {
 	const struct relay_counters *c = &r->ctr;
+	struct dirlink_counters d = { 0 };
+
+	if (r->dir)
+		dirlink_get_counters(r->dir, &d);
 	const struct { const char *name; unsigned long long v; } v[] = {
 		{ "pipes_open", c->pipes_open },
 		{ "pipes_pending", c->pipes_pending },
@@ -25,6 +31,18 @@ stats_format(const struct relay *r, int json, char *buf, size_t cap)
 		{ "kpipes_free", r->kpipes.nfree },
 		{ "kpipes_undersized", r->kpipes.undersized },
 		{ "draining", (unsigned long long)r->draining },
+		{ "peer_pings", c->peer_pings },
+		{ "peers", c->peers },
+		{ "peer_probes_sent", c->peer_probes_sent },
+		{ "peer_probes_answered", c->peer_probes_answered },
+		{ "peer_probes_lost", c->peer_probes_lost },
+		{ "dir_registered", d.registered },
+		{ "dir_registrations", d.registrations },
+		{ "dir_heartbeats", d.heartbeats },
+		{ "dir_reports", d.reports },
+		{ "dir_report_entries", d.report_entries },
+		{ "dir_lists", d.lists },
+		{ "dir_calls_failed", d.calls_failed },
 	};
 	size_t n = 0, nv = sizeof(v) / sizeof(v[0]);
 
@@ -49,7 +67,10 @@ stats_handle(void *user, const char *cmd, struct ctl_out *out)
 	if (strcmp(cmd, "counters") == 0 || strcmp(cmd, "json") == 0) {
 		size_t n = stats_format(user, cmd[0] == 'j', buf, sizeof(buf));
 		ctl_printf(out, "%.*s", (int)n, buf);
+	} else if (strcmp(cmd, "peers") == 0) {
+		peers_format(((struct relay *)user)->peers, out);
 	} else {
-		ctl_printf(out, "error: unknown command (try \"counters\" or \"json\")\n");
+		ctl_printf(out, "error: unknown command (try \"counters\", \"json\" or "
+		    "\"peers\")\n");
 	}
 }

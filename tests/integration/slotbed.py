@@ -174,6 +174,7 @@ class Relay:
 
     def __init__(self, sb, host, key_file, overrides=None, port=RELAY_PORT):
         self.sb, self.bed, self.host = sb, sb.bed, host
+        self.wrapper = []           # e.g. valgrind and its options
         self.ip = sb.bed.ip(host)
         self.ctl_port = port
         self.probe_port = port
@@ -222,7 +223,7 @@ class Relay:
 
     def start(self, timeout=10):
         self._log_f = open(self.log_path, "ab")
-        self.proc = self.bed.popen(self.host, [RELAYD, "-c", self.conf_path],
+        self.proc = self.bed.popen(self.host, self.wrapper + [RELAYD, "-c", self.conf_path],
                                    stdout=self._log_f, stderr=self._log_f)
         end = time.monotonic() + timeout
         while True:

@@ -497,6 +497,39 @@ test_string(void **state)
 	assert_int_equal(conf_string("", out, 0, err, sizeof(err)), -1);
 }
 
+static void
+test_urls(void **state)
+{
+	struct conf_urls u;
+	char err[256], many[600] = "", longurl[300];
+
+	(void)state;
+	assert_int_equal(conf_urls("", &u, err, sizeof(err)), 0);
+	assert_int_equal(u.n, 0);
+	assert_int_equal(conf_urls(" http://a:7602/RPC2, https://[2001:db8::1]/RPC2 ,,http://b ",
+	    &u, err, sizeof(err)), 0);
+	assert_int_equal(u.n, 3);
+	assert_string_equal(u.url[0], "http://a:7602/RPC2");
+	assert_string_equal(u.url[1], "https://[2001:db8::1]/RPC2");
+	assert_string_equal(u.url[2], "http://b");
+	/* a bad list leaves out untouched */
+	assert_int_equal(conf_urls("http://a ftp://b", &u, err, sizeof(err)), -1);
+	assert_string_equal(err, "'ftp://b': expected http://host[:port]/path");
+	assert_int_equal(u.n, 3);
+	assert_int_equal(conf_urls("http://", &u, err, sizeof(err)), -1);
+	assert_int_equal(conf_urls("http:///RPC2", &u, err, sizeof(err)), -1);
+	assert_int_equal(conf_urls("a.example:7602", &u, err, sizeof(err)), -1);
+	for (int i = 0; i < CONF_URLS_MAX + 1; i++)
+		strcat(many, "http://x/RPC2 ");
+	assert_int_equal(conf_urls(many, &u, err, sizeof(err)), -1);
+	assert_string_equal(err, "at most 8 URLs");
+	memset(longurl, 'a', sizeof(longurl) - 1);
+	longurl[sizeof(longurl) - 1] = '\0';
+	memcpy(longurl, "http://", 7);
+	assert_int_equal(conf_urls(longurl, &u, err, sizeof(err)), -1);
+	assert_string_equal(err, "URL longer than 255 characters");
+}
+
 /* A handler built from the parsers, as daemons write them. */
 struct demo {
 	uint64_t port, timeout_ms, bufsize;
@@ -567,6 +600,7 @@ main(void)
 		cmocka_unit_test(test_bool),
 		cmocka_unit_test(test_size),
 		cmocka_unit_test(test_string),
+		cmocka_unit_test(test_urls),
 		cmocka_unit_test(test_load_with_parsers),
 	};
 

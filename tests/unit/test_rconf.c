@@ -50,6 +50,12 @@ test_defaults_match_example(void **state)
 	assert_true(c.requester_rate == d.requester_rate);
 	assert_memory_equal(c.policy.ports.bits, d.policy.ports.bits, sizeof(d.policy.ports.bits));
 	assert_int_equal(c.policy.allow.n, 0);
+	assert_int_equal(c.dir_urls.n, 0);
+	assert_int_equal(c.advertise.addr.family, 0);
+	assert_int_equal(c.dir_timeout_ms, d.dir_timeout_ms);
+	assert_int_equal(c.list_interval_ms, d.list_interval_ms);
+	assert_int_equal(c.measure_interval_ms, d.measure_interval_ms);
+	assert_true(c.measure_rate == d.measure_rate);
 	rconf_free(&c);
 	rconf_free(&d);
 }
@@ -79,6 +85,20 @@ test_values(void **state)
 	assert_int_equal(c.policy.allow.n, 2);
 	assert_true(c.requester_rate == 2.5);
 	assert_int_equal(c.max_clock_skew_ms, 60000);
+	rconf_free(&c);
+
+	write_conf("[directory]\nurls = http://192.0.2.53:7602/RPC2, http://dir2/RPC2\n"
+	    "advertise = 198.51.100.7:7600\ntimeout = 2s\nlist_interval = 1m\n"
+	    "measure_interval = 30s\nmeasure_rate = 0.5\n");
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	assert_int_equal(c.dir_urls.n, 2);
+	assert_string_equal(c.dir_urls.url[1], "http://dir2/RPC2");
+	assert_int_equal(c.advertise.port, 7600);
+	assert_int_equal(c.dir_timeout_ms, 2000);
+	assert_int_equal(c.list_interval_ms, 60000);
+	assert_int_equal(c.measure_interval_ms, 30000);
+	assert_true(c.measure_rate == 0.5);
 	rconf_free(&c);
 }
 
@@ -112,6 +132,11 @@ test_errors_name_the_line(void **state)
 	bad("[probe]\nrequester_burst = 0.5\n", "bursts must be at least 1");
 	bad("[relay]\nkey_file =\n", "must be set");
 	bad("this is not ini\n", ":1:");
+	bad("[directory]\nurls = dir:7602\n", "expected http://host[:port]/path");
+	bad("[directory]\nadvertise = 10.0.0.1\n", "expected address:port");
+	bad("[directory]\nmeasure_rate = 0\n", "measure_rate");
+	bad("[relay]\nprobe_listen = 0.0.0.0:7000\n[directory]\nurls = http://d/RPC2\n",
+	    "same port");
 }
 
 static void

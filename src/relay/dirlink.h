@@ -1,0 +1,51 @@
+#ifndef SLOT_RELAY_DIRLINK_H
+#define SLOT_RELAY_DIRLINK_H
+
+#include <stddef.h>
+
+#include <ev.h>
+
+#include "slot/addr.h"
+#include "slot/auth.h"
+#include "slot/dirclient.h"
+#include "rconf.h"
+
+/* The relay's side of slot-dird (docs/directory.md): a thread that registers
+ * with every configured directory, keeps the registrations alive with
+ * heartbeats (registering again when a directory forgot us), sends the RTTs
+ * the relay measured, and fetches the list of the other relays. The calls
+ * block, so they run off the event loop; the list reaches the loop through an
+ * ev_async and the peers callback. */
+
+struct dirlink;
+
+struct dirlink_counters {
+	unsigned long long registered;	/* gauge: directories holding our registration */
+	unsigned long long registrations, heartbeats, reports, report_entries, lists;
+	unsigned long long calls_failed;
+};
+
+/* Called on the loop's thread with the relay's own endpoint (as registered)
+ * and the other relays of the latest list (self excluded). */
+typedef void (*dirlink_peers_cb)(void *user, const struct endpoint *self,
+    const struct endpoint *peers, size_t n);
+
+/* c->dir_urls must not be empty. dirc_global_init() must have run. */
+struct dirlink *dirlink_start(struct ev_loop *loop, const struct rconf *c,
+    const struct auth_key *key, dirlink_peers_cb cb, void *user, char *err, size_t errlen);
+/* Stops the thread (waits for a call in flight, up to the timeout). */
+void dirlink_stop(struct dirlink *dl);
+
+void dirlink_set_key(struct dirlink *dl, const struct auth_key *key);
+/* The RTTs to report from now on (replacing the earlier ones); sent to every
+ * directory soon, and again after a new registration. */
+int dirlink_report(struct dirlink *dl, const struct dirc_rtt *rtts, size_t n);
+void dirlink_get_counters(struct dirlink *dl, struct dirlink_counters *out);
+
+/* The endpoint to register as: c->advertise if set, else control_listen if
+ * it is a specific address, else the address this host uses towards url's
+ * host with control_listen's port. Returns 0, or -1 with a reason. */
+int dirlink_advertise(const struct rconf *c, const char *url, struct endpoint *out,
+    char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,30 @@
+#ifndef SLOT_RELAY_PEERS_H
+#define SLOT_RELAY_PEERS_H
+
+#include <stddef.h>
+
+#include "slot/addr.h"
+#include "relay.h"
+
+/* RTTs to the other relays of the directory, for its grouping. Each peer gets
+ * an authenticated PROBE_REQUEST naming the peer itself, which the peer
+ * answers at once (a ping); RTT = reply time - the hold the peer reports.
+ * Every peer is probed once per measure_interval, in a random order, spread
+ * over half the interval and never faster than measure_rate; new peers are
+ * probed soon after they appear. After each round the minimum of the last
+ * samples per peer goes to the directory (dirlink_report). */
+
+struct peers;
+
+/* Opens the UDP sockets (one per family, on demand). NULL on failure. */
+struct peers *peers_start(struct relay *r);
+/* Replaces the peer set; peers that stay keep their samples. */
+void peers_set(struct peers *p, const struct endpoint *self, const struct endpoint *eps,
+    size_t n);
+void peers_stop(struct peers *p);
+
+struct ctl_out;
+/* One line per peer: endpoint, RTT reported (us, "-" none yet), samples. */
+void peers_format(const struct peers *p, struct ctl_out *o);
+
+#endif
