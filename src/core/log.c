@@ -22,7 +22,9 @@
 #define LOG_LINE_MAX 2048
 
 static char log_ident[64] = "slot";
-static enum slog_level log_level = SLOG_INFO;
+/* Read by every thread (slot-dird's request threads, the directory threads),
+ * written on SIGHUP by the main one. */
+static _Atomic int log_level = SLOG_INFO;
 static int log_journal = -1;	/* -1: not looked at yet */
 
 static const char *const log_names[] = {
@@ -77,7 +79,7 @@ log_set_level(enum slog_level level)
 enum slog_level
 log_get_level(void)
 {
-	return log_level;
+	return (enum slog_level)log_level;
 }
 
 int
@@ -197,7 +199,7 @@ log_vline(enum slog_level level, int err, const char *fmt, va_list ap)
 	int saved = errno;						\
 	va_list ap;							\
 									\
-	if ((lvl) <= log_level) {					\
+	if ((int)(lvl) <= log_level) {					\
 		va_start(ap, fmt);					\
 		log_vline((lvl), (with_errno) ? saved : -1, fmt, ap);	\
 		va_end(ap);						\
