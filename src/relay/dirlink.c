@@ -85,9 +85,8 @@ count(struct dirlink *dl, unsigned long long *field, unsigned long long n)
 	pthread_mutex_unlock(&dl->mu);
 }
 
-/* host and port of "http://host[:port]/..." into host/port buffers. */
-static int
-url_host(const char *url, char *host, size_t hostlen, char *port, size_t portlen)
+int
+dirlink_url_host(const char *url, char *host, size_t hostlen, char *port, size_t portlen)
 {
 	bool tls = strncmp(url, "https://", 8) == 0;
 	const char *h = url + (tls ? 8 : 7), *end = h + strcspn(h, "/?#"), *colon;
@@ -137,7 +136,7 @@ dirlink_advertise(const struct rconf *c, const char *url, struct endpoint *out, 
 		*out = c->control_listen;
 		return 0;
 	}
-	if (url_host(url, host, sizeof(host), port, sizeof(port)) == -1) {
+	if (dirlink_url_host(url, host, sizeof(host), port, sizeof(port)) == -1) {
 		errbuf_set(err, errlen, "%s: cannot read the host", url);
 		return -1;
 	}

@@ -48,4 +48,9 @@ void dirlink_get_counters(struct dirlink *dl, struct dirlink_counters *out);
 int dirlink_advertise(const struct rconf *c, const char *url, struct endpoint *out,
     char *err, size_t errlen);
 
+/* Host and port of "http[s]://host[:port]/...", the port defaulting to the
+ * scheme's. Returns 0, or -1 if there is none or a buffer is too small. */
+int dirlink_url_host(const char *url, char *host, size_t hostlen, char *port,
+    size_t portlen);
+
 #endif
