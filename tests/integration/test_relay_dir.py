@@ -4,6 +4,8 @@ report them; the directory groups them by those RTTs.
 
     site A: relay-a1 --2 ms-- relay-a2     site B: relay-b1 --2 ms-- relay-b2
     every pair across the sites: 60 ms     the directory in host "dir"
+    client --80 ms-- server; through relay-a1 30 + 30 ms, relay-a2 40 + 40,
+    the site B relays 60 + 60 (the last test runs slotd on the directory)
 
 The relays learn the directory's URL after the bed is up (its address comes
 from the bed), so each test module restarts them with a [directory] section.
@@ -21,6 +23,9 @@ from slotbed import unix_request
 
 SITE_A, SITE_B = ["relay-a1", "relay-a2"], ["relay-b1", "relay-b2"]
 NEAR, FAR = 2, 60            # ms
+DIRECT = 80
+PATHS = {"relay-a1": (30, 30), "relay-a2": (40, 40), "relay-b1": (FAR, FAR),
+         "relay-b2": (FAR, FAR)}
 DIRD_CONF = {"relays": {"heartbeat_interval": "1s", "expire_after": "4s"},
              "groups": {"regroup_interval": "200ms"}}
 
@@ -47,11 +52,12 @@ def wait_for(pred, timeout, what):
 
 @pytest.fixture(scope="module")
 def bed():
-    relays = {n: (FAR, FAR) for n in SITE_A + SITE_B}
-    b = slotbed.SlotBed(relays, direct_rtt=FAR, other_rtt=FAR, extra_hosts=["dir"],
+    b = slotbed.SlotBed(PATHS, direct_rtt=DIRECT, other_rtt=FAR, extra_hosts=["dir"],
                         extra_pairs=[(SITE_A[0], SITE_A[1], NEAR),
                                      (SITE_B[0], SITE_B[1], NEAR)]).up()
     try:
+        b.nginx.add_file("full", 1 << 20)
+        b.nginx.start()
         yield b
     finally:
         b.down()
@@ -97,6 +103,9 @@ def test_register_measure_report_group(bed, dird):
     # directory then puts each site in a group of its own.
     g = wait_for(lambda: sites_apart(dird, bed), 30, "the two sites as two groups")
     assert len(set(g.values())) == 2
+    # One direction of a pair is enough to group: the other reports may lag.
+    wait_for(lambda: all(bed.relay(n).counters()["dir_reports"] >= 1 for n in PATHS), 20,
+             "every relay's report")
     for n in SITE_A + SITE_B:
         r = bed.relay(n)
         c = r.counters()
@@ -232,3 +241,44 @@ def test_relay_with_directory_under_valgrind(bed, dird):
     assert "definitely lost" not in log or re.search(r"definitely lost: 0 bytes", log), log
     r.start()
     wait_for(lambda: sites_apart(dird, bed), 30, "the groups")
+
+
+def test_slotd_follows_the_directory(bed, dird):
+    # The whole deployment: relays register and measure each other, slotd
+    # knows only the directory's URL, samples one relay per group (so either
+    # site A relay, path 30 or 40 ms: RandGroup-k trades the best relay of a
+    # group for fewer probes) and takes site A over site B (60 ms),
+    # byte-exact; a relay that goes away leaves slotd's set without a restart.
+    g = wait_for(lambda: sites_apart(dird, bed), 30, "the two sites as two groups")
+    size, sha = bed.nginx.files["full"]
+    s = bed.slotd([], overrides={"directory": {
+        "urls": dird.url, "refresh": "500ms", "retry": "500ms",
+        "cache_file": os.path.join(bed.dir, "slotd.relays")}})
+    s.start(wait=False)
+    try:
+        s.wait_ready()
+        s.wait_relays_up(4, timeout=20)
+        relays = {x["control"]: x for x in s.json()["relays"]}
+        assert set(relays) == {bed.relay(n).control for n in PATHS}
+        # Directory groups keep apart from static ones, one per site here.
+        a = {relays[bed.relay(n).control]["group"] for n in SITE_A}
+        b = {relays[bed.relay(n).control]["group"] for n in SITE_B}
+        assert len(a) == 1 and len(b) == 1 and a != b, relays
+        assert min(a) >= 0x80000000 and g[SITE_A[0]] == min(a) - 0x80000000
+        r = bed.curl(bed.nginx.url("full", query="id=fullstack"), timeout=60)
+        assert r.rc == 0 and r.sha == sha, r
+        assert bed.nginx.peer_of("id=fullstack") in {bed.ip(n) for n in SITE_A}
+        c = s.counters()
+        assert c["decisions_relay"] >= 1 and c["dir_fetches_ok"] >= 1, c
+
+        gone = bed.relay(SITE_B[1])
+        gone.stop()
+        try:
+            wait_for(lambda: gone.control not in {x["control"] for x in s.json()["relays"]},
+                     30, "slotd dropping the expired relay")
+        finally:
+            gone.start()
+        wait_for(lambda: gone.control in {x["control"] for x in s.json()["relays"]},
+                 30, "slotd taking the relay back")
+    finally:
+        s.stop()
