@@ -56,7 +56,7 @@ cconf_defaults(struct cconf *c)
 	c->dir_refresh_ms = 2 * HOUR_MS;
 	c->dir_retry_ms = 30000;
 	c->dir_timeout_ms = 5000;
-	snprintf(c->dir_cache_file, sizeof(c->dir_cache_file), "/var/lib/slot/slotd.relays");
+	snprintf(c->dir_cache_file, sizeof(c->dir_cache_file), "/var/lib/slotd/relays");
 }
 
 void

@@ -17,8 +17,9 @@
 #include "rlink.h"
 
 /* The state of one slotd, shared by its modules: hold (held SYNs, probing,
- * decisions), relays (the relay set, its links and marks), cstats (the
- * control socket) and slotd.c (start, reload, stop). */
+ * decisions), relays (the relay set, its links and marks), dirsync (relays
+ * from the directory), cstats (the control socket) and slotd.c (start,
+ * reload, stop). */
 
 struct client_counters {
 	unsigned long long syn_received;
@@ -62,6 +63,7 @@ struct decision {
 
 struct hconn;
 TAILQ_HEAD(hconn_list, hconn);
+struct dirsync;
 
 struct slotd {
 	struct ev_loop *loop;
@@ -77,9 +79,11 @@ struct slotd {
 	struct synq *q;
 	ev_io q_io;
 
-	struct crelay **relays;		/* the set, in config order */
+	struct crelay **relays;		/* the set: static relays in config order,
+					 * then the directory's */
 	size_t nrelays;
 	size_t relays_up;
+	struct dirsync *dir;		/* NULL: no directory configured */
 
 	struct htab conns;		/* held and lingering, by client endpoint */
 	struct hconn_list held;		/* waiting for a verdict */

@@ -3,6 +3,7 @@
 
 #include "slot/clock.h"
 #include "cstats.h"
+#include "dirsync.h"
 #include "hold.h"
 #include "relays.h"
 
@@ -12,14 +13,16 @@ struct counter {
 };
 
 static size_t
-counters(const struct slotd *d, struct counter *v)
+counters(struct slotd *d, struct counter *v)
 {
 	const struct client_counters *c = &d->ctr;
 	struct synq_stats qs = { 0 };
+	struct dirsync_stats ds;
 	size_t n = 0;
 
 	if (d->q)
 		synq_stats(d->q, &qs);
+	dirsync_stats(d, &ds);
 #define C(name, val) v[n++] = (struct counter){ name, (unsigned long long)(val) }
 	C("syn_received", c->syn_received);
 	C("syn_retransmits_dropped", c->syn_retransmits_dropped);
@@ -51,8 +54,36 @@ counters(const struct slotd *d, struct counter *v)
 	C("queue_packets", qs.packets);
 	C("queue_overruns", qs.overruns);
 	C("queue_verdict_errors", qs.verdict_errors);
+	C("dir_fetches_ok", ds.fetches_ok);
+	C("dir_fetches_unchanged", ds.fetches_unchanged);
+	C("dir_fetches_failed", ds.fetches_failed);
+	C("dir_relays", ds.relays);
+	C("dir_cache_loaded", ds.cache_loaded);
 #undef C
 	return n;
+}
+
+static const char *
+relay_source(const struct crelay *x)
+{
+	return cconf_relay_from_dir(&x->conf) ? "directory" : "static";
+}
+
+/* A JSON string; the URL comes from the config file and may hold anything. */
+static void
+json_str(struct ctl_out *o, const char *s)
+{
+	ctl_printf(o, "\"");
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			ctl_printf(o, "\\%c", ch);
+		else if (ch < 0x20 || ch == 0x7f)
+			ctl_printf(o, "\\u%04x", ch);
+		else
+			ctl_printf(o, "%c", ch);
+	}
+	ctl_printf(o, "\"");
 }
 
 static void
@@ -62,20 +93,26 @@ json(struct slotd *d, struct ctl_out *o)
 	size_t n = counters(d, v);
 	uint64_t now = clock_mono_us();
 	char a[EP_STRLEN], b[EP_STRLEN], r[EP_STRLEN];
+	struct dirsync_stats ds;
 
+	dirsync_stats(d, &ds);
 	ctl_printf(o, "{\"counters\":{");
 	for (size_t i = 0; i < n; i++)
 		ctl_printf(o, "%s\"%s\":%llu", i ? "," : "", v[i].name, v[i].v);
+	ctl_printf(o, "},\"directory\":{\"version\":");
+	json_str(o, ds.version);
+	ctl_printf(o, ",\"url\":");
+	json_str(o, ds.url);
 	ctl_printf(o, "},\"relays\":[");
 	for (size_t i = 0; i < d->nrelays; i++) {
 		const struct crelay *x = d->relays[i];
 		ctl_printf(o, "%s{\"control\":\"%s\",\"data_port\":%u,\"group\":%u,\"mark\":%u,"
 		    "\"state\":\"%s\",\"quarantined\":%s,\"failures\":%u,\"probes\":%llu,"
-		    "\"pipes_ok\":%llu,\"pipes_failed\":%llu}", i ? "," : "",
+		    "\"pipes_ok\":%llu,\"pipes_failed\":%llu,\"source\":\"%s\"}", i ? "," : "",
 		    ep_fmt(&x->conf.control, a), x->conf.data_port, x->conf.group, x->mark,
 		    relay_state_str(x), now < x->quarantine_until_us ? "true" : "false",
 		    x->link ? rlink_failures(x->link) : 0, x->probes, x->pipes_ok,
-		    x->pipes_failed);
+		    x->pipes_failed, relay_source(x));
 	}
 	ctl_printf(o, "],\"recent\":[");
 	for (size_t i = 0; i < d->nrecent; i++) {
@@ -103,15 +140,15 @@ relays(struct slotd *d, struct ctl_out *o)
 	uint64_t now = clock_mono_us();
 	char a[EP_STRLEN];
 
-	ctl_printf(o, "%-24s %5s %6s %-10s %5s %8s %8s %8s\n", "relay", "data", "group",
-	    "state", "fails", "probes", "pipes", "failed");
+	ctl_printf(o, "%-24s %5s %10s %-10s %5s %8s %8s %8s %s\n", "relay", "data", "group",
+	    "state", "fails", "probes", "pipes", "failed", "source");
 	for (size_t i = 0; i < d->nrelays; i++) {
 		const struct crelay *x = d->relays[i];
-		ctl_printf(o, "%-24s %5u %6u %-10s %5u %8llu %8llu %8llu\n",
+		ctl_printf(o, "%-24s %5u %10u %-10s %5u %8llu %8llu %8llu %s\n",
 		    ep_fmt(&x->conf.control, a), x->conf.data_port, x->conf.group,
 		    now < x->quarantine_until_us ? "quarantine" : relay_state_str(x),
 		    x->link ? rlink_failures(x->link) : 0, x->probes, x->pipes_ok,
-		    x->pipes_failed);
+		    x->pipes_failed, relay_source(x));
 	}
 }
 

@@ -22,6 +22,7 @@
 #include "slot/sock.h"
 #include "caps.h"
 #include "cstats.h"
+#include "dirsync.h"
 #include "hold.h"
 #include "relays.h"
 #include "rules.h"
@@ -102,7 +103,9 @@ reload(struct slotd *d)
 		    d->conf.bypass_mark);
 		nc.bypass_mark = d->conf.bypass_mark;
 	}
-	if (relays_apply(d, &nc, err, sizeof(err)) == -1) {
+	dirsync_reload_conf(d, &nc);
+	/* The directory's relays stay in the set. */
+	if (dirsync_apply(d, &nc, err, sizeof(err)) == -1) {
 		d->ctr.reload_failures++;
 		log_warnx("reload: rules: %s; keeping the running configuration", err);
 		cconf_free(&nc);
@@ -120,6 +123,7 @@ reload(struct slotd *d)
 	d->conf = nc;
 	auth_key_wipe(&d->key);
 	d->key = nk;
+	dirsync_set_key(d, &d->key);
 	replay_set_window(d->replay, d->conf.max_clock_skew_ms * 1000);
 	set_env(d);
 	log_set_level(d->conf.log_level);
@@ -256,12 +260,24 @@ main(int argc, char **argv)
 		fatalx("out of memory");
 	if (hold_init(d, err, sizeof(err)) == -1)
 		fatalx("%s", err);
-	if (relays_apply(d, &d->conf, err, sizeof(err)) == -1) {
+	/* Static relays and the directory's last listing (the cache file):
+	 * the directory itself is asked later, off the loop. */
+	if (dirsync_init(d, err, sizeof(err)) == -1) {
+		(void)unlink(d->conf.control_socket);
+		fatalx("%s", err);
+	}
+	if (dirsync_apply(d, &d->conf, err, sizeof(err)) == -1) {
 		(void)unlink(d->conf.control_socket);
 		fatalx("installing the rules: %s", err);
 	}
 	if (caps_keep_only(1ull << CAP_NET_ADMIN, err, sizeof(err)) == -1) {
 		(void)rules_remove(AF_INET, err, sizeof(err));
+		fatalx("%s", err);
+	}
+	/* After the capabilities are dropped: the thread inherits the rest. */
+	if (dirsync_start(d, err, sizeof(err)) == -1) {
+		(void)rules_remove(AF_INET, err, sizeof(err));
+		(void)unlink(d->conf.control_socket);
 		fatalx("%s", err);
 	}
 
@@ -282,6 +298,7 @@ main(int argc, char **argv)
 	/* Rules first: from here new SYNs go direct, without us. */
 	if (rules_remove(AF_INET, err, sizeof(err)) == -1)
 		log_warnx("removing the rules: %s", err);
+	dirsync_stop(d);
 	hold_fini(d);
 	synq_close(d->q);
 	d->q = NULL;

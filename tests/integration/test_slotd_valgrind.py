@@ -1,7 +1,8 @@
 """slotd under valgrind on the emulated WAN: relayed, cached and direct
 connections, a PIPE_FAIL, a relay that goes away, reloads (good, broken,
 relay set changed) and a graceful SIGTERM, with no memory errors and no
-definite or indirect leaks."""
+definite or indirect leaks; and the same with relays from slot-dird (the
+directory thread, the cache file)."""
 
 import os
 import re
@@ -68,5 +69,70 @@ def test_slotd_under_valgrind():
         assert re.search(r"ERROR SUMMARY: 0 errors", log), log[-5000:]
         assert "definitely lost" not in log or re.search(r"definitely lost: 0 bytes", log), log
         assert not sb.chain_exists("mangle", "SLOT_HIJACK")
+    finally:
+        sb.down()
+
+
+def check_valgrind(rc, vg_log):
+    log = open(vg_log, errors="replace").read()
+    assert rc == 0, "slotd exited %r under valgrind:\n%s" % (rc, log[-5000:])
+    assert re.search(r"ERROR SUMMARY: 0 errors", log), log[-5000:]
+    assert "definitely lost" not in log or re.search(r"definitely lost: 0 bytes", log), log
+    assert "indirectly lost" not in log or re.search(r"indirectly lost: 0 bytes", log), log
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
+def test_slotd_with_directory_under_valgrind():
+    """The directory thread: listings (a dead URL first), a relay added,
+    a reload, the directory going down; then a start from the cache file
+    with the directory still down."""
+    if not os.access(slotbed.SLOTD, os.X_OK) or not os.access(slotbed.DIRD, os.X_OK):
+        pytest.fail("slotd or slot-dird is missing: build them first (make all)")
+    sb = slotbed.SlotBed({"relay1": (40, 40), "relay2": (30, 30)}, direct_rtt=80,
+                         extra_hosts=["dir"]).up()
+    try:
+        sb.nginx.add_file("f", 64 * KiB)
+        sb.nginx.start()
+        size, sha = sb.nginx.files["f"]
+        r1, r2 = sb.relay("relay1"), sb.relay("relay2")
+        d = sb.dird()
+        d.register(r1.control, r1.data_port)
+        directory = {"urls": "http://%s:7699/RPC2 %s" % (d.ip, d.url), "refresh": "1s",
+                     "retry": "500ms", "cache_file": os.path.join(sb.dir, "vg", "slotd.relays")}
+
+        def run(n):
+            vg_log = os.path.join(sb.dir, "slotd-dir%d.valgrind" % n)
+            s = sb.slotd([], wrapper=["valgrind", "--vgdb=no", "--leak-check=full",
+                                      "--errors-for-leak-kinds=definite,indirect",
+                                      "--error-exitcode=99", "--log-file=" + vg_log])
+            s.update({"directory": directory, "select": {"cache_ttl": 0}})
+            s.start(wait=False)
+            s.wait_ready(60)
+            return s, vg_log
+
+        def fetch(i):
+            r = sb.curl(sb.nginx.url("f", query="id=vgdir%d" % i), timeout=60)
+            assert r.rc == 0 and r.sha == sha, r
+
+        s, vg_log = run(1)
+        s.wait_relays_up(1, timeout=60)
+        fetch(0)
+        d.register(r2.control, r2.data_port)
+        s.wait_relays_up(2, timeout=60)
+        fetch(1)
+        s.relays = [r1]
+        s.update({"directory": dict(directory, refresh="2s")})
+        s.hup("reloads", timeout=20)
+        fetch(2)
+        d.stop()
+        slotbed.wait_for(lambda: s.counters()["dir_fetches_failed"] >= 1, 60, "a failed fetch")
+        check_valgrind(s.stop(timeout=60), vg_log)
+
+        s, vg_log = run(2)
+        s.wait_relays_up(2, timeout=60)
+        assert s.counters()["dir_cache_loaded"] == 1
+        fetch(3)
+        slotbed.wait_for(lambda: s.counters()["dir_fetches_failed"] >= 1, 60, "a failed fetch")
+        check_valgrind(s.stop(timeout=60), vg_log)
     finally:
         sb.down()

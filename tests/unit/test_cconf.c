@@ -103,6 +103,11 @@ test_defaults(void **state)
 	assert_int_equal(c.failure_quarantine_ms, 30000);
 	assert_null(c.relays);
 	assert_int_equal(c.nrelays, 0);
+	assert_int_equal(c.dir_urls.n, 0);
+	assert_int_equal(c.dir_refresh_ms, 2 * 3600 * 1000);
+	assert_int_equal(c.dir_retry_ms, 30000);
+	assert_int_equal(c.dir_timeout_ms, 5000);
+	assert_string_equal(c.dir_cache_file, "/var/lib/slotd/relays");
 	cconf_free(&c);
 	cconf_free(&c);		/* twice is fine */
 }
@@ -146,6 +151,11 @@ test_example_is_defaults(void **state)
 	assert_int_equal(c.reconnect_max_ms, d.reconnect_max_ms);
 	assert_int_equal(c.failure_quarantine_ms, d.failure_quarantine_ms);
 	assert_int_equal(c.nrelays, 0);
+	assert_int_equal(c.dir_urls.n, d.dir_urls.n);
+	assert_int_equal(c.dir_refresh_ms, d.dir_refresh_ms);
+	assert_int_equal(c.dir_retry_ms, d.dir_retry_ms);
+	assert_int_equal(c.dir_timeout_ms, d.dir_timeout_ms);
+	assert_string_equal(c.dir_cache_file, d.dir_cache_file);
 	cconf_free(&c);
 	cconf_free(&d);
 }
@@ -167,7 +177,10 @@ test_values(void **state)
 	    "cache_ttl = 0\ncache_size = 10\nmax_held = 1\nseed = 18446744073709551615\n"
 	    "[relays]\nkeepalive_interval = 5s\nkeepalive_timeout = 100ms\n"
 	    "reconnect_min = 10ms\nreconnect_max = 10ms\nfailure_quarantine = 0\n"
-	    "relay = 192.0.2.1\nrelay = [2001:db8::2]:9000 group=7 data=9100\n");
+	    "relay = 192.0.2.1\nrelay = [2001:db8::2]:9000 group=7 data=9100\n"
+	    "[directory]\nurls = http://192.0.2.53:7602/RPC2, https://dir.example.org/RPC2\t"
+	    "http://[2001:db8::53]:7602/RPC2\nrefresh = 10m\nretry = 10m\ntimeout = 100ms\n"
+	    "cache_file = /tmp/x/relays\n");
 	if (cconf_load(&c, path, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
 	unlink(path);
@@ -209,6 +222,14 @@ test_values(void **state)
 	assert_string_equal(ep_fmt(&c.relays[1].control, b), "[2001:db8::2]:9000");
 	assert_int_equal(c.relays[1].data_port, 9100);
 	assert_int_equal(c.relays[1].group, 7);
+	assert_int_equal(c.dir_urls.n, 3);
+	assert_string_equal(c.dir_urls.url[0], "http://192.0.2.53:7602/RPC2");
+	assert_string_equal(c.dir_urls.url[1], "https://dir.example.org/RPC2");
+	assert_string_equal(c.dir_urls.url[2], "http://[2001:db8::53]:7602/RPC2");
+	assert_int_equal(c.dir_refresh_ms, 600000);
+	assert_int_equal(c.dir_retry_ms, 600000);
+	assert_int_equal(c.dir_timeout_ms, 100);
+	assert_string_equal(c.dir_cache_file, "/tmp/x/relays");
 	cconf_free(&c);
 	assert_null(c.relays);
 	assert_null(c.exclude.v);
@@ -240,6 +261,11 @@ test_parse_relay(void **state)
 	assert_int_equal(r.data_port, 443);
 	assert_int_equal(r.group, 0);
 
+	/* The highest static group; above are the directory's. */
+	assert_int_equal(cconf_parse_relay("10.1.1.1 group=2147483647", &r, err, sizeof(err)), 0);
+	assert_int_equal(r.group, CCONF_GROUP_MAX);
+	assert_false(cconf_relay_from_dir(&r));
+
 	assert_int_equal(cconf_parse_relay("10.1.1.1:65535 data=1", &r, err, sizeof(err)), 0);
 	assert_int_equal(r.data_port, 1);
 
@@ -258,6 +284,8 @@ test_parse_relay(void **state)
 		{ "10.1.1.1 data=1 data=2", "'data=2'" },
 		{ "10.1.1.1 group=-1", "'group=-1'" },
 		{ "10.1.1.1 group=4294967295", "'group=4294967295'" },
+		{ "10.1.1.1 group=4294967294", "[0, 2147483647]" },
+		{ "10.1.1.1 group=2147483648", "groups above 2147483647 are the directory's" },
 		{ "10.1.1.1:7600 data=7600", "control port" },
 	};
 	for (size_t i = 0; i < sizeof(bads) / sizeof(bads[0]); i++) {
@@ -419,6 +447,18 @@ test_errors_name_the_line(void **state)
 	bad("[relays]\nkeepalive_timeout = 2h\n", ":2: [relays] keepalive_timeout");
 	bad("[relays]\nreconnect_min = 9ms\n", ":2: [relays] reconnect_min");
 	bad("[relays]\nfailure_quarantine = 61m\n", ":2: [relays] failure_quarantine");
+	bad("[directory]\nurls = ftp://192.0.2.1/RPC2\n", ":2: [directory] urls = ftp://");
+	bad("[directory]\nurls = http://192.0.2.1/RPC2 192.0.2.2:7602\n",
+	    ":2: [directory] urls = http://192.0.2.1/RPC2 192.0.2.2:7602: '192.0.2.2:7602'");
+	bad("[directory]\nurls = http://\n", ":2: [directory] urls");
+	bad("[directory]\nurls = http://a/ http://b/ http://c/ http://d/ http://e/ http://f/ "
+	    "http://g/ http://h/ http://i/\n", "at most 8 URLs");
+	bad("[directory]\nrefresh = 0\n", ":2: [directory] refresh = 0: must be between");
+	bad("[directory]\nrefresh = 8d\n", ":2: [directory] refresh");
+	bad("[directory]\nretry = 0\n", ":2: [directory] retry");
+	bad("[directory]\ntimeout = 0\n", ":2: [directory] timeout");
+	bad("[directory]\ntimeout = 11m\n", ":2: [directory] timeout");
+	bad("[directory]\nrefresh = 1h\nbogus = 1\n", ":3: unknown key 'bogus' in section [directory]");
 	bad("this is not ini\n", ":1:");
 	/* Nothing after the first error is applied or reported. */
 	bad("[select]\nk = 0\nc_wait = 0\n", ":2:");
@@ -438,6 +478,13 @@ test_checks_across_keys(void **state)
 	cconf_free(&c);
 	bad("[relays]\nreconnect_min = 1m\n", "reconnect_max must be at least reconnect_min");
 	bad("[slotd]\ncontrol_socket =\n", "must be set");
+	bad("[directory]\nrefresh = 1m\nretry = 61s\n", "[directory] retry must be at most refresh");
+	bad("[directory]\nrefresh = 10s\n", "[directory] retry must be at most refresh");
+	assert_int_equal(load(&c, "[directory]\nrefresh = 1s\nretry = 1s\nurls =\n"
+	    "cache_file =\n", err, sizeof(err)), 0);
+	assert_int_equal(c.dir_urls.n, 0);
+	assert_string_equal(c.dir_cache_file, "");
+	cconf_free(&c);
 
 	/* ports: required, and not empty. */
 	write_conf("[slotd]\nqueue = 1\n");

@@ -1,0 +1,812 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "slot/errbuf.h"
+#include "slot/log.h"
+#include "dirsync.h"
+#include "relays.h"
+
+#define CACHE_MAGIC "slot-relays"
+#define CACHE_FORMAT 1
+#define CACHE_MAX_RELAYS 100000	/* as many as a listing may hold */
+#define CACHE_LINE_MAX 128
+
+struct dirsync {
+	/* Set before the worker starts; read-only afterwards. */
+	struct conf_urls urls;
+	uint64_t refresh_ms, retry_ms;
+	char cache_file[CCONF_PATH_MAX];
+	struct dirclient *dc;		/* the worker's */
+	char start_version[DIRC_VERSION_MAX];
+	struct ev_loop *loop;
+	ev_async wake;
+	pthread_t thread;
+	bool started;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cond;		/* CLOCK_MONOTONIC */
+	/* Under mu. */
+	bool stop;
+	bool forget;			/* the last listing failed to apply: fetch it whole */
+	bool key_changed;
+	struct auth_key key;
+	struct dirc_relay *pending;	/* a new listing for the loop */
+	size_t npending;
+	bool has_pending;
+	char pending_version[DIRC_VERSION_MAX];
+	unsigned long long fetches_ok, fetches_unchanged, fetches_failed;
+	char url[CONF_URL_LEN];
+
+	/* The loop's. */
+	struct dirc_relay *cur;		/* the listing in force */
+	size_t ncur;
+	char cur_version[DIRC_VERSION_MAX];
+	size_t in_set;
+	size_t warned_dropped;
+	bool cache_loaded;
+};
+
+/* ---------------------------------------------------------------- merge */
+
+struct cand {
+	const struct endpoint *ep;
+	size_t order;
+};
+
+static int
+ep_cmp(const struct endpoint *a, const struct endpoint *b)
+{
+	int c;
+
+	if (a->addr.family != b->addr.family)
+		return a->addr.family < b->addr.family ? -1 : 1;
+	if ((c = memcmp(a->addr.bytes, b->addr.bytes, sizeof(a->addr.bytes))) != 0)
+		return c;
+	return a->port < b->port ? -1 : a->port > b->port;
+}
+
+static int
+cand_cmp(const void *x, const void *y)
+{
+	const struct cand *a = x, *b = y;
+	int c = ep_cmp(a->ep, b->ep);
+
+	if (c != 0)
+		return c;
+	return a->order < b->order ? -1 : a->order > b->order;
+}
+
+int
+dirsync_merge(const struct cconf_relay *st, size_t nst, const struct dirc_relay *dr,
+    size_t ndr, size_t max, struct cconf_relay **out, size_t *n, size_t *dropped)
+{
+	size_t total = nst + ndr, k = 0;
+	struct cand *c = calloc(total ? total : 1, sizeof(*c));
+	bool *dup = calloc(total ? total : 1, sizeof(*dup));
+	struct cconf_relay *m = calloc(max ? max : 1, sizeof(*m));
+
+	*out = NULL;
+	*n = *dropped = 0;
+	if (c == NULL || dup == NULL || m == NULL) {
+		free(c);
+		free(dup);
+		free(m);
+		return -1;
+	}
+	/* Sorted by endpoint, then by position: the first of equal endpoints
+	 * wins, so a static relay hides the directory's. */
+	for (size_t i = 0; i < total; i++) {
+		c[i].ep = i < nst ? &st[i].control : &dr[i - nst].relay;
+		c[i].order = i;
+	}
+	qsort(c, total, sizeof(*c), cand_cmp);
+	for (size_t i = 1; i < total; i++)
+		if (ep_cmp(c[i].ep, c[i - 1].ep) == 0)
+			dup[c[i].order] = true;
+	for (size_t i = 0; i < total; i++) {
+		if (dup[i])
+			continue;
+		if (k == max) {
+			(*dropped)++;
+			continue;
+		}
+		if (i < nst) {
+			m[k++] = st[i];
+		} else {
+			const struct dirc_relay *x = &dr[i - nst];
+			m[k++] = (struct cconf_relay){ .control = x->relay, .data_port = x->data_port,
+			    .group = CCONF_DIR_GROUP | (x->group & CCONF_GROUP_MAX) };
+		}
+	}
+	free(c);
+	free(dup);
+	if (k == 0) {
+		free(m);
+		m = NULL;
+	}
+	*out = m;
+	*n = k;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- cache file */
+
+/* The directory's version is opaque: we store it if it is one word. */
+static bool
+version_ok(const char *v)
+{
+	size_t len = strlen(v);
+
+	if (len == 0 || len >= DIRC_VERSION_MAX)
+		return false;
+	for (; *v; v++)
+		if (*v <= ' ' || *v >= 0x7f)
+			return false;
+	return true;
+}
+
+/* Makes the directories above path (0755) where missing. */
+static int
+make_parents(const char *path, char *err, size_t errlen)
+{
+	char dir[CCONF_PATH_MAX];
+	size_t len = strlen(path);
+
+	if (len >= sizeof(dir)) {
+		errbuf_set(err, errlen, "%s: path too long", path);
+		return -1;
+	}
+	memcpy(dir, path, len + 1);
+	for (char *p = strchr(dir + 1, '/'); p != NULL; p = strchr(p + 1, '/')) {
+		*p = '\0';
+		if (mkdir(dir, 0755) == -1 && errno != EEXIST) {
+			errbuf_set(err, errlen, "creating %s: %s", dir, strerror(errno));
+			return -1;
+		}
+		*p = '/';
+	}
+	return 0;
+}
+
+static int
+write_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t w = write(fd, buf, len);
+		if (w == -1 && errno == EINTR)
+			continue;
+		if (w == -1)
+			return -1;
+		buf += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+int
+dirsync_cache_write(const char *path, const char *version, const struct dirc_relay *r,
+    size_t n, char *err, size_t errlen)
+{
+	char tmp[CCONF_PATH_MAX + 8], ep[EP_STRLEN];
+	size_t cap = 64 + DIRC_VERSION_MAX + n * (EP_STRLEN + 24), len;
+	char *buf;
+	int fd;
+
+	if (!version_ok(version)) {
+		errbuf_set(err, errlen, "%s: version \"%.63s\" is not one word", path, version);
+		return -1;
+	}
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) {
+		errbuf_set(err, errlen, "%s: path too long", path);
+		return -1;
+	}
+	if ((buf = malloc(cap)) == NULL) {
+		errbuf_set(err, errlen, "%s: out of memory", path);
+		return -1;
+	}
+	len = (size_t)snprintf(buf, cap, "%s %d %s\n", CACHE_MAGIC, CACHE_FORMAT, version);
+	for (size_t i = 0; i < n; i++)
+		len += (size_t)snprintf(buf + len, cap - len, "%s %u %u\n",
+		    ep_fmt(&r[i].relay, ep), r[i].data_port, r[i].group);
+	if (make_parents(path, err, errlen) == -1) {
+		free(buf);
+		return -1;
+	}
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644)) == -1) {
+		errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
+		free(buf);
+		return -1;
+	}
+	/* Readable by anyone whatever the umask: it holds only public facts. */
+	if (fchmod(fd, 0644) == -1 || write_all(fd, buf, len) == -1 || fsync(fd) == -1) {
+		errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
+		close(fd);
+		(void)unlink(tmp);
+		free(buf);
+		return -1;
+	}
+	free(buf);
+	if (close(fd) == -1 || rename(tmp, path) == -1) {
+		errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
+		(void)unlink(tmp);
+		return -1;
+	}
+	/* The rename itself survives a crash once the directory is synced. */
+	char dir[CCONF_PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	if (slash != NULL && (size_t)(slash - path) < sizeof(dir)) {
+		size_t dl = slash == path ? 1 : (size_t)(slash - path);
+		memcpy(dir, path, dl);
+		dir[dl] = '\0';
+		int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd != -1) {
+			(void)fsync(dfd);
+			close(dfd);
+		}
+	}
+	return 0;
+}
+
+/* A decimal number of digits only, at most max. */
+static int
+parse_dec(const char *s, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (*s == '\0' || strlen(s) > 10)
+		return -1;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -1;
+		v = v * 10 + (uint64_t)(*s - '0');
+	}
+	if (v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* One relay line, newline removed: "<relay> <data_port> <group>". */
+static const char *
+parse_line(char *line, struct dirc_relay *r)
+{
+	char *f[3], *save = NULL;
+	uint64_t v;
+	size_t nf = 0;
+
+	/* Exactly one space between fields: what we write. */
+	if (line[0] == ' ' || strstr(line, "  ") != NULL)
+		return "fields must be separated by one space";
+	for (char *w = strtok_r(line, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+		if (nf == 3)
+			return "expected <relay> <data_port> <group>";
+		f[nf++] = w;
+	}
+	if (nf != 3)
+		return "expected <relay> <data_port> <group>";
+	if (ep_parse(f[0], 0, &r->relay) == -1 || r->relay.port == 0)
+		return "bad relay endpoint";
+	if (parse_dec(f[1], 65535, &v) == -1 || v == 0)
+		return "bad data port";
+	r->data_port = (uint16_t)v;
+	if (parse_dec(f[2], CCONF_GROUP_MAX, &v) == -1)
+		return "bad group";
+	r->group = (uint32_t)v;
+	return NULL;
+}
+
+/* The first line, newline removed: "slot-relays 1 <version>". */
+static const char *
+parse_header(char *line, char version[DIRC_VERSION_MAX])
+{
+	size_t ml = strlen(CACHE_MAGIC);
+	char *fmt, *ver;
+
+	if (strncmp(line, CACHE_MAGIC, ml) != 0 || (line[ml] != ' ' && line[ml] != '\0'))
+		return "not a " CACHE_MAGIC " file";
+	fmt = line[ml] ? line + ml + 1 : line + ml;
+	if ((ver = strchr(fmt, ' ')) != NULL)
+		*ver++ = '\0';
+	if (*fmt != '\0' && strcmp(fmt, "1") != 0)
+		return "unknown format version";
+	if (*fmt == '\0' || ver == NULL || !version_ok(ver))
+		return "expected \"" CACHE_MAGIC " 1 <version>\"";
+	snprintf(version, DIRC_VERSION_MAX, "%s", ver);
+	return NULL;
+}
+
+int
+dirsync_cache_read(const char *path, char version[DIRC_VERSION_MAX],
+    struct dirc_relay **out, size_t *n, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "re");
+	char *line = NULL;
+	size_t linecap = 0, cnt = 0, cap = 0, lineno = 0;
+	struct dirc_relay *v = NULL;
+	const char *why = NULL;
+	ssize_t len;
+
+	*out = NULL;
+	*n = 0;
+	if (f == NULL) {
+		if (errno == ENOENT)
+			return 1;
+		errbuf_set(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	while ((len = getline(&line, &linecap, f)) != -1) {
+		lineno++;
+		if (len > CACHE_LINE_MAX) {
+			why = "line too long";
+			break;
+		}
+		if ((size_t)len != strlen(line)) {
+			why = "NUL byte";
+			break;
+		}
+		if (line[len - 1] != '\n') {
+			why = "truncated (no newline at the end)";
+			break;
+		}
+		line[len - 1] = '\0';
+		if (lineno == 1) {
+			if ((why = parse_header(line, version)) != NULL)
+				break;
+			continue;
+		}
+		if (cnt == CACHE_MAX_RELAYS) {
+			why = "too many relays";
+			break;
+		}
+		if (cnt == cap) {
+			size_t nc = cap ? cap * 2 : 64;
+			struct dirc_relay *nv = reallocarray(v, nc, sizeof(*nv));
+			if (nv == NULL) {
+				why = "out of memory";
+				break;
+			}
+			v = nv;
+			cap = nc;
+		}
+		if ((why = parse_line(line, &v[cnt])) != NULL)
+			break;
+		cnt++;
+	}
+	if (why == NULL && ferror(f)) {
+		errbuf_set(err, errlen, "%s: %s", path, strerror(errno));
+		why = "";
+	} else if (why == NULL && lineno == 0) {
+		errbuf_set(err, errlen, "%s: empty file", path);
+		why = "";
+	} else if (why != NULL) {
+		errbuf_set(err, errlen, "%s:%zu: %s", path, lineno, why);
+	}
+	free(line);
+	fclose(f);
+	if (why != NULL) {
+		free(v);
+		return -1;
+	}
+	if (cnt == 0) {
+		free(v);
+		v = NULL;
+	}
+	*out = v;
+	*n = cnt;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- the loop's side */
+
+static size_t
+max_relays(const struct cconf *conf)
+{
+	uint32_t m = conf->relay_mask;
+	size_t room = m ? m >> __builtin_ctz(m) : 0;
+
+	return room < CCONF_MAX_RELAYS ? room : CCONF_MAX_RELAYS;
+}
+
+/* Whether the set would stay exactly as it is. */
+static bool
+same_set(const struct slotd *d, const struct cconf_relay *m, size_t n)
+{
+	if (n != d->nrelays)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		const struct cconf_relay *a = &d->relays[i]->conf;
+		if (!ep_eq(&a->control, &m[i].control) || a->data_port != m[i].data_port ||
+		    a->group != m[i].group)
+			return false;
+	}
+	return true;
+}
+
+/* conf's static relays plus list into force. skip_same: nothing to do if the
+ * set does not change (conf is the running one). */
+static int
+apply_list(struct slotd *d, const struct cconf *conf, const struct dirc_relay *list, size_t n,
+    bool skip_same, char *err, size_t errlen)
+{
+	struct dirsync *s = d->dir;
+	struct cconf_relay *m;
+	size_t nm, dropped, fromdir = 0;
+
+	if (dirsync_merge(conf->relays, conf->nrelays, list, n, max_relays(conf), &m, &nm,
+	    &dropped) == -1) {
+		errbuf_set(err, errlen, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < nm; i++)
+		fromdir += cconf_relay_from_dir(&m[i]);
+	if (dropped != s->warned_dropped) {
+		if (dropped > 0)
+			log_warnx("directory: %zu relays left out: the set holds at most %zu",
+			    dropped, max_relays(conf));
+		s->warned_dropped = dropped;
+	}
+	if (skip_same && same_set(d, m, nm)) {
+		free(m);
+		s->in_set = fromdir;
+		return 0;
+	}
+	struct cconf c = *conf;
+	c.relays = m;
+	c.nrelays = nm;
+	int rc = relays_apply(d, &c, err, errlen);
+	free(m);
+	if (rc == 0)
+		s->in_set = fromdir;
+	return rc;
+}
+
+int
+dirsync_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen)
+{
+	struct dirsync *s = d->dir;
+
+	if (s == NULL)
+		return relays_apply(d, conf, err, errlen);
+	if (apply_list(d, conf, s->cur, s->ncur, false, err, errlen) == 0)
+		return 0;
+	if (s->started || s->ncur == 0)
+		return -1;
+	/* At start, the cached relays must not keep the static ones out. */
+	log_warnx("directory: the relays of %s do not apply (%s); starting without them",
+	    s->cache_file, err);
+	free(s->cur);
+	s->cur = NULL;
+	s->ncur = 0;
+	s->cur_version[0] = s->start_version[0] = '\0';
+	s->cache_loaded = false;
+	return apply_list(d, conf, NULL, 0, false, err, errlen);
+}
+
+static void
+wake_cb(struct ev_loop *loop, ev_async *w, int revents)
+{
+	struct slotd *d = w->data;
+	struct dirsync *s = d->dir;
+	struct dirc_relay *list;
+	size_t n;
+	char version[DIRC_VERSION_MAX], err[512];
+	(void)loop;
+	(void)revents;
+
+	pthread_mutex_lock(&s->mu);
+	if (!s->has_pending) {
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	list = s->pending;
+	n = s->npending;
+	memcpy(version, s->pending_version, sizeof(version));
+	s->pending = NULL;
+	s->npending = 0;
+	s->has_pending = false;
+	pthread_mutex_unlock(&s->mu);
+
+	if (apply_list(d, &d->conf, list, n, true, err, sizeof(err)) == -1) {
+		log_warnx("directory: listing %s (%zu relays) not applied: %s; keeping the "
+		    "running set until the next refresh", version, n, err);
+		free(list);
+		pthread_mutex_lock(&s->mu);
+		s->forget = true;
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	free(s->cur);
+	s->cur = list;
+	s->ncur = n;
+	memcpy(s->cur_version, version, sizeof(s->cur_version));
+	log_info("directory: listing %s with %zu relays; the set has %zu (%zu from the "
+	    "directory)", version, n, d->nrelays, s->in_set);
+}
+
+/* ---------------------------------------------------------------- the worker */
+
+static bool
+stopping(struct dirsync *s)
+{
+	pthread_mutex_lock(&s->mu);
+	bool stop = s->stop;
+	pthread_mutex_unlock(&s->mu);
+	return stop;
+}
+
+/* Asks the URLs in order; the first answer wins. Returns the URL's index,
+ * or -1 with every URL's failure in err. */
+static int
+fetch(struct dirsync *s, const char *version, char nv[DIRC_VERSION_MAX], bool *changed,
+    struct dirc_relay **list, size_t *n, char *err, size_t errlen)
+{
+	size_t used = 0;
+
+	err[0] = '\0';
+	for (size_t i = 0; i < s->urls.n; i++) {
+		char e[512];
+		if (stopping(s))
+			break;
+		if (dirc_list(s->dc, s->urls.url[i], version, nv, changed, list, n, NULL, e,
+		    sizeof(e)) == 0)
+			return (int)i;
+		log_debug("directory: %s", e);
+		if (used < errlen)
+			used += (size_t)snprintf(err + used, errlen - used, "%s%s", used ? "; " : "",
+			    e);
+	}
+	return -1;
+}
+
+static void
+deadline_after(struct timespec *ts, uint64_t ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += (time_t)(ms / 1000);
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+static void *
+worker(void *arg)
+{
+	struct dirsync *s = arg;
+	char version[DIRC_VERSION_MAX], nv[DIRC_VERSION_MAX], err[2048], werr[512];
+	uint64_t delay = s->retry_ms;
+	struct timespec dl = { 0, 0 };
+
+	memcpy(version, s->start_version, sizeof(version));
+	pthread_mutex_lock(&s->mu);
+	while (!s->stop) {
+		if (s->forget) {
+			version[0] = '\0';
+			s->forget = false;
+		}
+		if (s->key_changed) {
+			dirc_set_key(s->dc, &s->key);
+			auth_key_wipe(&s->key);
+			s->key_changed = false;
+		}
+		pthread_mutex_unlock(&s->mu);
+
+		struct dirc_relay *list = NULL;
+		size_t n = 0;
+		bool changed = false;
+		int u = fetch(s, version, nv, &changed, &list, &n, err, sizeof(err));
+		if (u >= 0 && changed && s->cache_file[0] != '\0' &&
+		    dirsync_cache_write(s->cache_file, nv, list, n, werr, sizeof(werr)) == -1)
+			log_warnx("directory: listing not saved: %s", werr);
+
+		pthread_mutex_lock(&s->mu);
+		if (u >= 0) {
+			snprintf(s->url, sizeof(s->url), "%s", s->urls.url[u]);
+			if (changed) {
+				s->fetches_ok++;
+				free(s->pending);
+				s->pending = list;
+				s->npending = n;
+				s->has_pending = true;
+				memcpy(s->pending_version, nv, sizeof(s->pending_version));
+				memcpy(version, nv, sizeof(version));
+				ev_async_send(s->loop, &s->wake);
+			} else {
+				s->fetches_unchanged++;
+			}
+			delay = s->retry_ms;
+			deadline_after(&dl, s->refresh_ms);
+		} else if (!s->stop) {
+			s->fetches_failed++;
+			log_warnx("directory: no answer (%s); next try in %llu ms", err,
+			    (unsigned long long)delay);
+			deadline_after(&dl, delay);
+			delay = delay * 2 < s->refresh_ms ? delay * 2 : s->refresh_ms;
+		}
+		while (!s->stop && pthread_cond_timedwait(&s->cond, &s->mu, &dl) != ETIMEDOUT)
+			;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- life cycle */
+
+int
+dirsync_init(struct slotd *d, char *err, size_t errlen)
+{
+	const struct cconf *c = &d->conf;
+	struct dirsync *s;
+	pthread_condattr_t ca;
+	char e[512];
+
+	d->dir = NULL;
+	if (c->dir_urls.n == 0)
+		return 0;
+	if ((s = calloc(1, sizeof(*s))) == NULL) {
+		errbuf_set(err, errlen, "out of memory");
+		return -1;
+	}
+	s->urls = c->dir_urls;
+	s->refresh_ms = c->dir_refresh_ms;
+	s->retry_ms = c->dir_retry_ms;
+	memcpy(s->cache_file, c->dir_cache_file, sizeof(s->cache_file));
+	s->loop = d->loop;
+	if (pthread_condattr_init(&ca) != 0 ||
+	    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
+	    pthread_cond_init(&s->cond, &ca) != 0) {
+		errbuf_set(err, errlen, "directory: cannot make a condition variable");
+		free(s);
+		return -1;
+	}
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&s->mu, NULL);
+	/* xmlrpc-c's (and libcurl's) global set-up, before any thread. */
+	if (dirc_global_init(e, sizeof(e)) == -1) {
+		errbuf_set(err, errlen, "directory: %s", e);
+		pthread_cond_destroy(&s->cond);
+		pthread_mutex_destroy(&s->mu);
+		free(s);
+		return -1;
+	}
+	if ((s->dc = dirc_new(&d->key, (unsigned)c->dir_timeout_ms, e, sizeof(e))) == NULL) {
+		errbuf_set(err, errlen, "directory: %s", e);
+		dirc_global_fini();
+		pthread_cond_destroy(&s->cond);
+		pthread_mutex_destroy(&s->mu);
+		free(s);
+		return -1;
+	}
+	ev_async_init(&s->wake, wake_cb);
+	s->wake.data = d;
+	d->dir = s;
+
+	if (s->cache_file[0] == '\0')
+		return 0;
+	int rc = dirsync_cache_read(s->cache_file, s->start_version, &s->cur, &s->ncur, e,
+	    sizeof(e));
+	if (rc == 1) {
+		log_info("directory: no cache file %s yet", s->cache_file);
+	} else if (rc == -1) {
+		log_warnx("directory: ignoring the cache file: %s", e);
+		s->start_version[0] = '\0';
+	} else {
+		s->cache_loaded = true;
+		memcpy(s->cur_version, s->start_version, sizeof(s->cur_version));
+		log_info("directory: %zu relays from %s (listing %s)", s->ncur, s->cache_file,
+		    s->start_version);
+	}
+	return 0;
+}
+
+int
+dirsync_start(struct slotd *d, char *err, size_t errlen)
+{
+	struct dirsync *s = d->dir;
+	sigset_t all, old;
+	int rc;
+
+	if (s == NULL)
+		return 0;
+	ev_async_start(d->loop, &s->wake);
+	/* Signals are the loop's business. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&s->thread, NULL, worker, s);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0) {
+		ev_async_stop(d->loop, &s->wake);
+		errbuf_set(err, errlen, "directory: cannot start a thread: %s", strerror(rc));
+		return -1;
+	}
+	s->started = true;
+	log_info("directory: %zu URL%s, refresh every %llu s", s->urls.n, s->urls.n == 1 ? "" : "s",
+	    (unsigned long long)(s->refresh_ms / 1000));
+	return 0;
+}
+
+void
+dirsync_reload_conf(const struct slotd *d, struct cconf *nc)
+{
+	const struct cconf *c = &d->conf;
+	bool urls_same = nc->dir_urls.n == c->dir_urls.n;
+
+	for (size_t i = 0; urls_same && i < c->dir_urls.n; i++)
+		urls_same = strcmp(nc->dir_urls.url[i], c->dir_urls.url[i]) == 0;
+	if (!urls_same || nc->dir_refresh_ms != c->dir_refresh_ms ||
+	    nc->dir_retry_ms != c->dir_retry_ms || nc->dir_timeout_ms != c->dir_timeout_ms ||
+	    strcmp(nc->dir_cache_file, c->dir_cache_file) != 0)
+		log_warnx("reload: [directory] changes need a restart; keeping the running values");
+	nc->dir_urls = c->dir_urls;
+	nc->dir_refresh_ms = c->dir_refresh_ms;
+	nc->dir_retry_ms = c->dir_retry_ms;
+	nc->dir_timeout_ms = c->dir_timeout_ms;
+	memcpy(nc->dir_cache_file, c->dir_cache_file, sizeof(nc->dir_cache_file));
+}
+
+void
+dirsync_set_key(struct slotd *d, const struct auth_key *key)
+{
+	struct dirsync *s = d->dir;
+
+	if (s == NULL)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->key = *key;
+	s->key_changed = true;
+	pthread_mutex_unlock(&s->mu);
+}
+
+void
+dirsync_stop(struct slotd *d)
+{
+	struct dirsync *s = d->dir;
+
+	if (s == NULL)
+		return;
+	if (s->started) {
+		pthread_mutex_lock(&s->mu);
+		s->stop = true;
+		pthread_cond_signal(&s->cond);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->thread, NULL);
+		ev_async_stop(d->loop, &s->wake);
+	}
+	dirc_free(s->dc);
+	dirc_global_fini();
+	auth_key_wipe(&s->key);
+	free(s->pending);
+	free(s->cur);
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+	d->dir = NULL;
+}
+
+void
+dirsync_stats(struct slotd *d, struct dirsync_stats *st)
+{
+	struct dirsync *s = d->dir;
+
+	memset(st, 0, sizeof(*st));
+	if (s == NULL)
+		return;
+	pthread_mutex_lock(&s->mu);
+	st->fetches_ok = s->fetches_ok;
+	st->fetches_unchanged = s->fetches_unchanged;
+	st->fetches_failed = s->fetches_failed;
+	memcpy(st->url, s->url, sizeof(st->url));
+	pthread_mutex_unlock(&s->mu);
+	st->relays = s->in_set;
+	st->cache_loaded = s->cache_loaded;
+	memcpy(st->version, s->cur_version, sizeof(st->version));
+}
