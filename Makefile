@@ -40,6 +40,8 @@ CLIENT_MAIN := src/client/slotd.c
 CLIENT_SRC := $(filter-out $(CLIENT_MAIN),$(sort $(wildcard src/client/*.c)))
 DIRD_MAIN  := src/directory/dird.c
 DIRD_SRC   := $(filter-out $(DIRD_MAIN),$(sort $(wildcard src/directory/*.c)))
+SIM_MAIN   := src/sim/slot-sim.c
+SIM_SRC    := $(filter-out $(SIM_MAIN),$(sort $(wildcard src/sim/*.c)))
 WANEM_MAIN := tests/testbed/slot-wanem.c
 WANEM_SRC  := $(filter-out $(WANEM_MAIN),$(sort $(wildcard tests/testbed/*.c)))
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
@@ -52,7 +54,9 @@ RELAY_LIB  := $(B)/librelay.a
 WANEM_LIB  := $(B)/libwanem.a
 CLIENT_LIB := $(B)/libclient.a
 DIRD_LIB   := $(B)/libdird.a
+SIM_LIB    := $(B)/libsim.a
 BINS       := $(B)/slot-relayd $(B)/slotd $(B)/slotctl $(B)/slot-dird
+BINS       += $(B)/slot-sim
 TESTBED    := $(if $(wildcard $(WANEM_MAIN)),$(B)/slot-wanem)
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 TOOL_BINS  := $(patsubst tests/integration/%.c,$(B)/tests/%,$(TOOL_SRC))
@@ -93,6 +97,10 @@ $(DIRD_LIB): $(call obj,$(DIRD_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
+$(SIM_LIB): $(call obj,$(SIM_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
 # Only the directory's objects need xmlrpc-c's server flags.
 $(B)/obj/src/directory/%.o: ALL_CPPFLAGS += $(XMLRPC_SERVER_CFLAGS)
 
@@ -109,6 +117,10 @@ $(B)/slotd: $(call obj,$(CLIENT_MAIN)) $(CLIENT_LIB) $(CORE_LIB)
 $(B)/slot-dird: $(call obj,$(DIRD_MAIN)) $(DIRD_LIB) $(CORE_LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(XMLRPC_SERVER_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
+# The evaluator: the core's selection and clustering code, no daemon parts.
+$(B)/slot-sim: $(call obj,$(SIM_MAIN)) $(SIM_LIB) $(CORE_LIB)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(CORE_LIBS) -lm
+
 $(B)/slotctl: $(call obj,src/ctl/slotctl.c)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^
 
@@ -116,7 +128,7 @@ $(B)/slotctl: $(call obj,src/ctl/slotctl.c)
 $(B)/slot-wanem: $(call obj,$(WANEM_MAIN)) $(WANEM_LIB) $(CORE_LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(CORE_LIBS) -lm
 
-$(B)/tests/test_%: $(call obj,tests/unit/test_%.c) $(CLIENT_LIB) $(RELAY_LIB) $(WANEM_LIB) $(DIRD_LIB) $(CORE_LIB)
+$(B)/tests/test_%: $(call obj,tests/unit/test_%.c) $(CLIENT_LIB) $(RELAY_LIB) $(WANEM_LIB) $(DIRD_LIB) $(SIM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(NFQ_LIBS) $(XMLRPC_SERVER_LIBS) $(XMLRPC_CLIENT_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
@@ -164,7 +176,7 @@ uninstall:
 	    $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example $(DESTDIR)$(SBINDIR)/slotd $(DESTDIR)$(SBINDIR)/slotctl \
 	    $(DESTDIR)$(UNITDIR)/slotd.service $(DESTDIR)$(SYSCONFDIR)/slot/slotd.conf.example \
 	    $(DESTDIR)$(SBINDIR)/slot-dird $(DESTDIR)$(UNITDIR)/slot-dird.service \
-	    $(DESTDIR)$(SYSCONFDIR)/slot/dird.conf.example
+	    $(DESTDIR)$(SYSCONFDIR)/slot/dird.conf.example $(DESTDIR)$(SBINDIR)/slot-sim
 	rm -rf $(DESTDIR)$(DOCDIR)
 
 clean:
