@@ -311,6 +311,62 @@ class Relay:
         self.bed.run(self.host, "iptables", "-w", "-D", *self._probe_rule(), check=False)
 
 
+# ---------------------------------------------------------------- HAProxy
+
+class HAProxy:
+    """HAProxy in a host as a sysadmin's static relay: mode tcp, splice both
+    ways, one frontend per (listen port -> target ip:port). The peer that
+    slot's benchmarks compare a relay with."""
+
+    def __init__(self, sb, host, routes, pipesize=None, maxconn=4000):
+        self.sb, self.bed, self.host = sb, sb.bed, host
+        self.ip = sb.bed.ip(host)
+        self.routes = dict(routes)      # listen port -> (ip, port)
+        self.cfg = os.path.join(sb.dir, "haproxy-%s.cfg" % host)
+        self.log_path = os.path.join(sb.dir, "haproxy-%s.log" % host)
+        with open(self.cfg, "w") as f:
+            # maxconn needs about 2.5 descriptors each within the file limit
+            f.write("global\n    maxconn %d\n    nbthread 1\n" % maxconn)
+            if pipesize:
+                f.write("    tune.pipesize %d\n" % pipesize)
+            f.write("defaults\n    mode tcp\n    timeout connect 5s\n"
+                    "    timeout client 10m\n    timeout server 10m\n"
+                    "    option splice-request\n    option splice-response\n")
+            for port, (ip, tport) in sorted(self.routes.items()):
+                f.write("listen l%d\n    bind %s:%d\n    server s %s:%d\n"
+                        % (port, self.ip, port, ip, tport))
+        self.proc = None
+        self._log_f = None
+
+    def start(self, timeout=10):
+        self._log_f = open(self.log_path, "ab")
+        self.proc = self.bed.popen(self.host, ["haproxy", "-db", "-f", self.cfg],
+                                   stdout=self._log_f, stderr=self._log_f)
+        end = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("haproxy in %s exited with %d:\n%s"
+                                   % (self.host, self.proc.returncode, read_log(self.log_path)))
+            out = self.bed.run(self.host, "ss", "-Htln", check=False).stdout
+            if all(":%d " % p in out for p in self.routes):
+                return self
+            if time.monotonic() > end:
+                raise RuntimeError("haproxy in %s not listening" % self.host)
+            time.sleep(0.05)
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._log_f:
+            self._log_f.close()
+            self._log_f = None
+
+
 # ---------------------------------------------------------------- nginx
 
 class Nginx:
@@ -760,10 +816,11 @@ class SlotBed:
     """The test bed and its daemons. relays: {name: (rtt client-relay, rtt
     relay-server)}; direct_rtt: client-server. extra_hosts: more hosts (a
     directory's, say); extra_pairs: (a, b, rtt) for other pairs. Every other
-    pair gets other_rtt. host_sysctls: sysctls of every host."""
+    pair gets other_rtt. host_sysctls: sysctls of every host. spec_edit(spec)
+    may change the topology (tests/testbed/topo.py format) before it is built."""
 
     def __init__(self, relays, direct_rtt=80, other_rtt=10, host_sysctls=None, relay_conf=None,
-                 extra_hosts=(), extra_pairs=()):
+                 extra_hosts=(), extra_pairs=(), spec_edit=None):
         self.relay_rtts = dict(relays)
         hosts = ["client"] + list(self.relay_rtts) + ["server"] + list(extra_hosts)
         pairs = [{"a": "client", "b": "server", "rtt": direct_rtt}]
@@ -782,6 +839,8 @@ class SlotBed:
         sysctls.update(host_sysctls or {})
         self.spec = {"hosts": hosts, "pairs": pairs, "default": {"rtt": other_rtt},
                      "host_defaults": {"sysctls": sysctls}}
+        if spec_edit:
+            spec_edit(self.spec)    # rates, loss, congestion control... (docs/testbed.md)
         self.relay_conf = relay_conf or {}
         self.bed = None
         self.dir = None
@@ -789,6 +848,7 @@ class SlotBed:
         self.nginx = None
         self.slotds = []
         self.dirds = []
+        self.proxies = []
         self.key_hex = None
 
     # -- life cycle --
@@ -828,6 +888,11 @@ class SlotBed:
                 r.stop(timeout=5)
             except Exception:
                 pass
+        for h in self.proxies:
+            try:
+                h.stop()
+            except Exception:
+                pass
         if self.nginx:
             try:
                 self.nginx.stop()
@@ -850,6 +915,12 @@ class SlotBed:
 
     def relay(self, name):
         return self.relays[name]
+
+    def haproxy(self, host, routes, **kw):
+        """A started HAProxy in host (stopped at down())."""
+        h = HAProxy(self, host, routes, **kw).start()
+        self.proxies.append(h)
+        return h
 
     def dird(self, host="dir", overrides=None):
         """A started slot-dird in host (stopped at down())."""
