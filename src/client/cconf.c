@@ -210,7 +210,7 @@ struct key_spec {
 	const char *section, *name;
 	enum {
 		K_STR, K_LEVEL, K_UINT, K_MS, K_US, K_DOUBLE, K_BIT, K_MASK,
-		K_STRATEGY, K_PORTS, K_CIDRS, K_RELAY, K_URLS,
+		K_STRATEGY, K_PORTS, K_CIDRS, K_RELAY, K_URLS, K_BOOL,
 	} kind;
 	size_t off, size;	/* of the member; K_UINT stores 2, 4 or 8 bytes */
 	uint64_t min, max;	/* K_UINT, K_DOUBLE; K_MS and K_US in ms */
@@ -238,6 +238,7 @@ static const struct key_spec keys[] = {
 	{ "select", "establish_timeout", K_MS, F(establish_timeout_ms), 100, 60000 },
 	{ "select", "cache_ttl", K_MS, F(cache_ttl_ms), 0, 7 * DAY_MS },
 	{ "select", "cache_size", K_UINT, F(cache_size), 1, 10000000 },
+	{ "select", "cache_early", K_BOOL, F(cache_early), 0, 0 },
 	{ "select", "max_held", K_UINT, F(max_held), 1, 1000000 },
 	{ "select", "seed", K_UINT, F(seed), 0, UINT64_MAX },
 	{ "relays", "keepalive_interval", K_MS, F(keepalive_interval_ms), 1000, HOUR_MS },
@@ -316,6 +317,9 @@ set_key(void *user, const char *section, const char *name, const char *value,
 		}
 		if (rc == 0)
 			*(uint64_t *)dst = k->kind == K_US ? v * 1000 : v;
+		break;
+	case K_BOOL:
+		rc = conf_bool(value, dst, sub, sizeof(sub));
 		break;
 	case K_DOUBLE:
 		rc = conf_double(value, (double)k->min, (double)k->max, dst,

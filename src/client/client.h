@@ -32,6 +32,8 @@ struct client_counters {
 	unsigned long long repairs;		/* relay taken: direct failed or silent past repair_timeout */
 	unsigned long long relay_before_direct;	/* relay won before the direct probe answered */
 	unsigned long long pipes_ok, pipes_failed, pipes_timeout;
+	unsigned long long early_verdicts;	/* cache_early: released before PIPE_OK */
+	unsigned long long early_failures;	/* ...and the pipe then failed */
 	unsigned long long hold_timeouts;	/* released direct when hold_timeout passed */
 	unsigned long long held_overflow;	/* released direct: max_held reached */
 	unsigned long long reloads, reload_failures, rules_applied;

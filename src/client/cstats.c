@@ -43,6 +43,8 @@ counters(struct slotd *d, struct counter *v)
 	C("pipes_ok", c->pipes_ok);
 	C("pipes_failed", c->pipes_failed);
 	C("pipes_timeout", c->pipes_timeout);
+	C("early_verdicts", c->early_verdicts);
+	C("early_failures", c->early_failures);
 	C("hold_timeouts", c->hold_timeouts);
 	C("held_overflow", c->held_overflow);
 	C("relays_configured", d->nrelays);

@@ -61,6 +61,7 @@ struct hconn {
 	const char *why;
 	bool cached;
 	bool repair;
+	bool early;			/* released before the relay's answer (cache_early) */
 
 	/* lingering */
 	bool relayed;
@@ -121,7 +122,7 @@ conn_free(struct hconn *c)
 	conn_stop_probing(c);
 	ev_timer_stop(d->loop, &c->timer);
 	ev_timer_stop(d->loop, &c->hold);
-	if (c->state == HC_ESTABLISHING && c->via && c->via->link)
+	if ((c->state == HC_ESTABLISHING || c->early) && c->req_id && c->via && c->via->link)
 		rlink_cancel(c->via->link, c->req_id);
 	htab_remove(&d->conns, &c->node);
 	if (c->state == HC_LINGER) {
@@ -224,6 +225,38 @@ cache_put(struct slotd *d, const struct hconn *c, struct crelay *via)
 
 static void establish_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents);
 
+/* The answer to an early PIPE_ESTABLISH, after the verdict: the relay
+ * resets the connection itself if it failed; we only learn from it. */
+static void
+early_answer(struct hconn *c, const struct proto_msg *m)
+{
+	struct slotd *d = c->d;
+	struct crelay *via = c->via;	/* NULL once the relay left the set */
+	char cb[EP_STRLEN], sb[EP_STRLEN];
+
+	c->req_id = 0;
+	if (m && m->type == PROTO_PIPE_OK) {
+		d->ctr.pipes_ok++;
+		if (via) {
+			via->pipes_ok++;
+			cache_put(d, c, via);
+		}
+		return;
+	}
+	d->ctr.pipes_failed++;
+	d->ctr.early_failures++;
+	if (via)
+		via->pipes_failed++;
+	if (d->cache)
+		selc_invalidate(d->cache, &c->server.addr);
+	uint8_t r = m && m->type == PROTO_PIPE_FAIL ? m->u.fail.reason : 0;
+	if (via && (r == 0 || r == FAIL_LIMIT || r == FAIL_SHUTTING_DOWN || r == FAIL_INTERNAL))
+		relay_quarantine(d, via, "early pipe failed");
+	log_warnx("%s -> %s: early pipe failed (%s); the relay resets the connection",
+	    ep_fmt(&c->client, cb), ep_fmt(&c->server, sb),
+	    r ? proto_fail_str(r) : m ? "relay answered ERROR" : "relay link lost");
+}
+
 /* The relay's answer to PIPE_ESTABLISH (NULL: its link went down). */
 static void
 establish_answer(void *req, const struct proto_msg *m)
@@ -233,8 +266,11 @@ establish_answer(void *req, const struct proto_msg *m)
 	struct crelay *via = c->via;
 	char b[128];
 
-	if (c->state != HC_ESTABLISHING)
+	if (c->state != HC_ESTABLISHING) {
+		if (c->early && c->req_id)
+			early_answer(c, m);
 		return;
+	}
 	c->req_id = 0;
 	if (m && m->type == PROTO_PIPE_OK) {
 		d->ctr.pipes_ok++;
@@ -612,6 +648,17 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 			d->ctr.cache_hits++;
 			c->cached = true;
 			establish(c, r, e.path_rtt_us, "cached decision");
+			if (d->conf.cache_early && c->state == HC_ESTABLISHING) {
+				/* The request stays outstanding past the verdict:
+				 * the relay holds the early data connection until
+				 * its connect to the server is done. */
+				uint32_t req = c->req_id;
+				c->req_id = 0;
+				conn_release(c, r, "cached decision, early");
+				c->req_id = req;
+				c->early = true;
+				d->ctr.early_verdicts++;
+			}
 			return;
 		}
 		selc_invalidate(d->cache, &c->server.addr);

@@ -56,6 +56,7 @@ enum close_how { CLOSE_CLEAN, CLOSE_RESET };
 static void pipe_close(struct pipe *p, enum close_how how, const char *why);
 static void half_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
+static void pipe_open(struct pipe *p);
 
 int
 pipes_init(struct relay *r)
@@ -419,6 +420,8 @@ connect_cb(struct ev_loop *loop, ev_io *w, int revents)
 		    (uint32_t)p->r->conf.pending_timeout_ms);
 		p->ctl = NULL;
 	}
+	if (p->cli.fd >= 0)
+		pipe_open(p);	/* the client connected early */
 }
 
 static void
@@ -510,12 +513,36 @@ pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 	timer_arm(p, r->conf.connect_timeout_ms);
 }
 
+/* Both sockets are there: splice. */
+static void
+pipe_open(struct pipe *p)
+{
+	struct relay *r = p->r;
+
+	pending_leave(p);
+	p->state = PS_OPEN;
+	r->ctr.pipes_open++;
+	r->ctr.pipes_total++;
+	p->started = p->last_io = ev_now(r->loop);
+	timer_arm(p, r->conf.idle_timeout_ms);
+	pipe_update(p);
+}
+
 void
 pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 {
 	struct pipe *p = pending_find(r, peer);
 	char b[EP_STRLEN];
 
+	/* A client with a warm cache connects without waiting for PIPE_OK
+	 * (docs/protocol.md): its data connection may find the pipe still
+	 * connecting. It waits, unread, for the server's connect. */
+	if (p && p->state == PS_CONNECTING && p->cli.fd < 0) {
+		p->cli.fd = fd;
+		sock_tune(r, fd);
+		r->ctr.data_early++;
+		return;
+	}
 	if (p == NULL || p->state != PS_PENDING) {
 		r->ctr.data_rejected++;
 		log_info("data connection from %s matches no pending pipe: reset",
@@ -523,15 +550,9 @@ pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 		sock_close_rst(fd);
 		return;
 	}
-	pending_leave(p);
-	p->state = PS_OPEN;
 	p->cli.fd = fd;
 	sock_tune(r, fd);
-	r->ctr.pipes_open++;
-	r->ctr.pipes_total++;
-	p->started = p->last_io = ev_now(r->loop);
-	timer_arm(p, r->conf.idle_timeout_ms);
-	pipe_update(p);
+	pipe_open(p);
 }
 
 void

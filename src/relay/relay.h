@@ -27,6 +27,7 @@ struct relay_counters {
 	unsigned long long control_conns;	/* gauge */
 	unsigned long long control_errors;	/* ERROR messages sent */
 	unsigned long long data_rejected;	/* data connections with no pipe */
+	unsigned long long data_early;		/* data connections before the server's connect */
 	unsigned long long peer_pings;		/* other relays' RTT probes answered */
 	unsigned long long peers;		/* gauge: other relays listed */
 	unsigned long long peer_probes_sent, peer_probes_answered, peer_probes_lost;

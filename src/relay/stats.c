@@ -27,6 +27,7 @@ stats_format(const struct relay *r, int json, char *buf, size_t cap)
 		{ "control_conns", c->control_conns },
 		{ "control_errors", c->control_errors },
 		{ "data_rejected", c->data_rejected },
+		{ "data_early", c->data_early },
 		{ "kpipes_in_use", r->kpipes.in_use },
 		{ "kpipes_free", r->kpipes.nfree },
 		{ "kpipes_undersized", r->kpipes.undersized },

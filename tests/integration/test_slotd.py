@@ -515,6 +515,39 @@ def test_cache_hit_sends_no_probes(sb, slotd, tags):
         assert p2[k] == p1[k], (k, p1, p2)
 
 
+def test_cache_early_skips_the_wait_for_pipe_ok(sb, slotd, tags):
+    # cache_early: a cache hit gets its verdict at once; the relay holds the
+    # early data connection until its connect to the server is done. When
+    # that connect then fails, the relay resets the connection and the
+    # cache forgets the choice.
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"], {"select": {"cache_ttl": "10m", "cache_early": "yes"}})
+    a = fetch(sb, tags(), "small")
+    assert assert_relayed(sb, s, a, r1)["cached"] is False
+    c0 = s.counters()
+    for _ in range(3):
+        b = fetch(sb, tags(), "big")
+        d = assert_relayed(sb, s, b, r1)
+        assert d["cached"] is True and d["why"] == "cached decision, early", d
+    dc = slotbed.deltas(c0, s.counters())
+    assert dc["early_verdicts"] == 3 and dc["early_failures"] == 0, dc
+    wait_for = slotbed.wait_for
+    wait_for(lambda: slotbed.deltas(c0, s.counters())["pipes_ok"] == 3, 10, "the PIPE_OKs")
+
+    r1.reload({"policy": {"deny_destinations": sb.ip("server") + "/32"}})
+    try:
+        url = sb.nginx.url("small", query="id=" + tags())
+        r = sb.curl(url, timeout=30)
+        assert r.rc != 0, r                      # reset: no bytes of another kind
+        wait_for(lambda: s.counters()["early_failures"] == 1, 10, "the early failure")
+        # the choice is forgotten: the next connection probes, the relay
+        # refuses by policy, and it goes direct, byte-exact
+        c = fetch(sb, tags(), "small")
+        assert_direct(sb, c)
+    finally:
+        r1.reload({"policy": {"deny_destinations": ""}})
+
+
 # ---------------------------------------------------------------- 9: what is not selected
 
 @pytest.mark.parametrize("case", ["port", "exclude", "include"])
