@@ -38,9 +38,13 @@ A run takes about two seconds.
 import csv
 import itertools
 import os
+import sys
 import time
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testbed"))
+import topo  # noqa: E402
 
 from test_dird import dirds, wait_for  # noqa: F401 (dirds: the fixture, starts a Dird)
 
@@ -54,10 +58,10 @@ LONE = "198.18.255.1:7600"
 
 
 def data_dir():
-    for d in (os.environ.get("SLOT_DATA"), "/work/shared/data"):
-        if d and os.path.isdir(os.path.join(d, "wondernetwork")):
-            return os.path.join(d, "wondernetwork")
-    return None
+    try:
+        return os.path.join(topo.data_dir(), "wondernetwork")
+    except RuntimeError:
+        return None
 
 
 class Cities:

@@ -5,6 +5,7 @@ No namespaces: these run the evaluator on files. SLOT_BUILD names the build tree
 import csv
 import math
 import os
+import sys
 import random
 import subprocess
 
@@ -13,7 +14,13 @@ import pytest
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build"))
 SIM = os.path.join(BUILD, "slot-sim")
-DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data", "wondernetwork"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "testbed"))
+import topo  # noqa: E402
+
+try:
+    DATA = os.path.join(topo.data_dir(), "wondernetwork")
+except RuntimeError:
+    DATA = "/nonexistent"
 PINGS = os.path.join(DATA, "pings-2020-07-19-2020-07-20-grouped.csv")
 SERVERS = os.path.join(DATA, "servers-2020-07-19.csv")
 

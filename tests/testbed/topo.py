@@ -205,8 +205,10 @@ def parse_size(v):
 # ---------------------------------------------------------------- real RTT data
 
 def data_dir():
-    """The RTT data directory: $SLOT_DATA, else <repo>/data, else /work/shared/data."""
-    for d in (os.environ.get("SLOT_DATA"), os.path.join(ROOT, "data"), "/work/shared/data"):
+    """The RTT data directory: $SLOT_DATA, else <repo>/data, <repo>/../shared/data,
+    /work/shared/data."""
+    for d in (os.environ.get("SLOT_DATA"), os.path.join(ROOT, "data"),
+              os.path.join(ROOT, "..", "shared", "data"), "/work/shared/data"):
         if d and os.path.isdir(os.path.join(d, "wondernetwork")):
             return d
     raise RuntimeError("RTT data not found: set SLOT_DATA to the directory holding wondernetwork/")
