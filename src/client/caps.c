@@ -30,7 +30,9 @@ caps_keep_only(uint64_t keep, char *err, size_t errlen)
 	int last = last_cap();
 
 	for (int c = 0; c <= last && c < 64; c++) {
-		if (keep & (1ull << c))
+		/* Already out (a unit's CapabilityBoundingSet=): dropping it
+		 * again would need CAP_SETPCAP for nothing. */
+		if ((keep & (1ull << c)) || prctl(PR_CAPBSET_READ, c, 0, 0, 0) == 0)
 			continue;
 		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) == -1 && errno != EINVAL) {
 			snprintf(err, errlen, "dropping capability %d from the bounding set: %s",
