@@ -7,6 +7,7 @@ BINDIR     ?= $(PREFIX)/bin
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 DOCDIR     ?= $(PREFIX)/share/doc/slot
+MANDIR     ?= $(PREFIX)/share/man
 
 CC         ?= cc
 PKG_CONFIG ?= pkg-config
@@ -61,13 +62,14 @@ TESTBED    := $(if $(wildcard $(WANEM_MAIN)),$(B)/slot-wanem)
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 TOOL_BINS  := $(patsubst tests/integration/%.c,$(B)/tests/%,$(TOOL_SRC))
 
-.PHONY: all deps check unit asan-unit integration bench install uninstall clean help
+.PHONY: all deps check unit asan-unit integration bench install uninstall clean help demo
 .DELETE_ON_ERROR:
 
 all: $(BINS) $(TOOL_BINS) $(TESTBED)
 
 help:
 	@echo "make               build daemons and test tools into $(B)/"
+	@echo "make demo          install missing packages, build, and show slot on an emulated WAN (root)"
 	@echo "make check         install missing packages, run unit, sanitizer and integration tests"
 	@echo "make unit          unit tests only;  make asan-unit  the same under ASan+UBSan"
 	@echo "make integration   namespace tests (root)"
@@ -154,30 +156,58 @@ check: deps
 	@$(MAKE) --no-print-directory asan-unit
 	@$(MAKE) --no-print-directory integration
 
+# The README's first command: an emulated WAN of real cities, curl directly and
+# through slot, a table and $(B)/demo.png (scripts/demo.py; root; a few minutes).
+# DEMO_FLAGS=--quick runs the small version the tests run.
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@SLOT_BUILD=$(abspath $(B)) /usr/bin/python3 scripts/demo.py $(DEMO_FLAGS)
+
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@./scripts/bench/run.sh
 
-install: $(BINS)
-	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) \
-	    $(DESTDIR)$(SYSCONFDIR)/slot
-	install -m 755 $(BINS) $(DESTDIR)$(SBINDIR)/
-	for u in slot-relayd slotd slot-dird; do \
-	    sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' systemd/$$u.service \
-	        > $(DESTDIR)$(UNITDIR)/$$u.service && chmod 644 $(DESTDIR)$(UNITDIR)/$$u.service; \
-	done
-	install -m 644 etc/relayd.conf $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example
-	install -m 644 etc/slotd.conf $(DESTDIR)$(SYSCONFDIR)/slot/slotd.conf.example
-	install -m 644 etc/dird.conf $(DESTDIR)$(SYSCONFDIR)/slot/dird.conf.example
-	install -m 644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+# What `make install` puts where; `make uninstall` removes exactly this.
+# The daemons and slotctl go to SBINDIR, slot-sim (a user's tool) to BINDIR.
+# Units and man pages get the real SBINDIR, DOCDIR and UNITDIR (not DESTDIR).
+INST_SBIN  := slot-relayd slotd slot-dird slotctl
+INST_BIN   := slot-sim
+INST_UNITS := slot-relayd slotd slot-dird
+INST_CONFS := relayd slotd dird
+INST_MAN   := slotd.8 slot-relayd.8 slot-dird.8 slotctl.8 slot.conf.5 slot-sim.1
+INST_DOCS  := README.md $(wildcard docs/*.md)
+INST_SUBST := sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
+              -e 's|@UNITDIR@|$(UNITDIR)|g'
 
+install: $(addprefix $(B)/,$(INST_SBIN) $(INST_BIN))
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) \
+	    $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/slot \
+	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	install -m 755 $(addprefix $(B)/,$(INST_SBIN)) $(DESTDIR)$(SBINDIR)/
+	install -m 755 $(addprefix $(B)/,$(INST_BIN)) $(DESTDIR)$(BINDIR)/
+	for u in $(INST_UNITS); do \
+	    $(INST_SUBST) systemd/$$u.service > $(DESTDIR)$(UNITDIR)/$$u.service && \
+	    chmod 644 $(DESTDIR)$(UNITDIR)/$$u.service || exit 1; \
+	done
+	for m in $(INST_MAN); do \
+	    $(INST_SUBST) docs/man/$$m > $(DESTDIR)$(MANDIR)/man$${m##*.}/$$m && \
+	    chmod 644 $(DESTDIR)$(MANDIR)/man$${m##*.}/$$m || exit 1; \
+	done
+	for c in $(INST_CONFS); do \
+	    install -m 644 etc/$$c.conf $(DESTDIR)$(SYSCONFDIR)/slot/$$c.conf.example || exit 1; \
+	done
+	install -m 644 $(INST_DOCS) $(DESTDIR)$(DOCDIR)/
+
+# Leaves an operator's own files (/etc/slot/*.conf, the key) and shared
+# directories alone. $(SBINDIR)/slot-sim: where earlier versions put it.
 uninstall:
-	rm -f $(DESTDIR)$(SBINDIR)/slot-relayd $(DESTDIR)$(UNITDIR)/slot-relayd.service \
-	    $(DESTDIR)$(SYSCONFDIR)/slot/relayd.conf.example $(DESTDIR)$(SBINDIR)/slotd $(DESTDIR)$(SBINDIR)/slotctl \
-	    $(DESTDIR)$(UNITDIR)/slotd.service $(DESTDIR)$(SYSCONFDIR)/slot/slotd.conf.example \
-	    $(DESTDIR)$(SBINDIR)/slot-dird $(DESTDIR)$(UNITDIR)/slot-dird.service \
-	    $(DESTDIR)$(SYSCONFDIR)/slot/dird.conf.example $(DESTDIR)$(SBINDIR)/slot-sim
+	rm -f $(addprefix $(DESTDIR)$(SBINDIR)/,$(INST_SBIN)) \
+	    $(addprefix $(DESTDIR)$(BINDIR)/,$(INST_BIN)) $(DESTDIR)$(SBINDIR)/slot-sim \
+	    $(patsubst %,$(DESTDIR)$(UNITDIR)/%.service,$(INST_UNITS)) \
+	    $(patsubst %,$(DESTDIR)$(SYSCONFDIR)/slot/%.conf.example,$(INST_CONFS)) \
+	    $(foreach m,$(INST_MAN),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m))
 	rm -rf $(DESTDIR)$(DOCDIR)
+	rmdir $(DESTDIR)$(SYSCONFDIR)/slot 2>/dev/null || true
 
 clean:
 	rm -rf build

@@ -10,6 +10,8 @@ libcmocka-dev libsodium-dev libinih-dev
 iptables iproute2 iputils-ping conntrack procps psmisc util-linux kmod
 python3 python3-pytest python3-matplotlib
 nginx curl wget iperf3 haproxy socat valgrind
+ansible-core ansible-lint
+groff-base man-db mandoc
 "
 
 missing=""

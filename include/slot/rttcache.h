@@ -26,4 +26,9 @@ int rttc_put(struct rttcache *c, const struct endpoint *e, uint32_t rtt_us,
 
 size_t rttc_count(const struct rttcache *c);
 
+/* Calls fn for every entry, expired ones included, oldest measurement
+ * first (for the control socket). fn must not change c. */
+void rttc_walk(const struct rttcache *c, void (*fn)(void *arg, const struct endpoint *e,
+    uint32_t rtt_us, uint8_t status, uint64_t measured_us), void *arg);
+
 #endif

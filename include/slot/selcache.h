@@ -49,4 +49,9 @@ size_t selc_invalidate_relay(struct selcache *c, const struct endpoint *relay);
 
 size_t selc_count(const struct selcache *c);
 
+/* Calls fn for every entry, expired ones included, in the order they were
+ * put (for the control socket). fn must not change c. */
+void selc_walk(const struct selcache *c, void (*fn)(void *arg, const struct addr *server,
+    const struct selc_entry *e), void *arg);
+
 #endif

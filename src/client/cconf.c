@@ -210,7 +210,7 @@ struct key_spec {
 	const char *section, *name;
 	enum {
 		K_STR, K_LEVEL, K_UINT, K_MS, K_US, K_DOUBLE, K_BIT, K_MASK,
-		K_STRATEGY, K_PORTS, K_CIDRS, K_RELAY, K_URLS, K_BOOL,
+		K_STRATEGY, K_PORTS, K_CIDRS, K_RELAY, K_URLS, K_BOOL, K_EP_OPT,
 	} kind;
 	size_t off, size;	/* of the member; K_UINT stores 2, 4 or 8 bytes */
 	uint64_t min, max;	/* K_UINT, K_DOUBLE; K_MS and K_US in ms */
@@ -220,6 +220,7 @@ struct key_spec {
 static const struct key_spec keys[] = {
 	{ "slotd", "key_file", K_STR, F(key_file), 0, 0 },
 	{ "slotd", "control_socket", K_STR, F(control_socket), 0, 0 },
+	{ "slotd", "metrics_listen", K_EP_OPT, F(metrics_listen), 0, 0 },
 	{ "slotd", "log_level", K_LEVEL, F(log_level), 0, 0 },
 	{ "slotd", "queue", K_UINT, F(queue), 0, 65535 },
 	{ "slotd", "queue_maxlen", K_UINT, F(queue_maxlen), 16, 1000000 },
@@ -367,6 +368,15 @@ set_key(void *user, const char *section, const char *name, const char *value,
 		break;
 	case K_URLS:
 		rc = conf_urls(value, dst, sub, sizeof(sub));
+		break;
+	case K_EP_OPT:
+		/* Empty: off. */
+		if (value[0] == '\0')
+			memset(dst, 0, sizeof(struct endpoint));
+		else if (ep_parse(value, 0, dst) == -1) {
+			snprintf(sub, sizeof(sub), "expected address:port, or nothing");
+			rc = -1;
+		}
 		break;
 	}
 	if (rc == -1)

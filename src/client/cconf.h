@@ -38,6 +38,7 @@ struct cconf {
 	/* [slotd] */
 	char key_file[CCONF_PATH_MAX];
 	char control_socket[CCONF_PATH_MAX];	/* counters for slotctl */
+	struct endpoint metrics_listen;	/* Prometheus over HTTP; family 0: off */
 	enum slog_level log_level;
 	uint16_t queue;			/* NFQUEUE number */
 	uint32_t queue_maxlen;		/* packets the kernel may hold for us */

@@ -8,6 +8,7 @@
 #include <ev.h>
 
 #include "slot/auth.h"
+#include "slot/ctlsrv.h"
 #include "slot/htab.h"
 #include "slot/replay.h"
 #include "slot/rng.h"
@@ -47,6 +48,7 @@ struct crelay {
 	struct rlink *link;
 	uint64_t quarantine_until_us;	/* monotonic; sits out of samples until then */
 	unsigned long long pipes_ok, pipes_failed, probes;
+	uint32_t rtt_us;		/* RTT(client, relay) of its last probe reply; 0: none */
 };
 
 #define RECENT_MAX 256
@@ -77,6 +79,7 @@ struct slotd {
 	uint8_t hkey[16];
 	struct rlink_env env;
 	struct client_counters ctr;
+	struct ctl_ident ident;		/* name, version, start: for slotctl and metrics */
 
 	struct synq *q;
 	ev_io q_io;
@@ -101,6 +104,7 @@ struct slotd {
 	size_t nrecent, recent_next;
 
 	struct ctlsrv *ctl;
+	struct ctlsrv *metrics;		/* HTTP; NULL: no metrics_listen */
 	ev_signal sig_hup, sig_term, sig_int;
 	bool stopping;
 };

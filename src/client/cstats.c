@@ -1,19 +1,19 @@
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "slot/clock.h"
 #include "cstats.h"
 #include "dirsync.h"
 #include "hold.h"
 #include "relays.h"
+#include "rules.h"
 
-struct counter {
-	const char *name;
-	unsigned long long v;
-};
+#define COMMANDS "status, pipes, cache, relays, rules, counters, metrics, json"
 
-static size_t
-counters(struct slotd *d, struct counter *v)
+size_t
+cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 {
 	const struct client_counters *c = &d->ctr;
 	struct synq_stats qs = { 0 };
@@ -23,44 +23,67 @@ counters(struct slotd *d, struct counter *v)
 	if (d->q)
 		synq_stats(d->q, &qs);
 	dirsync_stats(d, &ds);
-#define C(name, val) v[n++] = (struct counter){ name, (unsigned long long)(val) }
-	C("syn_received", c->syn_received);
-	C("syn_retransmits_dropped", c->syn_retransmits_dropped);
-	C("syn_malformed", c->syn_malformed);
-	C("conns_held", d->nheld);
-	C("conns_lingering", d->nlinger);
-	C("cache_hits", c->cache_hits);
-	C("cache_misses", c->cache_misses);
-	C("cache_entries", d->cache ? selc_count(d->cache) : 0);
-	C("probes_sent", c->probes_sent);
-	C("probe_replies", c->probe_replies);
-	C("probe_replies_dropped", c->probe_replies_dropped);
-	C("direct_probes", c->direct_probes);
-	C("decisions_direct", c->decisions_direct);
-	C("decisions_relay", c->decisions_relay);
-	C("repairs", c->repairs);
-	C("relay_before_direct", c->relay_before_direct);
-	C("pipes_ok", c->pipes_ok);
-	C("pipes_failed", c->pipes_failed);
-	C("pipes_timeout", c->pipes_timeout);
-	C("early_verdicts", c->early_verdicts);
-	C("early_failures", c->early_failures);
-	C("hold_timeouts", c->hold_timeouts);
-	C("held_overflow", c->held_overflow);
-	C("relays_configured", d->nrelays);
-	C("relays_up", d->relays_up);
-	C("reloads", c->reloads);
-	C("reload_failures", c->reload_failures);
-	C("rules_applied", c->rules_applied);
-	C("decide_us_max", c->decide_us_max);
-	C("queue_packets", qs.packets);
-	C("queue_overruns", qs.overruns);
-	C("queue_verdict_errors", qs.verdict_errors);
-	C("dir_fetches_ok", ds.fetches_ok);
-	C("dir_fetches_unchanged", ds.fetches_unchanged);
-	C("dir_fetches_failed", ds.fetches_failed);
-	C("dir_relays", ds.relays);
-	C("dir_cache_loaded", ds.cache_loaded);
+#define C(name, val, type, help) do {						\
+	if (n < cap)								\
+		v[n++] = (struct ctl_counter){ name, (unsigned long long)(val),	\
+		    type, help };						\
+} while (0)
+	C("syn_received", c->syn_received, CTL_COUNTER, "SYNs read from the queue.");
+	C("syn_retransmits_dropped", c->syn_retransmits_dropped, CTL_COUNTER,
+	    "Retransmissions of a SYN still held, dropped.");
+	C("syn_malformed", c->syn_malformed, CTL_COUNTER,
+	    "Queued packets that were no first SYN, accepted untouched.");
+	C("conns_held", d->nheld, CTL_GAUGE, "SYNs waiting for a verdict.");
+	C("conns_lingering", d->nlinger, CTL_GAUGE,
+	    "Decided connections kept for their SYN's retransmissions.");
+	C("cache_hits", c->cache_hits, CTL_COUNTER, "Selection cache hits.");
+	C("cache_misses", c->cache_misses, CTL_COUNTER, "Selection cache misses.");
+	C("cache_entries", d->cache ? selc_count(d->cache) : 0, CTL_GAUGE,
+	    "Entries in the selection cache.");
+	C("probes_sent", c->probes_sent, CTL_COUNTER, "Probes sent to relays.");
+	C("probe_replies", c->probe_replies, CTL_COUNTER, "Relay probe replies used.");
+	C("probe_replies_dropped", c->probe_replies_dropped, CTL_COUNTER,
+	    "Relay probe replies dropped: late, unknown, forged or malformed.");
+	C("direct_probes", c->direct_probes, CTL_COUNTER, "TCP connects to servers.");
+	C("decisions_direct", c->decisions_direct, CTL_COUNTER, "Connections sent direct.");
+	C("decisions_relay", c->decisions_relay, CTL_COUNTER,
+	    "Connections sent through a relay.");
+	C("repairs", c->repairs, CTL_COUNTER,
+	    "Relay taken because the direct probe failed or stayed silent.");
+	C("relay_before_direct", c->relay_before_direct, CTL_COUNTER,
+	    "Relay taken before the direct probe answered.");
+	C("pipes_ok", c->pipes_ok, CTL_COUNTER, "PIPE_ESTABLISH answered PIPE_OK.");
+	C("pipes_failed", c->pipes_failed, CTL_COUNTER,
+	    "PIPE_ESTABLISH answered PIPE_FAIL or ERROR, or the link went down.");
+	C("pipes_timeout", c->pipes_timeout, CTL_COUNTER,
+	    "PIPE_ESTABLISH not answered in time.");
+	C("early_verdicts", c->early_verdicts, CTL_COUNTER,
+	    "Cache hits released before PIPE_OK (cache_early).");
+	C("early_failures", c->early_failures, CTL_COUNTER,
+	    "Early verdicts whose pipe then failed.");
+	C("hold_timeouts", c->hold_timeouts, CTL_COUNTER, "SYNs released direct at hold_timeout.");
+	C("held_overflow", c->held_overflow, CTL_COUNTER,
+	    "SYNs sent direct because max_held were held.");
+	C("relays_configured", d->nrelays, CTL_GAUGE, "Relays in the set.");
+	C("relays_up", d->relays_up, CTL_GAUGE, "Relays with a live control connection.");
+	C("reloads", c->reloads, CTL_COUNTER, "Configurations put in force by SIGHUP.");
+	C("reload_failures", c->reload_failures, CTL_COUNTER,
+	    "Configurations refused on SIGHUP.");
+	C("rules_applied", c->rules_applied, CTL_COUNTER, "Rule sets installed.");
+	C("decide_us_max", c->decide_us_max, CTL_GAUGE,
+	    "Longest SYN-to-verdict time, microseconds.");
+	C("queue_packets", qs.packets, CTL_COUNTER, "Packets read from NFQUEUE.");
+	C("queue_overruns", qs.overruns, CTL_COUNTER,
+	    "NFQUEUE socket overruns (packets the kernel could not hand over).");
+	C("queue_verdict_errors", qs.verdict_errors, CTL_COUNTER, "Verdicts the kernel refused.");
+	C("dir_fetches_ok", ds.fetches_ok, CTL_COUNTER, "Directory fetches with a new listing.");
+	C("dir_fetches_unchanged", ds.fetches_unchanged, CTL_COUNTER,
+	    "Directory fetches answered \"unchanged\".");
+	C("dir_fetches_failed", ds.fetches_failed, CTL_COUNTER,
+	    "Directory fetches no URL answered.");
+	C("dir_relays", ds.relays, CTL_GAUGE, "Relays of the set from the directory.");
+	C("dir_cache_loaded", ds.cache_loaded, CTL_GAUGE,
+	    "1 if slotd started with the relays of its cache file.");
 #undef C
 	return n;
 }
@@ -71,40 +94,24 @@ relay_source(const struct crelay *x)
 	return cconf_relay_from_dir(&x->conf) ? "directory" : "static";
 }
 
-/* A JSON string; the URL comes from the config file and may hold anything. */
-static void
-json_str(struct ctl_out *o, const char *s)
-{
-	ctl_printf(o, "\"");
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\')
-			ctl_printf(o, "\\%c", ch);
-		else if (ch < 0x20 || ch == 0x7f)
-			ctl_printf(o, "\\u%04x", ch);
-		else
-			ctl_printf(o, "%c", ch);
-	}
-	ctl_printf(o, "\"");
-}
-
+/* The first version's "json": counters, directory, relays and the recent
+ * decisions in one object; kept as it was for the scripts that read it. */
 static void
 json(struct slotd *d, struct ctl_out *o)
 {
-	struct counter v[64];
-	size_t n = counters(d, v);
+	struct ctl_counter v[64];
+	size_t n = cstats_counters(d, v, sizeof(v) / sizeof(v[0]));
 	uint64_t now = clock_mono_us();
 	char a[EP_STRLEN], b[EP_STRLEN], r[EP_STRLEN];
 	struct dirsync_stats ds;
 
 	dirsync_stats(d, &ds);
-	ctl_printf(o, "{\"counters\":{");
-	for (size_t i = 0; i < n; i++)
-		ctl_printf(o, "%s\"%s\":%llu", i ? "," : "", v[i].name, v[i].v);
-	ctl_printf(o, "},\"directory\":{\"version\":");
-	json_str(o, ds.version);
+	ctl_printf(o, "{\"counters\":");
+	ctl_counters_json(o, v, n);
+	ctl_printf(o, ",\"directory\":{\"version\":");
+	ctl_json_str(o, ds.version);
 	ctl_printf(o, ",\"url\":");
-	json_str(o, ds.url);
+	ctl_json_str(o, ds.url);
 	ctl_printf(o, "},\"relays\":[");
 	for (size_t i = 0; i < d->nrelays; i++) {
 		const struct crelay *x = d->relays[i];
@@ -137,39 +144,258 @@ json(struct slotd *d, struct ctl_out *o)
 }
 
 static void
-relays(struct slotd *d, struct ctl_out *o)
+status(struct slotd *d, bool json_out, struct ctl_out *o)
+{
+	struct ctl_kv kv = { o, json_out };
+	struct dirsync_stats ds;
+	char b[EP_STRLEN];
+
+	dirsync_stats(d, &ds);
+	if (json_out)
+		ctl_json_open(o, &d->ident);
+	ctl_kv_ident(&kv, &d->ident);
+	ctl_kv_uint(&kv, "queue", d->conf.queue);
+	ctl_kv_str(&kv, "metrics_listen", d->conf.metrics_listen.addr.family ?
+	    ep_fmt(&d->conf.metrics_listen, b) : NULL);
+	ctl_kv_str(&kv, "strategy", sel_strategy_name(d->conf.sel.strategy));
+	ctl_kv_uint(&kv, "k", d->conf.sel.k);
+	ctl_kv_uint(&kv, "relays_up", d->relays_up);
+	ctl_kv_uint(&kv, "relays_configured", d->nrelays);
+	ctl_kv_uint(&kv, "conns_held", d->nheld);
+	ctl_kv_uint(&kv, "conns_lingering", d->nlinger);
+	ctl_kv_uint(&kv, "cache_entries", d->cache ? selc_count(d->cache) : 0);
+	ctl_kv_str(&kv, "directory_url", ds.url[0] ? ds.url : NULL);
+	ctl_kv_str(&kv, "listing_version", ds.version[0] ? ds.version : NULL);
+	if (json_out)
+		ctl_json_close(o);
+}
+
+static const struct ctl_col pipe_cols[] = {
+	{ "client", CTL_STR, NULL },
+	{ "server", CTL_STR, NULL },
+	{ "relay", CTL_STR, NULL },
+	{ "state", CTL_STR, NULL },
+	{ "age", CTL_DUR, NULL },
+	{ "to_server", CTL_UINT, "bytes_to_server" },
+	{ "to_client", CTL_UINT, "bytes_to_client" },
+};
+
+static void
+pipe_row(void *arg, const struct hold_view *v)
+{
+	struct ctl_table *t = arg;
+	char b[EP_STRLEN];
+
+	ctl_cell_str(t, ep_fmt(&v->client, b));
+	ctl_cell_str(t, ep_fmt(&v->server, b));
+	ctl_cell_str(t, v->relay ? ep_fmt(v->relay, b) : NULL);
+	ctl_cell_str(t, v->state);
+	ctl_cell_us(t, v->age_us);
+	/* The bytes of a relayed connection cross the kernel's NAT, never
+	 * slotd: the relay's "pipes" has them (docs/slotctl.md). */
+	ctl_cell_none(t);
+	ctl_cell_none(t);
+}
+
+static void
+pipes(struct slotd *d, bool json_out, struct ctl_out *o)
+{
+	struct ctl_table t;
+
+	if (json_out)
+		ctl_json_open(o, &d->ident);
+	ctl_table_begin(&t, o, json_out, "pipes", pipe_cols,
+	    sizeof(pipe_cols) / sizeof(pipe_cols[0]));
+	hold_view(d, pipe_row, &t);
+	ctl_table_end(&t);
+	if (json_out)
+		ctl_json_close(o);
+}
+
+static const struct ctl_col cache_cols[] = {
+	{ "server", CTL_STR, NULL },
+	{ "choice", CTL_STR, NULL },
+	{ "relay", CTL_STR, NULL },
+	{ "path_rtt", CTL_RTT, NULL },
+	{ "age", CTL_DUR, NULL },
+	{ "ttl", CTL_DUR, NULL },
+};
+
+struct cache_walk {
+	struct ctl_table *t;
+	uint64_t now, ttl;
+};
+
+static void
+cache_row(void *arg, const struct addr *server, const struct selc_entry *e)
+{
+	struct cache_walk *w = arg;
+	char b[EP_STRLEN];
+
+	/* Expired entries wait for their next lookup to go: not in force. */
+	if (w->now >= e->expires_us)
+		return;
+	uint64_t left = e->expires_us - w->now;
+	ctl_cell_str(w->t, addr_fmt(server, b));
+	ctl_cell_str(w->t, e->choice == SELC_RELAY ? "relay" : "direct");
+	ctl_cell_str(w->t, e->choice == SELC_RELAY ? ep_fmt(&e->relay, b) : NULL);
+	ctl_cell_us(w->t, e->path_rtt_us);
+	ctl_cell_us(w->t, w->ttl > left ? w->ttl - left : 0);
+	ctl_cell_us(w->t, left);
+}
+
+static void
+cache(struct slotd *d, bool json_out, struct ctl_out *o)
+{
+	struct ctl_table t;
+	/* Every entry is put with the TTL in force (a reload that changes
+	 * it makes a new cache), so its age is that TTL minus what is left. */
+	struct cache_walk w = { &t, clock_mono_us(), d->conf.cache_ttl_ms * 1000 };
+
+	if (json_out)
+		ctl_json_open(o, &d->ident);
+	ctl_table_begin(&t, o, json_out, "cache", cache_cols,
+	    sizeof(cache_cols) / sizeof(cache_cols[0]));
+	if (d->cache)
+		selc_walk(d->cache, cache_row, &w);
+	ctl_table_end(&t);
+	if (json_out)
+		ctl_json_close(o);
+}
+
+/* The first nine columns are the first version's, which scripts parse. */
+static const struct ctl_col relay_cols[] = {
+	{ "relay", CTL_STR, NULL },
+	{ "data", CTL_UINT, "data_port" },
+	{ "group", CTL_UINT, NULL },
+	{ "state", CTL_STR, NULL },
+	{ "fails", CTL_UINT, "failures" },
+	{ "probes", CTL_UINT, NULL },
+	{ "pipes", CTL_UINT, "pipes_ok" },
+	{ "failed", CTL_UINT, "pipes_failed" },
+	{ "source", CTL_STR, NULL },
+	{ "rtt", CTL_RTT, NULL },
+	{ "quarantine", CTL_DUR, NULL },
+};
+
+static void
+relays(struct slotd *d, bool json_out, struct ctl_out *o)
 {
 	uint64_t now = clock_mono_us();
+	struct ctl_table t;
 	char a[EP_STRLEN];
 
-	ctl_printf(o, "%-24s %5s %10s %-10s %5s %8s %8s %8s %s\n", "relay", "data", "group",
-	    "state", "fails", "probes", "pipes", "failed", "source");
+	if (json_out)
+		ctl_json_open(o, &d->ident);
+	ctl_table_begin(&t, o, json_out, "relays", relay_cols,
+	    sizeof(relay_cols) / sizeof(relay_cols[0]));
 	for (size_t i = 0; i < d->nrelays; i++) {
 		const struct crelay *x = d->relays[i];
-		ctl_printf(o, "%-24s %5u %10u %-10s %5u %8llu %8llu %8llu %s\n",
-		    ep_fmt(&x->conf.control, a), x->conf.data_port, x->conf.group,
-		    now < x->quarantine_until_us ? "quarantine" : relay_state_str(x),
-		    x->link ? rlink_failures(x->link) : 0, x->probes, x->pipes_ok,
-		    x->pipes_failed, relay_source(x));
+		bool quarantined = now < x->quarantine_until_us;
+		ctl_cell_str(&t, ep_fmt(&x->conf.control, a));
+		ctl_cell_uint(&t, x->conf.data_port);
+		ctl_cell_uint(&t, x->conf.group);
+		ctl_cell_str(&t, quarantined ? "quarantine" : relay_state_str(x));
+		ctl_cell_uint(&t, x->link ? rlink_failures(x->link) : 0);
+		ctl_cell_uint(&t, x->probes);
+		ctl_cell_uint(&t, x->pipes_ok);
+		ctl_cell_uint(&t, x->pipes_failed);
+		ctl_cell_str(&t, relay_source(x));
+		if (x->rtt_us)
+			ctl_cell_us(&t, x->rtt_us);
+		else
+			ctl_cell_none(&t);
+		if (quarantined)
+			ctl_cell_us(&t, x->quarantine_until_us - now);
+		else
+			ctl_cell_none(&t);
 	}
+	ctl_table_end(&t);
+	if (json_out)
+		ctl_json_close(o);
+}
+
+static const struct ctl_col rule_cols[] = {
+	{ "table", CTL_STR, NULL },
+	{ "chain", CTL_STR, NULL },
+	{ "packets", CTL_UINT, NULL },
+	{ "bytes", CTL_UINT, NULL },
+	{ "rule", CTL_STR, NULL },
+};
+
+/* What the kernel holds, not what slotd meant to install: a rule someone
+ * deleted or a jump that is missing shows as it is. */
+static void
+rules(struct slotd *d, bool json_out, struct ctl_out *o)
+{
+	struct rules_entry *v;
+	struct ctl_table t;
+	char err[600];
+	size_t n;
+
+	if (rules_list(AF_INET, &v, &n, err, sizeof(err)) == -1) {
+		ctl_error(o, "cannot read the rules: %s", err);
+		return;
+	}
+	if (json_out)
+		ctl_json_open(o, &d->ident);
+	ctl_table_begin(&t, o, json_out, "rules", rule_cols,
+	    sizeof(rule_cols) / sizeof(rule_cols[0]));
+	for (size_t i = 0; i < n; i++) {
+		ctl_cell_str(&t, v[i].table);
+		ctl_cell_str(&t, v[i].chain);
+		ctl_cell_uint(&t, v[i].packets);
+		ctl_cell_uint(&t, v[i].bytes);
+		ctl_cell_str(&t, v[i].rule);
+	}
+	ctl_table_end(&t);
+	if (json_out)
+		ctl_json_close(o);
+	rules_list_free(v, n);
 }
 
 void
-cstats_handle(void *user, const char *cmd, struct ctl_out *out)
+cstats_handle(void *user, const char *line, struct ctl_out *out)
 {
 	struct slotd *d = user;
-	struct counter v[64];
+	struct ctl_counter v[64];
+	struct ctl_req q;
+	size_t n;
 
-	if (strcmp(cmd, "counters") == 0) {
-		size_t n = counters(d, v);
-		for (size_t i = 0; i < n; i++)
-			ctl_printf(out, "%s %llu\n", v[i].name, v[i].v);
-	} else if (strcmp(cmd, "json") == 0) {
+	if (ctl_req_parse(line, &q) == -1) {
+		ctl_error(out, "bad request (expected a command, then \"json\" or nothing)");
+		return;
+	}
+	if (strcmp(q.cmd, "status") == 0) {
+		status(d, q.json, out);
+	} else if (strcmp(q.cmd, "pipes") == 0) {
+		pipes(d, q.json, out);
+	} else if (strcmp(q.cmd, "cache") == 0) {
+		cache(d, q.json, out);
+	} else if (strcmp(q.cmd, "relays") == 0) {
+		relays(d, q.json, out);
+	} else if (strcmp(q.cmd, "rules") == 0) {
+		rules(d, q.json, out);
+	} else if (strcmp(q.cmd, "counters") == 0) {
+		n = cstats_counters(d, v, sizeof(v) / sizeof(v[0]));
+		if (q.json) {
+			ctl_json_open(out, &d->ident);
+			ctl_printf(out, ",\"counters\":");
+			ctl_counters_json(out, v, n);
+			ctl_json_close(out);
+		} else
+			ctl_counters_text(out, v, n);
+	} else if (strcmp(q.cmd, "json") == 0) {
 		json(d, out);
-	} else if (strcmp(cmd, "relays") == 0) {
-		relays(d, out);
+	} else if (strcmp(q.cmd, "metrics") == 0) {
+		if (q.json) {
+			ctl_error(out, "metrics come in the Prometheus text format only "
+			    "(\"counters json\" has them in JSON)");
+			return;
+		}
+		n = cstats_counters(d, v, sizeof(v) / sizeof(v[0]));
+		ctl_metrics(out, &d->ident, v, n);
 	} else {
-		ctl_printf(out, "error: unknown command (try \"counters\", \"relays\" or "
-		    "\"json\")\n");
+		ctl_error(out, "unknown command \"%s\" for slotd; it answers %s", q.cmd, COMMANDS);
 	}
 }

@@ -603,6 +603,7 @@ probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 		    (uint32_t)(elapsed - m.u.probe_reply.hold_us) : 1;
 		r->rtt_rs_us = m.u.probe_reply.rtt_us;
 		r->at_us = now - c->t0_us;
+		c->cand[p->idx]->rtt_us = r->rtt_cr_us;		/* for "slotctl relays" */
 		evaluate(c);
 	}
 }
@@ -822,4 +823,29 @@ size_t
 hold_count(const struct slotd *d)
 {
 	return d->nheld;
+}
+
+void
+hold_view(struct slotd *d, void (*fn)(void *arg, const struct hold_view *v), void *arg)
+{
+	uint64_t now = clock_mono_us();
+	struct hconn *c;
+
+	TAILQ_FOREACH(c, &d->held, link) {
+		struct hold_view v = { .client = c->client, .server = c->server,
+		    .age_us = now - c->t0_us };
+		v.state = c->state == HC_PROBING ? "probing" : "establishing";
+		if (c->state == HC_ESTABLISHING && c->via)
+			v.relay = &c->via->conf.control;
+		fn(arg, &v);
+	}
+	TAILQ_FOREACH(c, &d->linger, link) {
+		if (!c->relayed)
+			continue;
+		struct hold_view v = { .client = c->client, .server = c->server,
+		    .state = "relayed", .age_us = now - c->t0_us };
+		if (c->via)
+			v.relay = &c->via->conf.control;
+		fn(arg, &v);
+	}
 }

@@ -25,4 +25,17 @@ void hold_relay_gone(struct slotd *d, struct crelay *r);
 
 size_t hold_count(const struct slotd *d);
 
+/* A connection as the control socket shows it ("pipes"). */
+struct hold_view {
+	struct endpoint client, server;
+	const char *state;		/* probing, establishing, relayed */
+	const struct endpoint *relay;	/* the relay's control endpoint; NULL: none
+					 * (yet, or it left the set) */
+	uint64_t age_us;		/* since the SYN */
+};
+
+/* Calls fn for each held connection, then each relayed one that lingers
+ * (oldest first); decisions to go direct are left out. */
+void hold_view(struct slotd *d, void (*fn)(void *arg, const struct hold_view *v), void *arg);
+
 #endif

@@ -168,14 +168,24 @@ rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 	return (int)o.len;
 }
 
+/* The most of a tool's output rules_list reads: iptables-save of a nat
+ * table with a hundred thousand rules fits. */
+#define CAPTURE_MAX (64u << 20)
+
 /* Runs argv with input on its stdin (NULL: none). Returns its exit status
- * (0 = success), or -1; its stderr goes into err. */
+ * (0 = success), or -1; its output (stdout and stderr) goes into err (the
+ * start of it) and, with capture, all of it into *capture (malloc'ed,
+ * NUL-terminated; NULL if out of memory or beyond CAPTURE_MAX). */
 static int
-run(char *const argv[], const char *input, char *err, size_t errlen)
+run_capture(char *const argv[], const char *input, char *err, size_t errlen,
+    char **capture)
 {
+	size_t caplen = 0, capcap = 0;
 	int in[2], errp[2], status;
 	pid_t pid;
 
+	if (capture)
+		*capture = NULL;
 	if (pipe2(in, O_CLOEXEC) == -1)
 		goto fail0;
 	if (pipe2(errp, O_CLOEXEC) == -1)
@@ -206,15 +216,39 @@ run(char *const argv[], const char *input, char *err, size_t errlen)
 	}
 	close(in[1]);
 	size_t got = 0;
-	char tmp[512];
+	char tmp[4096];
 	ssize_t m;
-	while ((m = read(errp[0], tmp, sizeof(tmp))) > 0 || (m < 0 && errno == EINTR))
+	while ((m = read(errp[0], tmp, sizeof(tmp))) > 0 || (m < 0 && errno == EINTR)) {
 		if (m > 0 && err && got + 1 < errlen) {
 			size_t k = (size_t)m < errlen - 1 - got ? (size_t)m : errlen - 1 - got;
 			memcpy(err + got, tmp, k);
 			got += k;
 		}
+		/* Past the bound or out of memory, read on (the tool must not
+		 * block on a full pipe) but keep nothing: the caller says so. */
+		if (m > 0 && capture && caplen != SIZE_MAX) {
+			if (caplen + (size_t)m + 1 > capcap) {
+				size_t nc = capcap ? capcap * 2 : 65536;
+				while (nc < caplen + (size_t)m + 1)
+					nc *= 2;
+				char *b = nc <= CAPTURE_MAX ? realloc(*capture, nc) : NULL;
+				if (b == NULL) {
+					free(*capture);
+					*capture = NULL;
+					caplen = SIZE_MAX;
+					continue;
+				}
+				*capture = b;
+				capcap = nc;
+			}
+			memcpy(*capture + caplen, tmp, (size_t)m);
+			caplen += (size_t)m;
+			(*capture)[caplen] = '\0';
+		}
+	}
 	close(errp[0]);
+	if (capture && caplen == 0 && (*capture = strdup("")) == NULL)
+		caplen = SIZE_MAX;
 	if (err && errlen)
 		err[got] = '\0';
 	while (waitpid(pid, &status, 0) == -1)
@@ -230,6 +264,12 @@ fail1:
 fail0:
 	errbuf_set(err, errlen, "cannot run %s: %s", argv[0], strerror(errno));
 	return -1;
+}
+
+static int
+run(char *const argv[], const char *input, char *err, size_t errlen)
+{
+	return run_capture(argv, input, err, errlen, NULL);
 }
 
 static const char *
@@ -315,4 +355,114 @@ rules_remove(int family, char *err, size_t errlen)
 		}
 	}
 	return fail ? -1 : 0;
+}
+
+static const char *
+tool_save(int family)
+{
+	return family == AF_INET6 ? "ip6tables-save" : "iptables-save";
+}
+
+/* True if rule (after "-A OUTPUT ") jumps to chain: "... -j CHAIN" at its
+ * end or before another option. */
+static int
+jumps_to(const char *rule, const char *chain)
+{
+	char want[48];
+	const char *p;
+	size_t n = (size_t)snprintf(want, sizeof(want), "-j %s", chain);
+
+	for (p = strstr(rule, want); p; p = strstr(p + 1, want))
+		if ((p == rule || p[-1] == ' ') && (p[n] == '\0' || p[n] == ' '))
+			return 1;
+	return 0;
+}
+
+int
+rules_parse_saved(const char *table, const char *text, struct rules_entry **v, size_t *n)
+{
+	const char *line = text, *end;
+
+	for (; line && *line; line = *end ? end + 1 : end) {
+		unsigned long long pk = 0, by = 0;
+		char chain[32];
+		int off = 0;
+
+		end = strchr(line, '\n');
+		if (end == NULL)
+			end = line + strlen(line);
+		/* "[packets:bytes] -A CHAIN rule..." */
+		if (sscanf(line, "[%llu:%llu] -A %31s %n", &pk, &by, chain, &off) != 3 || off == 0)
+			continue;
+		size_t len = (size_t)(end - line);
+		const char *rule = strstr(line, "-A ");
+		char *text_rule = rule ? strndup(rule, len - (size_t)(rule - line)) : NULL;
+		if (text_rule == NULL)
+			return -1;
+		if (strcmp(chain, RULES_HIJACK) != 0 && strcmp(chain, RULES_DNAT) != 0 &&
+		    !(strcmp(chain, "OUTPUT") == 0 && (jumps_to(text_rule, RULES_HIJACK) ||
+		    jumps_to(text_rule, RULES_DNAT)))) {
+			free(text_rule);
+			continue;
+		}
+		struct rules_entry *nv = realloc(*v, (*n + 1) * sizeof(**v));
+		if (nv == NULL) {
+			free(text_rule);
+			return -1;
+		}
+		*v = nv;
+		struct rules_entry *e = &nv[(*n)++];
+		memset(e, 0, sizeof(*e));
+		snprintf(e->table, sizeof(e->table), "%s", table);
+		snprintf(e->chain, sizeof(e->chain), "%s", chain);
+		e->packets = pk;
+		e->bytes = by;
+		e->rule = text_rule;
+	}
+	return 0;
+}
+
+void
+rules_list_free(struct rules_entry *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i].rule);
+	free(v);
+}
+
+int
+rules_list(int family, struct rules_entry **out, size_t *n, char *err, size_t errlen)
+{
+	static const char *const tables[] = { "mangle", "nat" };
+	char msg[512];
+
+	*out = NULL;
+	*n = 0;
+	for (size_t i = 0; i < 2; i++) {
+		char *argv[] = { (char *)tool_save(family), "-c", "-t", (char *)tables[i], NULL };
+		char *text = NULL;
+		int rc = run_capture(argv, NULL, msg, sizeof(msg), &text);
+		if (rc != 0) {
+			errbuf_set(err, errlen, "%s -t %s failed (%d): %s", argv[0], tables[i],
+			    rc, msg);
+			goto fail;
+		}
+		if (text == NULL) {
+			errbuf_set(err, errlen, "%s -t %s: output too large or out of memory",
+			    argv[0], tables[i]);
+			goto fail;
+		}
+		rc = rules_parse_saved(tables[i], text, out, n);
+		free(text);
+		if (rc == -1) {
+			errbuf_set(err, errlen, "out of memory");
+			goto fail;
+		}
+	}
+	return 0;
+fail:
+	rules_list_free(*out, *n);
+	*out = NULL;
+	*n = 0;
+	return -1;
 }

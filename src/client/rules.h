@@ -50,4 +50,24 @@ int rules_apply(const struct rules_conf *c, const struct rules_relay *r, size_t 
  * SIGTERM and for a start after a crash. Returns 0, or -1 with err. */
 int rules_remove(int family, char *err, size_t errlen);
 
+/* One installed rule of ours, as iptables-save -c shows it: a rule of
+ * SLOT_HIJACK or SLOT_DNAT, or a jump to one of them from OUTPUT. */
+struct rules_entry {
+	char table[8];			/* mangle, nat */
+	char chain[32];
+	unsigned long long packets, bytes;
+	char *rule;			/* "-A CHAIN ...", without the counters */
+};
+
+/* What the kernel holds of our rules for family (iptables-save -c of the
+ * mangle and nat tables, filtered), in the tool's order. *out is malloc'ed
+ * (free with rules_list_free). Runs the tool and waits for it. Returns 0,
+ * or -1 with the reason in err. */
+int rules_list(int family, struct rules_entry **out, size_t *n, char *err, size_t errlen);
+void rules_list_free(struct rules_entry *v, size_t n);
+
+/* The pure part: appends our rules of one table's iptables-save -c text to
+ * *v (n entries, realloc'ed). Returns 0, or -1 out of memory. */
+int rules_parse_saved(const char *table, const char *text, struct rules_entry **v, size_t *n);
+
 #endif

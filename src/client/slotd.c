@@ -98,6 +98,10 @@ reload(struct slotd *d)
 		    d->conf.control_socket);
 		memcpy(nc.control_socket, d->conf.control_socket, sizeof(nc.control_socket));
 	}
+	if (!ep_eq(&nc.metrics_listen, &d->conf.metrics_listen)) {
+		log_warnx("reload: metrics_listen needs a restart; keeping the running one");
+		nc.metrics_listen = d->conf.metrics_listen;
+	}
 	if (nc.bypass_mark != d->conf.bypass_mark) {
 		log_warnx("reload: bypass_mark needs a restart; keeping 0x%x",
 		    d->conf.bypass_mark);
@@ -178,8 +182,8 @@ main(int argc, char **argv)
 	const char *path = "/etc/slot/slotd.conf";
 	const char *level_arg = NULL;
 	enum slog_level level;
-	int check_only = 0, ch, ctl_fd;
-	char err[512];
+	int check_only = 0, ch, ctl_fd, metrics_fd = -1;
+	char err[512], mb[EP_STRLEN];
 
 	while ((ch = getopt(argc, argv, "c:l:tVh")) != -1) {
 		switch (ch) {
@@ -213,6 +217,7 @@ main(int argc, char **argv)
 	if (auth_init() == -1)
 		fatalx("libsodium failed to initialise");
 	d->conf_path = path;
+	ctl_ident_init(&d->ident, "slotd", "slot_slotd", SLOT_VERSION, path);
 	d->probe_fd[0] = d->probe_fd[1] = -1;
 	if (cconf_load(&d->conf, path, err, sizeof(err)) == -1)
 		fatalx("%s", err);
@@ -258,6 +263,16 @@ main(int argc, char **argv)
 		fatalx("%s", err);
 	if ((d->ctl = ctlsrv_start(d->loop, ctl_fd, cstats_handle, d)) == NULL)
 		fatalx("out of memory");
+	if (d->conf.metrics_listen.addr.family) {
+		if ((metrics_fd = sock_listen_tcp(&d->conf.metrics_listen, 16)) == -1) {
+			int e = errno;
+			(void)unlink(d->conf.control_socket);
+			fatalx("metrics listener %s: %s", ep_fmt(&d->conf.metrics_listen, mb),
+			    strerror(e));
+		}
+		if ((d->metrics = ctlsrv_start_http(d->loop, metrics_fd, cstats_handle, d)) == NULL)
+			fatalx("out of memory");
+	}
 	if (hold_init(d, err, sizeof(err)) == -1)
 		fatalx("%s", err);
 	/* Static relays and the directory's last listing (the cache file):
@@ -292,6 +307,8 @@ main(int argc, char **argv)
 	log_info("slotd %s: NFQUEUE %u, %zu relays, strategy %s k=%u, counters %s",
 	    SLOT_VERSION, d->conf.queue, d->nrelays, sel_strategy_name(d->conf.sel.strategy),
 	    d->conf.sel.k, d->conf.control_socket);
+	if (d->metrics)
+		log_info("metrics on http://%s/metrics", ep_fmt(&d->conf.metrics_listen, mb));
 
 	ev_run(d->loop, 0);
 
@@ -304,6 +321,7 @@ main(int argc, char **argv)
 	d->q = NULL;
 	relays_free(d);
 	ctlsrv_stop(d->ctl);
+	ctlsrv_stop(d->metrics);
 	(void)unlink(d->conf.control_socket);
 	log_info("exiting: %llu SYNs, %llu via relays, %llu direct",
 	    d->ctr.syn_received, d->ctr.decisions_relay, d->ctr.decisions_direct);

@@ -138,3 +138,13 @@ rttc_count(const struct rttcache *c)
 {
 	return c->tab.n;
 }
+
+void
+rttc_walk(const struct rttcache *c, void (*fn)(void *arg, const struct endpoint *e,
+    uint32_t rtt_us, uint8_t status, uint64_t measured_us), void *arg)
+{
+	const struct rttc_entry *e;
+
+	TAILQ_FOREACH(e, &c->list, age)
+		fn(arg, &e->ep, e->rtt_us, e->status, e->measured_us);
+}

@@ -145,3 +145,13 @@ selc_count(const struct selcache *c)
 {
 	return c->tab.n;
 }
+
+void
+selc_walk(const struct selcache *c, void (*fn)(void *arg, const struct addr *server,
+    const struct selc_entry *e), void *arg)
+{
+	const struct selc_node *n;
+
+	TAILQ_FOREACH(n, &c->all, link)
+		fn(arg, &n->server, &n->e);
+}

@@ -1,82 +1,259 @@
 /* slotctl: asks a slot daemon (slotd, slot-relayd, slot-dird) over its unix
- * control socket and prints the answer. First version: the commands are the
- * daemon's own ("counters", "json", and slotd's "relays"). */
+ * control socket and prints the answer. The daemon formats the answer, text
+ * or JSON; slotctl picks the socket, sends "<command>" or "<command> json"
+ * and maps the outcome to an exit status (docs/slotctl.md). One file, no
+ * library: it must run on any host, next to any of the daemons. */
 
+#include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#ifndef SLOT_VERSION
+#define SLOT_VERSION "0.1.0"
+#endif
+
 /* Exit codes: what a script needs to tell apart. */
-enum { EX_OK = 0, EX_DAEMON = 1, EX_USAGE = 2, EX_CONNECT = 3 };
+enum {
+	EX_OK = 0,
+	EX_DAEMON = 1,		/* refused the command ("error: ..."), or stdout failed */
+	EX_USAGE = 2,
+	EX_CONNECT = 3,		/* no daemon at the socket, or it did not answer in time */
+};
+
+#define CMD_MAX 31		/* the daemons take commands up to this long */
+#define ANSWER_TIMEOUT_S 15	/* a daemon cuts its clients at 5 s; this is the backstop */
+
+static const struct {
+	const char *name, *alias, *path;
+} daemons[] = {
+	{ "slotd", "slotd", "/run/slot/slotd.sock" },
+	{ "relayd", "slot-relayd", "/run/slot/relayd.sock" },
+	{ "dird", "slot-dird", "/run/slot/dird.sock" },
+};
+#define NDAEMONS (sizeof(daemons) / sizeof(daemons[0]))
 
 static void
 usage(FILE *f)
 {
 	fprintf(f,
-	    "usage: slotctl [-s socket] command\n"
-	    "  -s socket  the daemon's control socket (default /run/slot/slotd.sock;\n"
-	    "             slot-relayd: /run/slot/relayd.sock)\n"
-	    "commands:\n"
-	    "  counters   counters, one \"name value\" per line\n"
-	    "  relays     slotd: relays with group, state and use\n"
-	    "  json       everything, one JSON object\n"
-	    "exit status: 0 ok, 1 the daemon refused the command, 2 usage, 3 no daemon\n");
+	    "usage: slotctl [-s socket | -d daemon] [-j] command\n"
+	    "  -s, --socket socket  the daemon's control socket\n"
+	    "  -d, --daemon name    slotd, relayd or dird: that daemon's default socket\n"
+	    "                       (/run/slot/slotd.sock, relayd.sock, dird.sock);\n"
+	    "                       with neither, the first of them that answers\n"
+	    "  -j, --json           the answer as one JSON object\n"
+	    "  -h, --help           this text;  -V, --version  slotctl's version\n"
+	    "commands:                                       slotd relayd dird\n"
+	    "  status    version, uptime, key facts            x     x      x\n"
+	    "  pipes     connections being relayed             x     x\n"
+	    "  cache     slotd: selection cache; relayd: RTTs  x     x\n"
+	    "  relays    relays, health, RTT, group            x     x      x\n"
+	    "  rules     slotd's iptables rules and counters   x\n"
+	    "  counters  every counter, \"name value\"           x     x      x\n"
+	    "  metrics   counters, Prometheus text format      x     x      x\n"
+	    "exit status: 0 ok, 1 the daemon refused the command, 2 usage,\n"
+	    "3 no daemon at the socket (or no answer in time)\n");
+}
+
+/* Commands are passed on as they are (a daemon may know more than this
+ * version of slotctl); only their shape is checked here. */
+static bool
+valid_command(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > CMD_MAX)
+		return false;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-')
+			return false;
+	return true;
+}
+
+/* Connects to path. Returns the socket, or -1 with errno. */
+static int
+dial(const char *path)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = ANSWER_TIMEOUT_S };
+	int fd, e;
+
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	/* A daemon that hangs must not hang the script that asked. */
+	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static bool
+write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return false;
+		p += w;
+		n -= (size_t)w;
+	}
+	return true;
+}
+
+/* Sends the request and copies the answer out. Returns the exit status. */
+static int
+ask(int fd, const char *path, const char *cmd, bool json)
+{
+	char buf[65536], line[64];
+	size_t got = 0;
+	bool refused = false, decided = false;
+	ssize_t n;
+
+	snprintf(line, sizeof(line), "%s%s\n", cmd, json ? " json" : "");
+	if (!write_all(fd, line, strlen(line))) {
+		fprintf(stderr, "slotctl: %s: %s\n", path, strerror(errno));
+		return EX_CONNECT;
+	}
+	(void)shutdown(fd, SHUT_WR);
+	for (;;) {
+		n = read(fd, buf + got, sizeof(buf) - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			fprintf(stderr, "slotctl: reading %s: %s\n", path,
+			    errno == EAGAIN ? "no answer in time" : strerror(errno));
+			return EX_CONNECT;
+		}
+		got += (size_t)n;
+		/* A refusal starts with "error:": decide once that many bytes
+		 * (or the whole answer) are in, then stream the rest. */
+		if (!decided && (got >= 6 || n == 0)) {
+			refused = got >= 6 && memcmp(buf, "error:", 6) == 0;
+			decided = true;
+		}
+		if (decided && got > 0) {
+			if (fwrite(buf, 1, got, refused ? stderr : stdout) != got) {
+				fprintf(stderr, "slotctl: writing the answer: %s\n",
+				    strerror(errno));
+				return EX_DAEMON;
+			}
+			got = 0;
+		}
+		if (n == 0)
+			break;
+	}
+	if (!refused && fflush(stdout) == EOF) {
+		fprintf(stderr, "slotctl: writing the answer: %s\n", strerror(errno));
+		return EX_DAEMON;
+	}
+	return refused ? EX_DAEMON : EX_OK;
 }
 
 int
 main(int argc, char **argv)
 {
-	const char *path = "/run/slot/slotd.sock";
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	char buf[65536];
-	int ch, fd, first = 1, refused = 0;
-	ssize_t n;
+	static const struct option longopts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "daemon", required_argument, NULL, 'd' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *path = NULL, *cmd;
+	bool json = false;
+	int ch, fd = -1, rc;
 
-	while ((ch = getopt(argc, argv, "s:h")) != -1) {
+	while ((ch = getopt_long(argc, argv, "s:d:jhV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 's':
+			if (path) {
+				fprintf(stderr, "slotctl: -s and -d both name a socket\n");
+				return EX_USAGE;
+			}
 			path = optarg;
+			break;
+		case 'd': {
+			size_t i;
+			for (i = 0; i < NDAEMONS; i++)
+				if (strcmp(optarg, daemons[i].name) == 0 ||
+				    strcmp(optarg, daemons[i].alias) == 0)
+					break;
+			if (i == NDAEMONS) {
+				fprintf(stderr, "slotctl: -d %s: expected slotd, relayd or dird\n",
+				    optarg);
+				return EX_USAGE;
+			}
+			if (path) {
+				fprintf(stderr, "slotctl: -s and -d both name a socket\n");
+				return EX_USAGE;
+			}
+			path = daemons[i].path;
+			break;
+		}
+		case 'j':
+			json = true;
 			break;
 		case 'h':
 			usage(stdout);
+			return EX_OK;
+		case 'V':
+			printf("slotctl %s\n", SLOT_VERSION);
 			return EX_OK;
 		default:
 			usage(stderr);
 			return EX_USAGE;
 		}
 	}
-	if (optind + 1 != argc || strlen(argv[optind]) > 64 || strchr(argv[optind], '\n')) {
+	if (optind + 1 != argc) {
 		usage(stderr);
 		return EX_USAGE;
 	}
-	if (strlen(path) >= sizeof(sun.sun_path)) {
-		fprintf(stderr, "slotctl: %s: path too long\n", path);
+	cmd = argv[optind];
+	if (!valid_command(cmd)) {
+		fprintf(stderr, "slotctl: \"%s\" is no command (see slotctl -h)\n", cmd);
 		return EX_USAGE;
 	}
-	memcpy(sun.sun_path, path, strlen(path) + 1);
-	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1 ||
-	    connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1) {
-		fprintf(stderr, "slotctl: %s: %s (is the daemon running?)\n", path,
-		    strerror(errno));
-		return EX_CONNECT;
+
+	if (path) {
+		if ((fd = dial(path)) == -1) {
+			fprintf(stderr, "slotctl: %s: %s (is the daemon running?)\n", path,
+			    strerror(errno));
+			return errno == ENAMETOOLONG ? EX_USAGE : EX_CONNECT;
+		}
+	} else {
+		/* One host usually runs one daemon: whichever answers. */
+		for (size_t i = 0; i < NDAEMONS && fd == -1; i++)
+			if ((fd = dial(daemons[i].path)) != -1)
+				path = daemons[i].path;
+		if (fd == -1) {
+			fprintf(stderr, "slotctl: no daemon at %s, %s or %s (is one running? "
+			    "-s names another socket)\n", daemons[0].path, daemons[1].path,
+			    daemons[2].path);
+			return EX_CONNECT;
+		}
 	}
-	dprintf(fd, "%s\n", argv[optind]);
-	(void)shutdown(fd, SHUT_WR);
-	while ((n = read(fd, buf, sizeof(buf))) > 0) {
-		if (first && n >= 6 && memcmp(buf, "error:", 6) == 0)
-			refused = 1;
-		first = 0;
-		if (fwrite(buf, 1, (size_t)n, refused ? stderr : stdout) != (size_t)n)
-			return EX_DAEMON;
-	}
-	if (n == -1) {
-		fprintf(stderr, "slotctl: reading %s: %s\n", path, strerror(errno));
-		return EX_CONNECT;
-	}
+	rc = ask(fd, path, cmd, json);
 	close(fd);
-	return refused ? EX_DAEMON : EX_OK;
+	return rc;
 }

@@ -34,7 +34,7 @@ dconf_defaults(struct dconf *c)
 
 struct key_spec {
 	const char *section, *name;
-	enum { K_STR, K_EP, K_LEVEL, K_UINT, K_MS, K_SIZE, K_DOUBLE } kind;
+	enum { K_STR, K_EP, K_EP_OPT, K_LEVEL, K_UINT, K_MS, K_SIZE, K_DOUBLE } kind;
 	size_t off;
 	uint64_t min, max;	/* K_UINT, K_MS, K_SIZE; K_STR: buffer size */
 	double dmin, dmax;	/* K_DOUBLE */
@@ -46,6 +46,7 @@ static const struct key_spec keys[] = {
 	{ "dird", "key_file", K_STR, F(key_file), 0, DCONF_PATH_MAX, 0, 0 },
 	{ "dird", "state_file", K_STR, F(state_file), 0, DCONF_PATH_MAX, 0, 0 },
 	{ "dird", "control_socket", K_STR, F(control_socket), 0, DCONF_PATH_MAX, 0, 0 },
+	{ "dird", "metrics_listen", K_EP_OPT, F(metrics_listen), 0, 0, 0, 0 },
 	{ "dird", "log_level", K_LEVEL, F(log_level), 0, 0, 0, 0 },
 	{ "dird", "max_clock_skew", K_MS, F(max_clock_skew_ms), 1000, 3600000, 0, 0 },
 	/* Below 4k not even a register call with its XML fits. */
@@ -86,6 +87,13 @@ set_key(void *user, const char *section, const char *name, const char *value,
 	case K_STR:
 		rc = conf_string(value, dst, k->max, sub, sizeof(sub));
 		break;
+	case K_EP_OPT:
+		/* Empty: off. */
+		if (value[0] == '\0') {
+			memset(dst, 0, sizeof(struct endpoint));
+			break;
+		}
+		/* FALLTHROUGH */
 	case K_EP:
 		if (ep_parse(value, 0, dst) == -1) {
 			snprintf(sub, sizeof(sub), "expected address:port");

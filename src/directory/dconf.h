@@ -18,6 +18,7 @@ struct dconf {
 	char key_file[DCONF_PATH_MAX];
 	char state_file[DCONF_PATH_MAX];	/* "" : no snapshot */
 	char control_socket[DCONF_PATH_MAX];
+	struct endpoint metrics_listen;	/* Prometheus over HTTP; family 0: off */
 	enum slog_level log_level;
 	uint64_t max_clock_skew_ms;
 

@@ -45,6 +45,8 @@ struct daemon {
 	struct dhttp *http;
 	xmlrpc_registry *reg;
 	struct ctlsrv *ctl;
+	struct ctlsrv *metrics;		/* HTTP; NULL: no metrics_listen */
+	struct ctl_ident ident;
 	int http_fd;
 	ev_signal sig_hup, sig_term, sig_int;
 	ev_timer tick;
@@ -252,11 +254,13 @@ reload(struct daemon *dm)
 	}
 	const struct dconf *c = &d->conf;
 	if (!ep_eq(&n.listen, &c->listen) || strcmp(n.state_file, c->state_file) != 0 ||
-	    strcmp(n.control_socket, c->control_socket) != 0 || n.max_body != c->max_body ||
+	    strcmp(n.control_socket, c->control_socket) != 0 ||
+	    !ep_eq(&n.metrics_listen, &c->metrics_listen) || n.max_body != c->max_body ||
 	    n.max_conns != c->max_conns || n.request_timeout_ms != c->request_timeout_ms)
-		log_warnx("reload: listen, state_file, control_socket, max_body, max_conns "
-		    "and request_timeout change only on restart");
+		log_warnx("reload: listen, state_file, control_socket, metrics_listen, "
+		    "max_body, max_conns and request_timeout change only on restart");
 	n.listen = c->listen;
+	n.metrics_listen = c->metrics_listen;
 	memcpy(n.state_file, c->state_file, sizeof(n.state_file));
 	memcpy(n.control_socket, c->control_socket, sizeof(n.control_socket));
 	n.max_body = c->max_body;
@@ -300,7 +304,7 @@ ctl_cb(void *user, const char *cmd, struct ctl_out *out)
 	struct dhttp_counters hc;
 
 	dhttp_counters(dm->http, &hc);
-	dstats_answer(&dm->d, &hc, cmd, out);
+	dstats_answer(&dm->ident, &dm->d, &hc, cmd, out);
 }
 
 static int
@@ -342,7 +346,7 @@ main(int argc, char **argv)
 	struct dird *d = &dm->d;
 	const char *path = "/etc/slot/dird.conf";
 	const char *level_arg = NULL;
-	int check_only = 0, ch, ctl_fd;
+	int check_only = 0, ch, ctl_fd, metrics_fd = -1;
 	enum slog_level level;
 	char err[512], b[EP_STRLEN], v[DSTATE_VERSION_LEN];
 
@@ -378,6 +382,7 @@ main(int argc, char **argv)
 	if (auth_init() == -1)
 		fatalx("libsodium failed to initialise");
 	dm->conf_path = path;
+	ctl_ident_init(&dm->ident, "slot-dird", "slot_dird", SLOT_VERSION, path);
 	dm->http_fd = -1;
 	if (dconf_load(&d->conf, path, err, sizeof(err)) == -1)
 		fatalx("%s", err);
@@ -404,6 +409,12 @@ main(int argc, char **argv)
 		fatalx("listen %s: %s", ep_fmt(&d->conf.listen, b), strerror(errno));
 	if ((ctl_fd = open_control(d->conf.control_socket, err, sizeof(err))) == -1)
 		fatalx("%s", err);
+	if (d->conf.metrics_listen.addr.family &&
+	    (metrics_fd = sock_listen_tcp(&d->conf.metrics_listen, 16)) == -1) {
+		int e = errno;
+		(void)unlink(d->conf.control_socket);
+		fatalx("metrics listener %s: %s", ep_fmt(&d->conf.metrics_listen, b), strerror(e));
+	}
 
 	d->state = restore(dm);
 	regroup(dm);
@@ -425,7 +436,9 @@ main(int argc, char **argv)
 	};
 	if ((dm->http = dhttp_start(dm->http_fd, &hp, dm->reg, err, sizeof(err))) == NULL)
 		fatalx("%s", err);
-	if ((dm->ctl = ctlsrv_start(dm->loop, ctl_fd, ctl_cb, dm)) == NULL)
+	if ((dm->ctl = ctlsrv_start(dm->loop, ctl_fd, ctl_cb, dm)) == NULL ||
+	    (metrics_fd >= 0 &&
+	    (dm->metrics = ctlsrv_start_http(dm->loop, metrics_fd, ctl_cb, dm)) == NULL))
 		fatalx("out of memory");
 
 	ev_signal_init(&dm->sig_hup, signal_cb, SIGHUP);
@@ -445,6 +458,8 @@ main(int argc, char **argv)
 	pthread_mutex_unlock(&d->mu);
 	log_info("slot-dird %s: XML-RPC on http://%s/RPC2, %zu relays, version %s, counters %s",
 	    SLOT_VERSION, ep_fmt(&d->conf.listen, b), nrelays, v, d->conf.control_socket);
+	if (dm->metrics)
+		log_info("metrics on http://%s/metrics", ep_fmt(&d->conf.metrics_listen, b));
 
 	ev_run(dm->loop, 0);
 
@@ -454,6 +469,7 @@ main(int argc, char **argv)
 	close(dm->http_fd);
 	snapshot(dm, true);
 	ctlsrv_stop(dm->ctl);
+	ctlsrv_stop(dm->metrics);
 	(void)unlink(d->conf.control_socket);
 	xmlrpc_registry_free(dm->reg);
 	dhttp_global_term();

@@ -5,81 +5,177 @@
 #include "slot/clock.h"
 #include "dstats.h"
 
-void
-dstats_answer(struct dird *d, const struct dhttp_counters *hc, const char *cmd,
-    struct ctl_out *out)
-{
-	bool json = strcmp(cmd, "json") == 0;
-	struct dstate_entry *e = NULL;
-	size_t n = 0, ngroups;
-	char version[DSTATE_VERSION_LEN];
-	struct dird_counters c;
-	int rc = 0;
+#define COMMANDS "status, relays, counters, metrics, json"
 
-	if (!json && strcmp(cmd, "counters") != 0) {
-		ctl_printf(out, "error: unknown command (try \"counters\" or \"json\")\n");
-		return;
-	}
-	/* Copy under the lock, format after. */
+/* What one answer needs from the shared state, copied under the lock so
+ * that the formatting runs without it. */
+struct snap {
+	struct dird_counters c;
+	size_t nrelays, ngroups;
+	char version[DSTATE_VERSION_LEN];
+	struct ctl_counter v[32];
+	size_t nv;
+	struct dstate_entry *e;		/* with_listing only; malloc'ed */
+	int listing_rc;
+};
+
+static void
+take(struct dird *d, const struct dhttp_counters *hc, bool with_listing, struct snap *s)
+{
+	memset(s, 0, sizeof(*s));
 	pthread_mutex_lock(&d->mu);
-	c = d->ctr;
-	ngroups = dstate_ngroups(d->state);
-	dstate_version(d->state, version);
-	if (json)
-		rc = dstate_listing(d->state, clock_mono_us(), &e, &n);
+	s->c = d->ctr;
+	s->ngroups = dstate_ngroups(d->state);
+	dstate_version(d->state, s->version);
+	if (with_listing)
+		s->listing_rc = dstate_listing(d->state, clock_mono_us(), &s->e, &s->nrelays);
 	else
-		n = dstate_count(d->state);
+		s->nrelays = dstate_count(d->state);
 	pthread_mutex_unlock(&d->mu);
 
-	const struct { const char *name; unsigned long long v; } v[] = {
-		{ "relays", n },
-		{ "groups", ngroups },
-		{ "connections", hc->conns },
-		{ "connections_active", hc->conns_active },
-		{ "requests", hc->requests },
-		{ "requests_refused", hc->refused },
-		{ "calls_register", c.calls_register },
-		{ "calls_heartbeat", c.calls_heartbeat },
-		{ "calls_report", c.calls_report },
-		{ "calls_list", c.calls_list },
-		{ "faults_malformed", c.faults_malformed },
-		{ "faults_auth", c.faults_auth },
-		{ "faults_stale", c.faults_stale },
-		{ "faults_unknown_relay", c.faults_unknown_relay },
-		{ "faults_limit", c.faults_limit },
-		{ "faults_internal", c.faults_internal },
-		{ "relays_registered", c.relays_registered },
-		{ "relays_expired", c.relays_expired },
-		{ "report_entries", c.report_entries },
-		{ "lists_full", c.lists_full },
-		{ "lists_unchanged", c.lists_unchanged },
-		{ "regroups", c.regroups },
-		{ "regroup_errors", c.regroup_errors },
-		{ "snapshots_written", c.snapshots_written },
-		{ "snapshot_errors", c.snapshot_errors },
-	};
-	size_t nv = sizeof(v) / sizeof(v[0]);
+	const struct dird_counters *c = &s->c;
+#define C(name, val, type, help) do {						\
+	if (s->nv < sizeof(s->v) / sizeof(s->v[0]))				\
+		s->v[s->nv++] = (struct ctl_counter){ name,			\
+		    (unsigned long long)(val), type, help };			\
+} while (0)
+	C("relays", s->nrelays, CTL_GAUGE, "Registered relays.");
+	C("groups", s->ngroups, CTL_GAUGE, "Groups in the listing.");
+	C("connections", hc->conns, CTL_COUNTER, "HTTP connections accepted.");
+	C("connections_active", hc->conns_active, CTL_GAUGE, "HTTP connections being served.");
+	C("requests", hc->requests, CTL_COUNTER, "XML-RPC request bodies received.");
+	C("requests_refused", hc->refused, CTL_COUNTER,
+	    "XML-RPC requests refused unparsed (a DTD).");
+	C("calls_register", c->calls_register, CTL_COUNTER, "slot.register calls.");
+	C("calls_heartbeat", c->calls_heartbeat, CTL_COUNTER, "slot.heartbeat calls.");
+	C("calls_report", c->calls_report, CTL_COUNTER, "slot.report calls.");
+	C("calls_list", c->calls_list, CTL_COUNTER, "slot.list calls.");
+	C("faults_malformed", c->faults_malformed, CTL_COUNTER, "Calls refused as malformed.");
+	C("faults_auth", c->faults_auth, CTL_COUNTER, "Calls refused: MAC does not verify.");
+	C("faults_stale", c->faults_stale, CTL_COUNTER,
+	    "Calls refused: timestamp out of the window, or replayed.");
+	C("faults_unknown_relay", c->faults_unknown_relay, CTL_COUNTER,
+	    "Heartbeats and reports from relays not registered.");
+	C("faults_limit", c->faults_limit, CTL_COUNTER, "Registrations refused at max_relays.");
+	C("faults_internal", c->faults_internal, CTL_COUNTER, "Calls failed internally.");
+	C("relays_registered", c->relays_registered, CTL_COUNTER,
+	    "Relays new to the directory.");
+	C("relays_expired", c->relays_expired, CTL_COUNTER, "Relays expired for silence.");
+	C("report_entries", c->report_entries, CTL_COUNTER, "RTT report entries stored.");
+	C("lists_full", c->lists_full, CTL_COUNTER, "slot.list answered with the listing.");
+	C("lists_unchanged", c->lists_unchanged, CTL_COUNTER, "slot.list answered \"unchanged\".");
+	C("regroups", c->regroups, CTL_COUNTER, "Clusterings run.");
+	C("regroup_errors", c->regroup_errors, CTL_COUNTER, "Clusterings that failed.");
+	C("snapshots_written", c->snapshots_written, CTL_COUNTER, "State snapshots written.");
+	C("snapshot_errors", c->snapshot_errors, CTL_COUNTER, "State snapshots that failed.");
+#undef C
+}
 
-	if (!json) {
-		for (size_t i = 0; i < nv; i++)
-			ctl_printf(out, "%s %llu\n", v[i].name, v[i].v);
+static const struct ctl_col relay_cols[] = {
+	{ "relay", CTL_STR, NULL },
+	{ "data", CTL_UINT, "data_port" },
+	{ "group", CTL_UINT, NULL },
+	{ "age", CTL_DUR, NULL },
+	{ "rtts", CTL_UINT, NULL },
+};
+
+static void
+relays(const struct dstate_entry *e, size_t n, bool json, struct ctl_out *out)
+{
+	struct ctl_table t;
+
+	ctl_table_begin(&t, out, json, "relays", relay_cols,
+	    sizeof(relay_cols) / sizeof(relay_cols[0]));
+	for (size_t i = 0; i < n; i++) {
+		ctl_cell_str(&t, e[i].relay);
+		ctl_cell_uint(&t, e[i].data_port);
+		ctl_cell_uint(&t, e[i].group);
+		ctl_cell_us(&t, e[i].age_us);
+		ctl_cell_uint(&t, e[i].nrtt);
+	}
+	ctl_table_end(&t);
+}
+
+void
+dstats_answer(const struct ctl_ident *id, struct dird *d, const struct dhttp_counters *hc,
+    const char *line, struct ctl_out *out)
+{
+	struct ctl_req q;
+	struct snap s;
+	char b[EP_STRLEN];
+
+	if (ctl_req_parse(line, &q) == -1) {
+		ctl_error(out, "bad request (expected a command, then \"json\" or nothing)");
 		return;
 	}
-	if (rc == -1) {
-		ctl_printf(out, "{\"error\":\"out of memory\"}\n");
+	bool legacy = strcmp(q.cmd, "json") == 0;
+	bool listing = legacy || strcmp(q.cmd, "relays") == 0;
+
+	if (!legacy && strcmp(q.cmd, "status") != 0 && strcmp(q.cmd, "relays") != 0 &&
+	    strcmp(q.cmd, "counters") != 0 && strcmp(q.cmd, "metrics") != 0) {
+		if (strcmp(q.cmd, "pipes") == 0 || strcmp(q.cmd, "cache") == 0 ||
+		    strcmp(q.cmd, "rules") == 0)
+			ctl_error(out, "slot-dird has no %s (relays and slotd do); it answers %s",
+			    q.cmd, COMMANDS);
+		else
+			ctl_error(out, "unknown command \"%s\" for slot-dird; it answers %s",
+			    q.cmd, COMMANDS);
 		return;
 	}
-	ctl_printf(out, "{\"counters\":{");
-	for (size_t i = 0; i < nv; i++)
-		ctl_printf(out, "%s\"%s\":%llu", i ? "," : "", v[i].name, v[i].v);
-	/* Versions and endpoints hold only hex digits, digits, '-', '.', ':'
-	 * and brackets: nothing JSON must escape. */
-	ctl_printf(out, "},\"version\":\"%s\",\"relays\":[", version);
-	for (size_t i = 0; i < n; i++)
-		ctl_printf(out, "%s{\"relay\":\"%s\",\"data_port\":%u,\"group\":%u,"
-		    "\"age_s\":%.1f,\"rtts\":%zu}", i ? "," : "", e[i].relay,
-		    (unsigned)e[i].data_port, (unsigned)e[i].group,
-		    (double)e[i].age_us / 1e6, e[i].nrtt);
-	ctl_printf(out, "]}\n");
-	free(e);
+	if (strcmp(q.cmd, "metrics") == 0 && q.json) {
+		ctl_error(out, "metrics come in the Prometheus text format only "
+		    "(\"counters json\" has them in JSON)");
+		return;
+	}
+	take(d, hc, listing, &s);
+	if (listing && s.listing_rc == -1) {
+		ctl_error(out, "out of memory");
+		return;
+	}
+
+	if (legacy) {
+		/* The first version's object, kept as it was. Versions and
+		 * endpoints hold only hex digits, digits, '-', '.', ':' and
+		 * brackets: nothing JSON must escape. */
+		ctl_printf(out, "{\"counters\":");
+		ctl_counters_json(out, s.v, s.nv);
+		ctl_printf(out, ",\"version\":\"%s\",\"relays\":[", s.version);
+		for (size_t i = 0; i < s.nrelays; i++)
+			ctl_printf(out, "%s{\"relay\":\"%s\",\"data_port\":%u,\"group\":%u,"
+			    "\"age_s\":%.1f,\"rtts\":%zu}", i ? "," : "", s.e[i].relay,
+			    (unsigned)s.e[i].data_port, (unsigned)s.e[i].group,
+			    (double)s.e[i].age_us / 1e6, s.e[i].nrtt);
+		ctl_printf(out, "]}\n");
+	} else if (strcmp(q.cmd, "status") == 0) {
+		struct ctl_kv kv = { out, q.json };
+		if (q.json)
+			ctl_json_open(out, id);
+		ctl_kv_ident(&kv, id);
+		ctl_kv_str(&kv, "listen", ep_fmt(&d->conf.listen, b));
+		ctl_kv_str(&kv, "metrics_listen", d->conf.metrics_listen.addr.family ?
+		    ep_fmt(&d->conf.metrics_listen, b) : NULL);
+		ctl_kv_uint(&kv, "relays", s.nrelays);
+		ctl_kv_uint(&kv, "groups", s.ngroups);
+		ctl_kv_str(&kv, "listing_version", s.version);
+		ctl_kv_uint(&kv, "connections_active", hc->conns_active);
+		if (q.json)
+			ctl_json_close(out);
+	} else if (strcmp(q.cmd, "relays") == 0) {
+		if (q.json)
+			ctl_json_open(out, id);
+		relays(s.e, s.nrelays, q.json, out);
+		if (q.json)
+			ctl_json_close(out);
+	} else if (strcmp(q.cmd, "counters") == 0) {
+		if (q.json) {
+			ctl_json_open(out, id);
+			ctl_printf(out, ",\"counters\":");
+			ctl_counters_json(out, s.v, s.nv);
+			ctl_json_close(out);
+		} else
+			ctl_counters_text(out, s.v, s.nv);
+	} else {
+		ctl_metrics(out, id, s.v, s.nv);
+	}
+	free(s.e);
 }

@@ -322,3 +322,20 @@ peers_format(const struct peers *p, struct ctl_out *o)
 			ctl_printf(o, "%s - 0\n", ep_fmt(&x->ep, b));
 	}
 }
+
+size_t
+peers_count(const struct peers *p)
+{
+	return p ? p->n : 0;
+}
+
+void
+peers_get(const struct peers *p, size_t i, struct endpoint *ep, uint32_t *rtt_us,
+    unsigned *nsamples)
+{
+	const struct peer *x = &p->v[i];
+
+	*ep = x->ep;
+	*nsamples = x->nsamples;
+	*rtt_us = x->nsamples ? best_rtt(x) : 0;
+}

@@ -27,4 +27,12 @@ struct ctl_out;
 /* One line per peer: endpoint, RTT reported (us, "-" none yet), samples. */
 void peers_format(const struct peers *p, struct ctl_out *o);
 
+/* The peers, for the control socket: how many, and peer i's endpoint, the
+ * RTT it is reported with (the minimum of its last samples) and how many
+ * samples there are (0: no answer yet, *rtt_us undefined). p may be NULL
+ * (no directory): none. */
+size_t peers_count(const struct peers *p);
+void peers_get(const struct peers *p, size_t i, struct endpoint *ep, uint32_t *rtt_us,
+    unsigned *nsamples);
+
 #endif

@@ -578,3 +578,29 @@ pipe_reset_all(struct relay *r)
 	while ((p = TAILQ_FIRST(&r->pipes)) != NULL)
 		pipe_close(p, CLOSE_RESET, "relay shutting down");
 }
+
+void
+pipes_view(struct relay *r, void (*fn)(void *arg, const struct pipe_view *v), void *arg)
+{
+	ev_tstamp now = ev_now(r->loop);
+	struct pipe *p;
+
+	TAILQ_FOREACH(p, &r->pipes, link) {
+		struct pipe_view v = {
+			.id = p->id,
+			.state = state_str(p->state),
+			.client = p->client,
+			.server = p->server,
+			.age_s = now - p->started,
+			.to_server = p->c2s.f.bytes,
+			.to_client = p->s2c.f.bytes,
+		};
+		if (p->state == PS_OPEN) {
+			v.idle_s = now - p->last_io;
+			/* One side said EOF: the other direction still flows. */
+			if (p->c2s.f.state != FLOW_READING || p->s2c.f.state != FLOW_READING)
+				v.state = "half-closed";
+		}
+		fn(arg, &v);
+	}
+}

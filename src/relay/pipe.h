@@ -42,4 +42,19 @@ void pipe_ctrl_gone(struct relay *r, struct ctrl_conn *c);
 /* Drain deadline or exit: reset every pipe. */
 void pipe_reset_all(struct relay *r);
 
+/* What the control socket shows of one pipe ("pipes"). */
+struct pipe_view {
+	uint64_t id;
+	const char *state;	/* connecting, pending, open, half-closed (one side
+				 * sent EOF: the other direction still flows) */
+	struct endpoint client, server;
+	double age_s;		/* since PIPE_ESTABLISH; once open, since joined */
+	double idle_s;		/* open: since bytes last moved; else 0 */
+	unsigned long long to_server, to_client;	/* bytes written each way */
+};
+
+/* Calls fn for every pipe, oldest first. fn must not touch the pipes. */
+void pipes_view(struct relay *r, void (*fn)(void *arg, const struct pipe_view *v),
+    void *arg);
+
 #endif

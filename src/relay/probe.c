@@ -308,3 +308,38 @@ probe_stop(struct probe_srv *ps)
 	rl_free(ps->rl_dst);
 	free(ps);
 }
+
+struct cache_walk {
+	void (*fn)(void *arg, const struct probe_cache_view *v);
+	void *arg;
+	uint64_t now, ttl, fail_ttl;
+};
+
+static void
+cache_walk_cb(void *arg, const struct endpoint *e, uint32_t rtt_us, uint8_t status,
+    uint64_t measured_us)
+{
+	struct cache_walk *w = arg;
+	/* The TTLs probe_handle answers with: failures are measured again
+	 * sooner. */
+	uint64_t ttl = status == PROBE_ST_OK || status == PROBE_ST_REFUSED ? w->ttl : w->fail_ttl;
+	uint64_t age = w->now > measured_us ? w->now - measured_us : 0;
+	struct probe_cache_view v = { .target = *e, .rtt_us = rtt_us, .status = status,
+	    .age_us = age };
+
+	if (age >= ttl)
+		return;
+	v.ttl_left_us = ttl - age;
+	w->fn(w->arg, &v);
+}
+
+void
+probe_cache_view(struct probe_srv *ps, void (*fn)(void *arg, const struct probe_cache_view *v),
+    void *arg)
+{
+	uint64_t ttl = ps->r->conf.rtt_cache_ttl_ms * 1000;
+	struct cache_walk w = { fn, arg, clock_mono_us(), ttl,
+	    ttl < PROBE_FAIL_TTL_MS * 1000 ? ttl : PROBE_FAIL_TTL_MS * 1000 };
+
+	rttc_walk(ps->cache, cache_walk_cb, &w);
+}

@@ -17,4 +17,16 @@ void probe_reconfigure(struct probe_srv *ps);
 /* Stops answering: closes the socket and abandons measurements. */
 void probe_stop(struct probe_srv *ps);
 
+/* One entry of the RTT cache that is still answered from ("cache"). */
+struct probe_cache_view {
+	struct endpoint target;
+	uint32_t rtt_us;	/* meaningful for PROBE_ST_OK and PROBE_ST_REFUSED */
+	uint8_t status;		/* PROBE_ST_* */
+	uint64_t age_us, ttl_left_us;
+};
+
+/* Calls fn for every live entry, oldest measurement first. */
+void probe_cache_view(struct probe_srv *ps,
+    void (*fn)(void *arg, const struct probe_cache_view *v), void *arg);
+
 #endif

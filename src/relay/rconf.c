@@ -70,6 +70,7 @@ static const struct key_spec keys[] = {
 	{ "relay", "control_listen", K_EP, F(control_listen), 0, 0 },
 	{ "relay", "data_listen", K_EP, F(data_listen), 0, 0 },
 	{ "relay", "stats_socket", K_STR, F(stats_socket), 0, RCONF_PATH_MAX },
+	{ "relay", "metrics_listen", K_EP_OPT, F(metrics_listen), 0, 0 },
 	{ "relay", "log_level", K_LEVEL, F(log_level), 0, 0 },
 	{ "limits", "max_pipes", K_UINT, F(max_pipes), 1, 1000000 },
 	{ "limits", "max_pending_per_client", K_UINT, F(max_pending_per_client), 1, 1000000 },

@@ -21,6 +21,7 @@ struct rconf {
 	struct endpoint control_listen;
 	struct endpoint data_listen;
 	char stats_socket[RCONF_PATH_MAX];
+	struct endpoint metrics_listen;	/* Prometheus over HTTP; family 0: off */
 	enum slog_level log_level;
 
 	/* [limits] */

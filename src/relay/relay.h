@@ -5,6 +5,7 @@
 #include <ev.h>
 
 #include "slot/auth.h"
+#include "slot/ctlsrv.h"
 #include "slot/htab.h"
 #include "slot/replay.h"
 #include "kpipe.h"
@@ -36,7 +37,6 @@ struct relay_counters {
 struct pipe;
 struct ctrl_conn;
 struct probe_srv;
-struct ctlsrv;
 struct dirlink;
 struct peers;
 
@@ -51,6 +51,7 @@ struct relay {
 	struct replay *replay;
 	struct kpipe_pool kpipes;
 	struct relay_counters ctr;
+	struct ctl_ident ident;		/* name, version, start: for slotctl and metrics */
 	uint8_t hkey[16];		/* hash key of the tables below */
 
 	struct pipe_list pipes;		/* every pipe */
@@ -66,6 +67,7 @@ struct relay {
 
 	struct probe_srv *probe;
 	struct ctlsrv *stats;
+	struct ctlsrv *metrics;		/* HTTP; NULL: no metrics_listen */
 	struct dirlink *dir;		/* NULL: no directory configured */
 	struct peers *peers;
 

@@ -117,12 +117,14 @@ reload(struct relay *r)
 	if (!ep_eq(&n.probe_listen, &r->conf.probe_listen) ||
 	    !ep_eq(&n.control_listen, &r->conf.control_listen) ||
 	    !ep_eq(&n.data_listen, &r->conf.data_listen) ||
+	    !ep_eq(&n.metrics_listen, &r->conf.metrics_listen) ||
 	    strcmp(n.user, r->conf.user) != 0 ||
 	    strcmp(n.stats_socket, r->conf.stats_socket) != 0)
 		log_warnx("reload: listen addresses, user and stats_socket change only on restart");
 	n.probe_listen = r->conf.probe_listen;
 	n.control_listen = r->conf.control_listen;
 	n.data_listen = r->conf.data_listen;
+	n.metrics_listen = r->conf.metrics_listen;
 	memcpy(n.user, r->conf.user, sizeof(n.user));
 	memcpy(n.stats_socket, r->conf.stats_socket, sizeof(n.stats_socket));
 	/* The directory thread holds its own copy of these. */
@@ -203,7 +205,8 @@ signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 }
 
 static int
-listen_all(struct relay *r, int *probe_fd, int *stats_fd, char *err, size_t errlen)
+listen_all(struct relay *r, int *probe_fd, int *stats_fd, int *metrics_fd, char *err,
+    size_t errlen)
 {
 	char b[EP_STRLEN];
 	const struct rconf *c = &r->conf;
@@ -220,6 +223,12 @@ listen_all(struct relay *r, int *probe_fd, int *stats_fd, char *err, size_t errl
 	}
 	if ((r->data_fd = sock_listen_tcp(&c->data_listen, 1024)) == -1) {
 		snprintf(err, errlen, "data listener %s: %s", ep_fmt(&c->data_listen, b),
+		    strerror(errno));
+		return -1;
+	}
+	if (c->metrics_listen.addr.family &&
+	    (*metrics_fd = sock_listen_tcp(&c->metrics_listen, 16)) == -1) {
+		snprintf(err, errlen, "metrics listener %s: %s", ep_fmt(&c->metrics_listen, b),
 		    strerror(errno));
 		return -1;
 	}
@@ -282,7 +291,7 @@ main(int argc, char **argv)
 	struct relay *r = &relay;
 	const char *path = "/etc/slot/relayd.conf";
 	const char *level_arg = NULL;
-	int check_only = 0, ch, probe_fd = -1, stats_fd = -1;
+	int check_only = 0, ch, probe_fd = -1, stats_fd = -1, metrics_fd = -1;
 	enum slog_level level;
 	char err[512];
 
@@ -318,6 +327,7 @@ main(int argc, char **argv)
 	if (auth_init() == -1)
 		fatalx("libsodium failed to initialise");
 	r->conf_path = path;
+	ctl_ident_init(&r->ident, "slot-relayd", "slot_relayd", SLOT_VERSION, path);
 	r->ctrl_fd = r->data_fd = -1;
 	if (rconf_load(&r->conf, path, err, sizeof(err)) == -1)
 		fatalx("%s", err);
@@ -338,7 +348,7 @@ main(int argc, char **argv)
 	if ((r->loop = ev_default_loop(EVFLAG_AUTO)) == NULL)
 		fatalx("cannot create the event loop");
 	addr_hash_key(r->hkey);
-	if (listen_all(r, &probe_fd, &stats_fd, err, sizeof(err)) == -1)
+	if (listen_all(r, &probe_fd, &stats_fd, &metrics_fd, err, sizeof(err)) == -1)
 		fatalx("%s", err);
 	if (policy_load_self(&r->conf.policy) == -1)
 		fatal("reading the host's addresses");
@@ -358,7 +368,9 @@ main(int argc, char **argv)
 	ev_timer_init(&r->drain_timer, drain_timer_cb, 0., 0.);
 	r->drain_timer.data = r;
 	if ((r->probe = probe_start(r, probe_fd)) == NULL ||
-	    (r->stats = ctlsrv_start(r->loop, stats_fd, stats_handle, r)) == NULL)
+	    (r->stats = ctlsrv_start(r->loop, stats_fd, stats_handle, r)) == NULL ||
+	    (metrics_fd >= 0 &&
+	    (r->metrics = ctlsrv_start_http(r->loop, metrics_fd, stats_handle, r)) == NULL))
 		fatalx("out of memory");
 
 	/* After the privilege drop: the directory thread needs none. */
@@ -385,6 +397,8 @@ main(int argc, char **argv)
 	    "%zu directories", SLOT_VERSION, ep_fmt(&r->conf.probe_listen, pb),
 	    ep_fmt(&r->conf.control_listen, cb), ep_fmt(&r->conf.data_listen, db),
 	    r->conf.stats_socket, r->conf.dir_urls.n);
+	if (r->metrics)
+		log_info("metrics on http://%s/metrics", ep_fmt(&r->conf.metrics_listen, pb));
 
 	ev_run(r->loop, 0);
 
@@ -402,6 +416,7 @@ main(int argc, char **argv)
 	ev_io_stop(r->loop, &r->data_accept);
 	close(r->data_fd);
 	ctlsrv_stop(r->stats);
+	ctlsrv_stop(r->metrics);
 	(void)unlink(r->conf.stats_socket);	/* fails once unprivileged: harmless */
 	kpipe_pool_destroy(&r->kpipes);
 	replay_free(r->replay);

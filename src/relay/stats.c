@@ -1,77 +1,284 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "slot/proto.h"
 #include "dirlink.h"
 #include "peers.h"
+#include "pipe.h"
+#include "probe.h"
 #include "stats.h"
 
+#define COMMANDS "status, pipes, cache, relays, counters, metrics, json, peers"
+
 size_t
-stats_format(const struct relay *r, int json, char *buf, size_t cap)
+stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap)
 {
 	const struct relay_counters *c = &r->ctr;
 	struct dirlink_counters d = { 0 };
+	size_t n = 0;
 
 	if (r->dir)
 		dirlink_get_counters(r->dir, &d);
-	const struct { const char *name; unsigned long long v; } v[] = {
-		{ "pipes_open", c->pipes_open },
-		{ "pipes_pending", c->pipes_pending },
-		{ "pipes_total", c->pipes_total },
-		{ "pipes_failed", c->pipes_failed },
-		{ "pipes_expired", c->pipes_expired },
-		{ "bytes_client_to_server", c->bytes_client_to_server },
-		{ "bytes_server_to_client", c->bytes_server_to_client },
-		{ "probes_answered", c->probes_answered },
-		{ "probes_refused", c->probes_refused },
-		{ "probes_dropped", c->probes_dropped },
-		{ "control_conns", c->control_conns },
-		{ "control_errors", c->control_errors },
-		{ "data_rejected", c->data_rejected },
-		{ "data_early", c->data_early },
-		{ "kpipes_in_use", r->kpipes.in_use },
-		{ "kpipes_free", r->kpipes.nfree },
-		{ "kpipes_undersized", r->kpipes.undersized },
-		{ "draining", (unsigned long long)r->draining },
-		{ "peer_pings", c->peer_pings },
-		{ "peers", c->peers },
-		{ "peer_probes_sent", c->peer_probes_sent },
-		{ "peer_probes_answered", c->peer_probes_answered },
-		{ "peer_probes_lost", c->peer_probes_lost },
-		{ "dir_registered", d.registered },
-		{ "dir_registrations", d.registrations },
-		{ "dir_heartbeats", d.heartbeats },
-		{ "dir_reports", d.reports },
-		{ "dir_report_entries", d.report_entries },
-		{ "dir_lists", d.lists },
-		{ "dir_calls_failed", d.calls_failed },
-	};
-	size_t n = 0, nv = sizeof(v) / sizeof(v[0]);
+#define C(name, val, type, help) do {						\
+	if (n < cap)								\
+		v[n++] = (struct ctl_counter){ name, (unsigned long long)(val),	\
+		    type, help };						\
+} while (0)
+	C("pipes_open", c->pipes_open, CTL_GAUGE, "Pipes joined and splicing.");
+	C("pipes_pending", c->pipes_pending, CTL_GAUGE,
+	    "Pipes connecting to the server or waiting for the client's data connection.");
+	C("pipes_total", c->pipes_total, CTL_COUNTER, "Pipes joined since start.");
+	C("pipes_failed", c->pipes_failed, CTL_COUNTER, "PIPE_FAIL answers.");
+	C("pipes_expired", c->pipes_expired, CTL_COUNTER, "Pending pipes never joined.");
+	C("bytes_client_to_server", c->bytes_client_to_server, CTL_COUNTER,
+	    "Bytes relayed from clients to servers.");
+	C("bytes_server_to_client", c->bytes_server_to_client, CTL_COUNTER,
+	    "Bytes relayed from servers to clients.");
+	C("probes_answered", c->probes_answered, CTL_COUNTER,
+	    "Probes answered with a measurement, fresh or cached.");
+	C("probes_refused", c->probes_refused, CTL_COUNTER,
+	    "Probes answered POLICY, RATE_LIMITED or BUSY.");
+	C("probes_dropped", c->probes_dropped, CTL_COUNTER,
+	    "Probe datagrams dropped: malformed, unauthentic, stale or replayed.");
+	C("control_conns", c->control_conns, CTL_GAUGE, "Control connections open.");
+	C("control_errors", c->control_errors, CTL_COUNTER,
+	    "ERROR messages sent on control connections.");
+	C("data_rejected", c->data_rejected, CTL_COUNTER,
+	    "Data connections reset for matching no pipe.");
+	C("data_early", c->data_early, CTL_COUNTER,
+	    "Data connections that arrived while their pipe was still connecting.");
+	C("kpipes_in_use", r->kpipes.in_use, CTL_GAUGE, "Kernel pipes holding bytes.");
+	C("kpipes_free", r->kpipes.nfree, CTL_GAUGE, "Kernel pipes pooled.");
+	C("kpipes_undersized", r->kpipes.undersized, CTL_COUNTER,
+	    "Kernel pipes created smaller than pipe_size.");
+	C("draining", r->draining, CTL_GAUGE, "1 while draining after SIGTERM.");
+	C("peer_pings", c->peer_pings, CTL_COUNTER, "Other relays' RTT probes answered.");
+	C("peers", c->peers, CTL_GAUGE, "Other relays in the directory's latest list.");
+	C("peer_probes_sent", c->peer_probes_sent, CTL_COUNTER,
+	    "RTT probes sent to other relays.");
+	C("peer_probes_answered", c->peer_probes_answered, CTL_COUNTER,
+	    "RTT probes to other relays answered.");
+	C("peer_probes_lost", c->peer_probes_lost, CTL_COUNTER,
+	    "RTT probes to other relays never answered.");
+	C("dir_registered", d.registered, CTL_GAUGE,
+	    "Directories holding this relay's registration.");
+	C("dir_registrations", d.registrations, CTL_COUNTER, "Successful slot.register calls.");
+	C("dir_heartbeats", d.heartbeats, CTL_COUNTER, "Successful slot.heartbeat calls.");
+	C("dir_reports", d.reports, CTL_COUNTER, "Successful slot.report calls.");
+	C("dir_report_entries", d.report_entries, CTL_COUNTER,
+	    "RTTs carried by slot.report calls.");
+	C("dir_lists", d.lists, CTL_COUNTER, "Successful slot.list calls.");
+	C("dir_calls_failed", d.calls_failed, CTL_COUNTER,
+	    "Directory calls that failed (transport or fault).");
+#undef C
+	return n;
+}
 
-	buf[0] = '\0';
-	for (size_t i = 0; i < nv && n < cap; i++) {
-		int w = json ?
-		    snprintf(buf + n, cap - n, "%s\"%s\":%llu%s", i ? "" : "{", v[i].name,
-			v[i].v, i + 1 < nv ? "," : "}\n") :
-		    snprintf(buf + n, cap - n, "%s %llu\n", v[i].name, v[i].v);
-		if (w < 0)
-			break;
-		n += (size_t)w;
+static void
+status(struct relay *r, bool json, struct ctl_out *o)
+{
+	struct ctl_kv kv = { o, json };
+	struct dirlink_counters d = { 0 };
+	const struct rconf *c = &r->conf;
+	char b[EP_STRLEN];
+
+	if (r->dir)
+		dirlink_get_counters(r->dir, &d);
+	if (json)
+		ctl_json_open(o, &r->ident);
+	ctl_kv_ident(&kv, &r->ident);
+	ctl_kv_str(&kv, "probe_listen", ep_fmt(&c->probe_listen, b));
+	ctl_kv_str(&kv, "control_listen", ep_fmt(&c->control_listen, b));
+	ctl_kv_str(&kv, "data_listen", ep_fmt(&c->data_listen, b));
+	ctl_kv_str(&kv, "metrics_listen", c->metrics_listen.addr.family ?
+	    ep_fmt(&c->metrics_listen, b) : NULL);
+	ctl_kv_uint(&kv, "pipes_open", r->ctr.pipes_open);
+	ctl_kv_uint(&kv, "pipes_pending", r->ctr.pipes_pending);
+	ctl_kv_uint(&kv, "control_conns", r->ctr.control_conns);
+	ctl_kv_uint(&kv, "peers", peers_count(r->peers));
+	ctl_kv_uint(&kv, "directories", c->dir_urls.n);
+	ctl_kv_uint(&kv, "dir_registered", d.registered);
+	ctl_kv_bool(&kv, "draining", r->draining);
+	if (json)
+		ctl_json_close(o);
+}
+
+static const struct ctl_col pipe_cols[] = {
+	{ "id", CTL_UINT, NULL },
+	{ "client", CTL_STR, NULL },
+	{ "server", CTL_STR, NULL },
+	{ "state", CTL_STR, NULL },
+	{ "age", CTL_DUR, NULL },
+	{ "idle", CTL_DUR, NULL },
+	{ "to_server", CTL_UINT, "bytes_to_server" },
+	{ "to_client", CTL_UINT, "bytes_to_client" },
+};
+
+static void
+pipe_row(void *arg, const struct pipe_view *v)
+{
+	struct ctl_table *t = arg;
+	char b[EP_STRLEN];
+
+	ctl_cell_uint(t, v->id);
+	ctl_cell_str(t, ep_fmt(&v->client, b));
+	ctl_cell_str(t, ep_fmt(&v->server, b));
+	ctl_cell_str(t, v->state);
+	ctl_cell_us(t, (uint64_t)(v->age_s * 1e6));
+	if (strcmp(v->state, "open") == 0 || strcmp(v->state, "half-closed") == 0)
+		ctl_cell_us(t, (uint64_t)(v->idle_s * 1e6));
+	else
+		ctl_cell_none(t);
+	ctl_cell_uint(t, v->to_server);
+	ctl_cell_uint(t, v->to_client);
+}
+
+static void
+pipes(struct relay *r, bool json, struct ctl_out *o)
+{
+	struct ctl_table t;
+
+	if (json)
+		ctl_json_open(o, &r->ident);
+	ctl_table_begin(&t, o, json, "pipes", pipe_cols,
+	    sizeof(pipe_cols) / sizeof(pipe_cols[0]));
+	pipes_view(r, pipe_row, &t);
+	ctl_table_end(&t);
+	if (json)
+		ctl_json_close(o);
+}
+
+static const struct ctl_col cache_cols[] = {
+	{ "target", CTL_STR, NULL },
+	{ "status", CTL_STR, NULL },
+	{ "rtt", CTL_RTT, NULL },
+	{ "age", CTL_DUR, NULL },
+	{ "ttl", CTL_DUR, NULL },
+};
+
+static void
+cache_row(void *arg, const struct probe_cache_view *v)
+{
+	struct ctl_table *t = arg;
+	char b[EP_STRLEN];
+
+	ctl_cell_str(t, ep_fmt(&v->target, b));
+	ctl_cell_str(t, proto_probe_status_str(v->status));
+	/* A refusal (RST) is a round trip too; a timeout measured nothing. */
+	if (v->status == PROBE_ST_OK || v->status == PROBE_ST_REFUSED)
+		ctl_cell_us(t, v->rtt_us);
+	else
+		ctl_cell_none(t);
+	ctl_cell_us(t, v->age_us);
+	ctl_cell_us(t, v->ttl_left_us);
+}
+
+static void
+cache(struct relay *r, bool json, struct ctl_out *o)
+{
+	struct ctl_table t;
+
+	if (json)
+		ctl_json_open(o, &r->ident);
+	ctl_table_begin(&t, o, json, "cache", cache_cols,
+	    sizeof(cache_cols) / sizeof(cache_cols[0]));
+	/* Draining: the responder and its cache are gone. */
+	if (r->probe)
+		probe_cache_view(r->probe, cache_row, &t);
+	ctl_table_end(&t);
+	if (json)
+		ctl_json_close(o);
+}
+
+static const struct ctl_col relay_cols[] = {
+	{ "relay", CTL_STR, NULL },
+	{ "rtt", CTL_RTT, NULL },
+	{ "samples", CTL_UINT, NULL },
+};
+
+/* The other relays of the directory's list, as measured for it. */
+static void
+relays(struct relay *r, bool json, struct ctl_out *o)
+{
+	struct ctl_table t;
+	char b[EP_STRLEN];
+
+	if (json)
+		ctl_json_open(o, &r->ident);
+	ctl_table_begin(&t, o, json, "relays", relay_cols,
+	    sizeof(relay_cols) / sizeof(relay_cols[0]));
+	for (size_t i = 0; i < peers_count(r->peers); i++) {
+		struct endpoint ep;
+		uint32_t rtt;
+		unsigned ns;
+		peers_get(r->peers, i, &ep, &rtt, &ns);
+		ctl_cell_str(&t, ep_fmt(&ep, b));
+		if (ns)
+			ctl_cell_us(&t, rtt);
+		else
+			ctl_cell_none(&t);
+		ctl_cell_uint(&t, ns);
 	}
-	return n < cap ? n : cap - 1;
+	ctl_table_end(&t);
+	if (json)
+		ctl_json_close(o);
 }
 
 void
-stats_handle(void *user, const char *cmd, struct ctl_out *out)
+stats_handle(void *user, const char *line, struct ctl_out *out)
 {
-	char buf[4096];
+	struct relay *r = user;
+	struct ctl_counter v[64];
+	struct ctl_req q;
+	size_t n;
 
-	if (strcmp(cmd, "counters") == 0 || strcmp(cmd, "json") == 0) {
-		size_t n = stats_format(user, cmd[0] == 'j', buf, sizeof(buf));
-		ctl_printf(out, "%.*s", (int)n, buf);
-	} else if (strcmp(cmd, "peers") == 0) {
-		peers_format(((struct relay *)user)->peers, out);
+	if (ctl_req_parse(line, &q) == -1) {
+		ctl_error(out, "bad request (expected a command, then \"json\" or nothing)");
+		return;
+	}
+	if (strcmp(q.cmd, "status") == 0) {
+		status(r, q.json, out);
+	} else if (strcmp(q.cmd, "pipes") == 0) {
+		pipes(r, q.json, out);
+	} else if (strcmp(q.cmd, "cache") == 0) {
+		cache(r, q.json, out);
+	} else if (strcmp(q.cmd, "relays") == 0) {
+		relays(r, q.json, out);
+	} else if (strcmp(q.cmd, "counters") == 0) {
+		n = stats_counters(r, v, sizeof(v) / sizeof(v[0]));
+		if (q.json) {
+			ctl_json_open(out, &r->ident);
+			ctl_printf(out, ",\"counters\":");
+			ctl_counters_json(out, v, n);
+			ctl_json_close(out);
+		} else
+			ctl_counters_text(out, v, n);
+	} else if (strcmp(q.cmd, "json") == 0) {
+		/* The first version's command, kept as it was: the counters
+		 * as one flat object. */
+		n = stats_counters(r, v, sizeof(v) / sizeof(v[0]));
+		ctl_counters_json(out, v, n);
+		ctl_printf(out, "\n");
+	} else if (strcmp(q.cmd, "metrics") == 0) {
+		if (q.json) {
+			ctl_error(out, "metrics come in the Prometheus text format only "
+			    "(\"counters json\" has them in JSON)");
+			return;
+		}
+		n = stats_counters(r, v, sizeof(v) / sizeof(v[0]));
+		ctl_metrics(out, &r->ident, v, n);
+	} else if (strcmp(q.cmd, "peers") == 0) {
+		/* The first version's listing, which scripts parse; its JSON
+		 * is that of "relays". */
+		if (q.json)
+			relays(r, true, out);
+		else
+			peers_format(r->peers, out);
+	} else if (strcmp(q.cmd, "rules") == 0) {
+		ctl_error(out, "slot-relayd installs no packet-filter rules (slotd does); "
+		    "it answers %s", COMMANDS);
 	} else {
-		ctl_printf(out, "error: unknown command (try \"counters\", \"json\" or "
-		    "\"peers\")\n");
+		ctl_error(out, "unknown command \"%s\" for slot-relayd; it answers %s", q.cmd,
+		    COMMANDS);
 	}
 }

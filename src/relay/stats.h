@@ -6,15 +6,19 @@
 #include "slot/ctlsrv.h"
 #include "relay.h"
 
-/* Counters over a unix socket, for slotctl: a client sends one command line,
- * "counters" (text: "name value" lines) or "json" (one object), and reads
- * the answer until EOF. */
+/* slot-relayd's answers on its control socket (docs/slotctl.md): status,
+ * pipes, cache (the RTT cache), relays (the directory's other relays, as
+ * measured), counters, metrics (Prometheus), and the first version's json
+ * (the counters as one flat object) and peers ("endpoint rtt samples"
+ * lines). Each but metrics, json and peers in text or, with " json" after
+ * the command, JSON. */
 
-/* The control socket's handler (slot/ctlsrv.h); user is the relay. */
+/* The control socket's handler (slot/ctlsrv.h); user is the relay. Also
+ * the metrics listener's. */
 void stats_handle(void *user, const char *cmd, struct ctl_out *out);
 
-/* Formats the counters; json selects the format. Returns the length
- * (truncated to cap - 1). */
-size_t stats_format(const struct relay *r, int json, char *buf, size_t cap);
+/* The counters, with their metric types, into v (at most cap). Returns how
+ * many. */
+size_t stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap);
 
 #endif

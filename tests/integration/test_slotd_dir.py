@@ -212,7 +212,7 @@ def slotctl_relays(s):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].split() == ["relay", "data", "group", "state", "fails", "probes",
-                                "pipes", "failed", "source"], lines[0]
+                                "pipes", "failed", "source", "rtt", "quarantine"], lines[0]
     return {l.split()[0]: l.split() for l in lines[1:]}
 
 

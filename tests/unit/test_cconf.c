@@ -129,6 +129,8 @@ test_example_is_defaults(void **state)
 	assert_false(portset_has(&c.ports, 22));
 	assert_string_equal(c.key_file, d.key_file);
 	assert_string_equal(c.control_socket, d.control_socket);
+	assert_int_equal(c.metrics_listen.addr.family, 0);	/* off */
+	assert_int_equal(d.metrics_listen.addr.family, 0);
 	assert_int_equal(c.log_level, d.log_level);
 	assert_int_equal(c.queue, d.queue);
 	assert_int_equal(c.queue_maxlen, d.queue_maxlen);
@@ -168,6 +170,7 @@ test_values(void **state)
 	(void)state;
 
 	write_conf("[slotd]\nkey_file = /k\ncontrol_socket = /s\nlog_level = debug\n"
+	    "metrics_listen = 127.0.0.1:9760\n"
 	    "queue = 0\nqueue_maxlen = 16\nbypass_mark = 1\nrelay_mask = 0xff00\n"
 	    "max_clock_skew = 1h\n"
 	    "[hijack]\nports = 80, 8000-8099\ninclude = 203.0.113.0/24, 2001:db8::/32\n"
@@ -186,6 +189,7 @@ test_values(void **state)
 	unlink(path);
 	assert_string_equal(c.key_file, "/k");
 	assert_string_equal(c.control_socket, "/s");
+	assert_string_equal(ep_fmt(&c.metrics_listen, b), "127.0.0.1:9760");
 	assert_int_equal(c.log_level, SLOG_DEBUG);
 	assert_int_equal(c.queue, 0);
 	assert_int_equal(c.queue_maxlen, 16);
@@ -420,6 +424,8 @@ test_errors_name_the_line(void **state)
 	bad("[slotd]\nqueue = 1\nbogus = 1\n", ":3: unknown key 'bogus' in section [slotd]");
 	bad("[relay]\nrelay = 10.0.0.1\n", ":2: unknown key 'relay' in section [relay]");
 	bad("[slotd]\nlog_level = loud\n", ":2: [slotd] log_level = loud: expected error");
+	bad("[slotd]\nmetrics_listen = 9760\n",
+	    ":2: [slotd] metrics_listen = 9760: expected address:port");
 	bad("[slotd]\n\nqueue = 65536\n", ":3:");
 	bad("[slotd]\nqueue_maxlen = 15\n", ":2:");
 	bad("[slotd]\nqueue_maxlen = lots\n", "invalid number");

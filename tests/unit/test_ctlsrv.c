@@ -1,5 +1,7 @@
 /* The command socket server (src/core/ctlsrv.c) over a real unix socket,
- * with its clients driven from the same event loop as the server. */
+ * and its HTTP mode over TCP on 127.0.0.1, with the clients driven from the
+ * same event loop as the server; and the answer helpers (requests, tables,
+ * key/value lists, counters, Prometheus metrics). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,9 +13,11 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <fcntl.h>
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "slot/addr.h"
 #include "slot/ctlsrv.h"
 #include "slot/sock.h"
 
@@ -24,8 +28,10 @@
 static struct ev_loop *loop;
 static struct ctlsrv *srv;
 static char dir[64], path[128];
+static uint16_t http_port;	/* non-zero: clients connect there over TCP */
 static bool expired;
 static ev_timer deadline;
+static bool metrics_fail;	/* the handler refuses "metrics" */
 
 /* What the handler saw. */
 static int calls;
@@ -55,7 +61,8 @@ handler(void *user, const char *cmd, struct ctl_out *out)
 	(void)user;
 	calls++;
 	snprintf(last_cmd, sizeof(last_cmd), "%s", cmd);
-	if (strcmp(cmd, "ping") == 0) {
+	/* "metrics" is what the HTTP mode asks for. */
+	if (strcmp(cmd, "ping") == 0 || (strcmp(cmd, "metrics") == 0 && !metrics_fail)) {
 		for (int i = 0; i < BIG_LINES; i++)
 			big_line(out, i);
 	} else
@@ -123,17 +130,31 @@ cli_cb(struct ev_loop *l, ev_io *w, int revents)
 	}
 }
 
-/* Connects; the test drives the socket itself. */
+/* Connects (the unix socket, or TCP in the HTTP tests); the test drives
+ * the socket itself. */
 static void
 cli_connect(struct cli *c)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 
 	memset(c, 0, sizeof(*c));
-	strcpy(sun.sun_path, path);
-	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	assert_true(c->fd >= 0);
-	assert_int_equal(connect(c->fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	if (http_port) {
+		struct sockaddr_storage ss;
+		struct endpoint ep = { .port = http_port };
+		assert_int_equal(addr_parse("127.0.0.1", &ep.addr), 0);
+		socklen_t len = ep_to_sockaddr(&ep, &ss);
+		c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(c->fd >= 0);
+		/* Blocking for the connect: the loopback handshake is done
+		 * by the kernel, the server need not run. */
+		assert_int_equal(connect(c->fd, (struct sockaddr *)&ss, len), 0);
+		assert_int_equal(fcntl(c->fd, F_SETFL, O_NONBLOCK), 0);
+	} else {
+		strcpy(sun.sun_path, path);
+		c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		assert_true(c->fd >= 0);
+		assert_int_equal(connect(c->fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	}
 	ev_io_init(&c->io, cli_cb, c->fd, EV_READ);
 	c->io.data = c;
 }
@@ -466,6 +487,590 @@ test_stop_with_clients(void **state)
 	cli_close(&idle);
 }
 
+/* ---------------------------------------------------------------- HTTP mode */
+
+static int
+setup_http(void **state)
+{
+	struct endpoint ep = { .port = 0 };
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int fd;
+	(void)state;
+
+	if ((loop = ev_loop_new(0)) == NULL)
+		return -1;
+	ev_timer_init(&deadline, deadline_cb, WAIT_S, 0.);
+	if (addr_parse("127.0.0.1", &ep.addr) == -1 || (fd = sock_listen_tcp(&ep, 64)) == -1)
+		return -1;
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == -1 ||
+	    ep_from_sockaddr((struct sockaddr *)&ss, sl, &ep) == -1)
+		return -1;
+	http_port = ep.port;
+	if ((srv = ctlsrv_start_http(loop, fd, handler, NULL)) == NULL)
+		return -1;
+	calls = 0;
+	last_cmd[0] = '\0';
+	metrics_fail = false;
+	return 0;
+}
+
+static int
+teardown_http(void **state)
+{
+	(void)state;
+	ctlsrv_stop(srv);
+	srv = NULL;
+	ev_loop_destroy(loop);
+	loop = NULL;
+	http_port = 0;
+	return 0;
+}
+
+/* The answer c got: status code, one header's value (want_header, NULL:
+ * none), and where the body starts. Fails unless the head is well formed,
+ * says HTTP/1.0 and Connection: close, and Content-Length is the body's. */
+static int
+http_parse(const struct cli *c, const char *want_header, char *value, size_t vlen,
+    const char **body)
+{
+	char *head, *end, *line, *save = NULL;
+	int status = 0;
+	long clen = -1;
+
+	assert_true(c->eof);
+	assert_non_null(c->rx);
+	head = strndup(c->rx, c->rxlen);
+	assert_non_null(head);
+	end = strstr(head, "\r\n\r\n");
+	assert_non_null(end);
+	*end = '\0';
+	*body = c->rx + (end - head) + 4;
+	bool close_seen = false;
+	if (value)
+		value[0] = '\0';
+	for (line = strtok_r(head, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
+		if (status == 0) {
+			assert_int_equal(sscanf(line, "HTTP/1.0 %d ", &status), 1);
+			continue;
+		}
+		char *colon = strchr(line, ':');
+		assert_non_null(colon);
+		*colon = '\0';
+		const char *v = colon + 1 + strspn(colon + 1, " ");
+		if (strcasecmp(line, "Content-Length") == 0)
+			clen = strtol(v, NULL, 10);
+		if (strcasecmp(line, "Connection") == 0 && strcmp(v, "close") == 0)
+			close_seen = true;
+		if (want_header && strcasecmp(line, want_header) == 0)
+			snprintf(value, vlen, "%s", v);
+	}
+	assert_true(close_seen);
+	assert_int_equal(clen, (long)(c->rxlen - (size_t)(*body - c->rx)));
+	free(head);
+	return status;
+}
+
+static void
+assert_http_status(const struct cli *c, int want)
+{
+	const char *body;
+
+	assert_int_equal(http_parse(c, NULL, NULL, 0, &body), want);
+}
+
+static void
+test_http_metrics(void **state)
+{
+	char type[128];
+	const char *body;
+	struct cli c;
+	(void)state;
+
+	cli_open(&c, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: */*\r\n\r\n");
+	WAIT_FOR(c.eof);
+	assert_int_equal(http_parse(&c, "Content-Type", type, sizeof(type), &body), 200);
+	assert_string_equal(type, "text/plain; version=0.0.4; charset=utf-8");
+	assert_int_equal(calls, 1);
+	assert_string_equal(last_cmd, "metrics");
+	assert_int_equal(c.rxlen - (size_t)(body - c.rx), expected_big_len);
+	assert_memory_equal(body, expected_big, expected_big_len);
+	cli_close(&c);
+}
+
+/* A query (Prometheus' params), bare newlines, a request in pieces. */
+static void
+test_http_variants(void **state)
+{
+	struct cli a, b, c;
+	(void)state;
+
+	cli_open(&a, "GET /metrics?module=slot&x=1 HTTP/1.0\r\n\r\n");
+	cli_open(&b, "GET /metrics HTTP/1.0\n\n");
+	WAIT_FOR(a.eof && b.eof);
+	assert_http_status(&a, 200);
+	assert_http_status(&b, 200);
+
+	cli_open(&c, NULL);
+	const char *req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+	for (size_t i = 0; req[i]; i++) {
+		assert_int_equal(send(c.fd, req + i, 1, MSG_NOSIGNAL), 1);
+		for (int k = 0; k < 3; k++)
+			ev_run(loop, EVRUN_NOWAIT);
+		if (req[i + 1])
+			assert_true(cli_idle(&c));
+	}
+	WAIT_FOR(c.eof);
+	assert_http_status(&c, 200);
+	assert_int_equal(calls, 3);
+	cli_close(&a);
+	cli_close(&b);
+	cli_close(&c);
+}
+
+static void
+test_http_refusals(void **state)
+{
+	static const struct { const char *req; int status; } cases[] = {
+		{ "GET / HTTP/1.1\r\n\r\n", 404 },
+		{ "GET /metricsx HTTP/1.1\r\n\r\n", 404 },
+		{ "GET /metrics/ HTTP/1.1\r\n\r\n", 404 },
+		{ "POST /metrics HTTP/1.1\r\nContent-Length: 4\r\n\r\nabcd", 405 },
+		{ "HEAD /metrics HTTP/1.1\r\n\r\n", 405 },
+		{ "\x16\x03\x01\x02\x01\x01\xfc\x03\x03\r\n\r\n", 400 },
+		{ "GET /metrics\r\n\r\n", 400 },
+		{ "GET  /metrics HTTP/1.1\r\n\r\n", 400 },
+		{ "GET /metrics HTTP/2.0\r\n\r\n", 400 },
+		{ "GET /metrics HTTP/1.1 extra\r\n\r\n", 400 },
+		{ "\r\n\r\n", 400 },
+	};
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct cli c;
+		char allow[32];
+		const char *body;
+		cli_open(&c, cases[i].req);
+		WAIT_FOR(c.eof);
+		int st = http_parse(&c, "Allow", allow, sizeof(allow), &body);
+		if (st != cases[i].status)
+			fail_msg("case %zu: status %d, want %d", i, st, cases[i].status);
+		if (st == 405)
+			assert_string_equal(allow, "GET");
+		cli_close(&c);
+	}
+	/* None reached the handler. */
+	assert_int_equal(calls, 0);
+}
+
+/* A NUL inside the head, which C strings would hide. */
+static void
+test_http_nul_byte(void **state)
+{
+	static const char req[] = "GET /metrics\0 HTTP/1.1\r\n\r\n";
+	struct cli c;
+	(void)state;
+
+	cli_open(&c, NULL);
+	assert_int_equal(send(c.fd, req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
+	ev_io_start(loop, &c.io);
+	WAIT_FOR(c.eof);
+	assert_http_status(&c, 400);
+	assert_int_equal(calls, 0);
+	cli_close(&c);
+}
+
+/* Headers beyond 4 KiB: 431, and the rest of the request is read away so
+ * the answer arrives whole. */
+static void
+test_http_oversize(void **state)
+{
+	char req[6000];
+	struct cli c;
+	(void)state;
+
+	int n = snprintf(req, sizeof(req), "GET /metrics HTTP/1.1\r\nX-Big: ");
+	memset(req + n, 'a', sizeof(req) - (size_t)n - 5);
+	memcpy(req + sizeof(req) - 5, "\r\n\r\n", 5);
+	cli_open(&c, req);
+	WAIT_FOR(c.eof);
+	assert_http_status(&c, 431);
+	assert_int_equal(calls, 0);
+	cli_close(&c);
+
+	/* Just under the bound is fine. */
+	n = snprintf(req, sizeof(req), "GET /metrics HTTP/1.1\r\nX-Big: ");
+	memset(req + n, 'a', 4096 - (size_t)n - 4);
+	memcpy(req + 4096 - 4, "\r\n\r\n", 5);
+	assert_int_equal(strlen(req), 4096);
+	cli_open(&c, req);
+	WAIT_FOR(c.eof);
+	assert_http_status(&c, 200);
+	cli_close(&c);
+}
+
+/* Junk after the request does not cut the answer short. */
+static void
+test_http_trailing_bytes(void **state)
+{
+	char req[70000];
+	const char *body;
+	struct cli c;
+	(void)state;
+
+	int n = snprintf(req, sizeof(req), "GET /metrics HTTP/1.1\r\n\r\n");
+	memset(req + n, 'z', sizeof(req) - (size_t)n - 1);
+	req[sizeof(req) - 1] = '\0';
+	cli_open(&c, req);
+	WAIT_FOR(c.eof);
+	assert_int_equal(http_parse(&c, NULL, NULL, 0, &body), 200);
+	assert_int_equal(c.rxlen - (size_t)(body - c.rx), expected_big_len);
+	cli_close(&c);
+}
+
+static void
+test_http_handler_error(void **state)
+{
+	struct cli c;
+	(void)state;
+
+	metrics_fail = true;
+	cli_open(&c, "GET /metrics HTTP/1.1\r\n\r\n");
+	WAIT_FOR(c.eof);
+	assert_http_status(&c, 500);
+	assert_int_equal(calls, 1);
+	cli_close(&c);
+}
+
+/* A client that half-closes before its head is complete gets 400; one that
+ * sends nothing and closes costs nothing. */
+static void
+test_http_half_closed(void **state)
+{
+	struct cli a, b;
+	(void)state;
+
+	cli_open(&a, NULL);
+	assert_int_equal(send(a.fd, "GET /metrics HTTP/1.1\r\n", 23, MSG_NOSIGNAL), 23);
+	assert_int_equal(shutdown(a.fd, SHUT_WR), 0);
+	cli_open(&b, NULL);
+	assert_int_equal(shutdown(b.fd, SHUT_WR), 0);
+	WAIT_FOR(a.eof && b.eof);
+	assert_http_status(&a, 400);
+	assert_int_equal(b.rxlen, 0);
+	assert_int_equal(calls, 0);
+	cli_close(&a);
+	cli_close(&b);
+}
+
+/* Slowloris: a head never finished is cut at the deadline with 408. */
+static void
+test_http_slow_client_cut(void **state)
+{
+	struct cli c;
+	(void)state;
+
+	cli_open(&c, NULL);
+	assert_int_equal(send(c.fd, "GET /metrics HTTP/1.1\r\nX-A: b\r\n", 31, MSG_NOSIGNAL), 31);
+	WAIT_FOR(c.eof);
+	assert_http_status(&c, 408);
+	assert_int_equal(calls, 0);
+	cli_close(&c);
+}
+
+/* Every slot held by clients that send nothing: a scraper still gets its
+ * answer, in the slot of the oldest of them, which is closed. */
+static void
+test_http_full_server_evicts_oldest_sender(void **state)
+{
+	struct cli idle[NCLIENTS], late;
+	(void)state;
+
+	for (int i = 0; i < NCLIENTS; i++) {
+		cli_open(&idle[i], NULL);
+		/* One accept per loop pass; apart in time, so "oldest" is
+		 * well defined. */
+		for (int k = 0; k < 3; k++)
+			ev_run(loop, EVRUN_NOWAIT);
+		usleep(2000);
+	}
+	for (int i = 0; i < NCLIENTS; i++)
+		assert_true(cli_idle(&idle[i]));
+	cli_open(&late, "GET /metrics HTTP/1.1\r\n\r\n");
+	WAIT_FOR(late.eof && idle[0].eof);
+	assert_http_status(&late, 200);
+	assert_int_equal(idle[0].rxlen, 0);
+	for (int i = 1; i < NCLIENTS; i++)
+		assert_true(cli_idle(&idle[i]));
+	for (int i = 0; i < NCLIENTS; i++)
+		cli_close(&idle[i]);
+	cli_close(&late);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static void
+test_req_parse(void **state)
+{
+	static const struct { const char *line; int rc; const char *cmd; bool json; } cases[] = {
+		{ "status", 0, "status", false },
+		{ "pipes json", 0, "pipes", true },
+		{ "  cache \t json  ", 0, "cache", true },
+		{ "json", 0, "json", false },
+		{ "slot-relays_2", 0, "slot-relays_2", false },
+		{ "0123456789012345678901234567890", 0, "0123456789012345678901234567890", false },
+		{ "01234567890123456789012345678901", -1, NULL, false },
+		{ "", -1, NULL, false },
+		{ "   ", -1, NULL, false },
+		{ "status text", -1, NULL, false },
+		{ "status json json", -1, NULL, false },
+		{ "status jsonx", -1, NULL, false },
+		{ "a;b", -1, NULL, false },
+		{ "st\x01tus", -1, NULL, false },
+		{ "GET /metrics HTTP/1.1", -1, NULL, false },
+	};
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct ctl_req r;
+		int rc = ctl_req_parse(cases[i].line, &r);
+		if (rc != cases[i].rc)
+			fail_msg("\"%s\": rc %d", cases[i].line, rc);
+		if (rc == 0) {
+			assert_string_equal(r.cmd, cases[i].cmd);
+			assert_int_equal(r.json, cases[i].json);
+		}
+	}
+}
+
+static void
+test_error_and_json_str(void **state)
+{
+	struct ctl_out o = { 0 };
+	(void)state;
+
+	ctl_error(&o, "no %s here", "pipes");
+	ctl_json_str(&o, "a\"b\\c\n\x01\x7f" "d");
+	ctl_printf(&o, " ");
+	ctl_json_str(&o, NULL);
+	assert_string_equal(o.buf,
+	    "error: no pipes here\n\"a\\\"b\\\\c\\u000a\\u0001\\u007fd\" null");
+	free(o.buf);
+}
+
+static void
+test_fmt_dur(void **state)
+{
+	static const struct { uint64_t us; const char *want; } cases[] = {
+		{ 0, "0ms" }, { 999, "0ms" }, { 850000, "850ms" }, { 1000000, "1.0s" },
+		{ 12345678, "12.3s" }, { 59999999, "59.9s" }, { 60000000, "1m00s" },
+		{ 245000000, "4m05s" }, { 7380000000ull, "2h03m" },
+		{ (3 * 86400ull + 4 * 3600 + 59) * 1000000, "3d04h" },
+	};
+	char b[16];
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_string_equal(ctl_fmt_dur(cases[i].us, b), cases[i].want);
+}
+
+static const struct ctl_col cols[] = {
+	{ "name", CTL_STR, NULL },
+	{ "n", CTL_UINT, "count" },
+	{ "age", CTL_DUR, NULL },
+	{ "rtt", CTL_RTT, NULL },
+	{ "up", CTL_BOOL, NULL },
+	{ "note", CTL_STR, NULL },
+};
+
+static void
+table_rows(struct ctl_table *t)
+{
+	ctl_cell_str(t, "relay-long-name");
+	ctl_cell_uint(t, 7);
+	ctl_cell_us(t, 1500000);
+	ctl_cell_us(t, 40125);
+	ctl_cell_bool(t, true);
+	ctl_cell_str(t, "first");
+
+	ctl_cell_str(t, "b");
+	ctl_cell_uint(t, 123456);
+	ctl_cell_none(t);
+	ctl_cell_us(t, 900);
+	ctl_cell_bool(t, false);
+	ctl_cell_str(t, NULL);
+}
+
+static void
+test_table_text(void **state)
+{
+	struct ctl_out o = { 0 };
+	struct ctl_table t;
+	(void)state;
+
+	ctl_table_begin(&t, &o, false, "rows", cols, sizeof(cols) / sizeof(cols[0]));
+	table_rows(&t);
+	ctl_table_end(&t);
+	assert_false(o.oom);
+	assert_string_equal(o.buf,
+	    "name                  n   age     rtt  up   note\n"
+	    "relay-long-name       7  1.5s  40.1ms  yes  first\n"
+	    "b                123456     -   0.9ms  no   -\n");
+	free(o.buf);
+
+	/* No rows: the header alone. */
+	memset(&o, 0, sizeof(o));
+	ctl_table_begin(&t, &o, false, "rows", cols, sizeof(cols) / sizeof(cols[0]));
+	ctl_table_end(&t);
+	assert_string_equal(o.buf, "name  n  age  rtt  up  note\n");
+	free(o.buf);
+}
+
+static void
+test_table_json(void **state)
+{
+	struct ctl_out o = { 0 };
+	struct ctl_table t;
+	(void)state;
+
+	ctl_printf(&o, "{\"daemon\":\"x\"");
+	ctl_table_begin(&t, &o, true, "rows", cols, sizeof(cols) / sizeof(cols[0]));
+	table_rows(&t);
+	ctl_table_end(&t);
+	ctl_json_close(&o);
+	assert_string_equal(o.buf, "{\"daemon\":\"x\",\"rows\":["
+	    "{\"name\":\"relay-long-name\",\"count\":7,\"age_s\":1.500,\"rtt_us\":40125,"
+	    "\"up\":true,\"note\":\"first\"},"
+	    "{\"name\":\"b\",\"count\":123456,\"age_s\":null,\"rtt_us\":900,\"up\":false,"
+	    "\"note\":null}]}\n");
+	free(o.buf);
+
+	memset(&o, 0, sizeof(o));
+	ctl_table_begin(&t, &o, true, "rows", cols, sizeof(cols) / sizeof(cols[0]));
+	ctl_table_end(&t);
+	assert_string_equal(o.buf, ",\"rows\":[]");
+	free(o.buf);
+}
+
+/* Many rows: the text table keeps every cell (ASan checks the growth). */
+static void
+test_table_many_rows(void **state)
+{
+	static const struct ctl_col two[] = { { "k", CTL_STR, NULL }, { "v", CTL_UINT, NULL } };
+	struct ctl_out o = { 0 };
+	struct ctl_table t;
+	char k[32], want[64];
+	(void)state;
+
+	ctl_table_begin(&t, &o, false, "x", two, 2);
+	for (int i = 0; i < 5000; i++) {
+		snprintf(k, sizeof(k), "key%d", i);
+		ctl_cell_str(&t, k);
+		ctl_cell_uint(&t, (unsigned long long)i * 1000);
+	}
+	ctl_table_end(&t);
+	assert_false(o.oom);
+	/* Widths: "key4999" (7) and "4999000" (7). */
+	assert_memory_equal(o.buf, "k              v\nkey0           0\n", 34);
+	snprintf(want, sizeof(want), "key4999  4999000\n");
+	assert_string_equal(o.buf + o.len - strlen(want), want);
+	free(o.buf);
+}
+
+static void
+test_kv(void **state)
+{
+	struct ctl_ident id;
+	struct ctl_out o = { 0 };
+	struct ctl_kv kv = { &o, false };
+	char want[256];
+	(void)state;
+
+	ctl_ident_init(&id, "slot-test", "slot_test", "1.2.3", "/nonexistent/slot-test.conf");
+	ctl_kv_ident(&kv, &id);
+	ctl_kv_str(&kv, "empty", "");
+	ctl_kv_str(&kv, "none", NULL);
+	ctl_kv_uint(&kv, "n", 42);
+	ctl_kv_bool(&kv, "on", true);
+	ctl_kv_dur(&kv, "wait", 2500000);
+	snprintf(want, sizeof(want),
+	    "daemon              slot-test\n"
+	    "version             1.2.3\n"
+	    "pid                 %d\n", (int)getpid());
+	assert_memory_equal(o.buf, want, strlen(want));
+	assert_non_null(strstr(o.buf, "\nuptime              0ms\n"));
+	assert_non_null(strstr(o.buf, "\nconfig              /nonexistent/slot-test.conf\n"
+	    "empty               -\nnone                -\nn                   42\n"
+	    "on                  yes\nwait                2.5s\n"));
+	free(o.buf);
+
+	memset(&o, 0, sizeof(o));
+	kv.json = true;
+	ctl_json_open(&o, &id);
+	ctl_kv_ident(&kv, &id);
+	ctl_kv_str(&kv, "none", NULL);
+	ctl_kv_uint(&kv, "n", 42);
+	ctl_kv_bool(&kv, "on", false);
+	ctl_kv_dur(&kv, "wait", 2500000);
+	ctl_json_close(&o);
+	snprintf(want, sizeof(want), "{\"daemon\":\"slot-test\",\"version\":\"1.2.3\",\"pid\":%d,"
+	    "\"uptime_s\":", (int)getpid());
+	assert_memory_equal(o.buf, want, strlen(want));
+	assert_non_null(strstr(o.buf, ",\"config\":\"/nonexistent/slot-test.conf\",\"none\":null,"
+	    "\"n\":42,\"on\":false,\"wait_s\":2.500}\n"));
+	free(o.buf);
+}
+
+static void
+test_counters_and_metrics(void **state)
+{
+	const struct ctl_counter v[] = {
+		{ "pipes_open", 3, CTL_GAUGE, "Pipes open." },
+		{ "bytes_in", 18446744073709551615ULL, CTL_COUNTER, "Bytes\\in\nnow." },
+		{ "pipes_total", 9, CTL_COUNTER, NULL },
+	};
+	struct ctl_ident id;
+	struct ctl_out o = { 0 };
+	char name[128], want[2048];
+	(void)state;
+
+	ctl_counters_text(&o, v, 3);
+	assert_string_equal(o.buf, "pipes_open 3\nbytes_in 18446744073709551615\npipes_total 9\n");
+	free(o.buf);
+	memset(&o, 0, sizeof(o));
+	ctl_counters_json(&o, v, 3);
+	assert_string_equal(o.buf,
+	    "{\"pipes_open\":3,\"bytes_in\":18446744073709551615,\"pipes_total\":9}");
+	free(o.buf);
+
+	ctl_ident_init(&id, "slot-test", "slot_test", "1.0 \"beta\"\\x", "/");
+	id.start_real_us = 1700000000123456ull;
+	assert_string_equal(ctl_metric_name(&id, &v[0], name), "slot_test_pipes_open");
+	assert_string_equal(ctl_metric_name(&id, &v[1], name), "slot_test_bytes_in_total");
+	assert_string_equal(ctl_metric_name(&id, &v[2], name), "slot_test_pipes_total");
+	memset(&o, 0, sizeof(o));
+	ctl_metrics(&o, &id, v, 3);
+	snprintf(want, sizeof(want),
+	    "# HELP slot_test_info Always 1; the labels say which build answers.\n"
+	    "# TYPE slot_test_info gauge\n"
+	    "slot_test_info{daemon=\"slot-test\",version=\"1.0 \\\"beta\\\"\\\\x\"} 1\n"
+	    "# HELP slot_test_start_time_seconds Start time of the daemon, seconds since the "
+	    "Unix epoch.\n"
+	    "# TYPE slot_test_start_time_seconds gauge\n"
+	    "slot_test_start_time_seconds 1700000000.123\n"
+	    "# HELP slot_test_pipes_open Pipes open.\n"
+	    "# TYPE slot_test_pipes_open gauge\n"
+	    "slot_test_pipes_open 3\n"
+	    "# HELP slot_test_bytes_in_total Bytes\\\\in\\nnow.\n"
+	    "# TYPE slot_test_bytes_in_total counter\n"
+	    "slot_test_bytes_in_total 18446744073709551615\n"
+	    "# HELP slot_test_pipes_total pipes_total\n"
+	    "# TYPE slot_test_pipes_total counter\n"
+	    "slot_test_pipes_total 9\n");
+	assert_string_equal(o.buf, want);
+	free(o.buf);
+}
+
 int
 main(void)
 {
@@ -484,6 +1089,28 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_silent_client_cut_at_deadline, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_stop_with_clients, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_http_metrics, setup_http, teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_variants, setup_http, teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_refusals, setup_http, teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_nul_byte, setup_http, teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_oversize, setup_http, teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_trailing_bytes, setup_http,
+		    teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_handler_error, setup_http,
+		    teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_half_closed, setup_http, teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_slow_client_cut, setup_http,
+		    teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_full_server_evicts_oldest_sender,
+		    setup_http, teardown_http),
+		cmocka_unit_test(test_req_parse),
+		cmocka_unit_test(test_error_and_json_str),
+		cmocka_unit_test(test_fmt_dur),
+		cmocka_unit_test(test_table_text),
+		cmocka_unit_test(test_table_json),
+		cmocka_unit_test(test_table_many_rows),
+		cmocka_unit_test(test_kv),
+		cmocka_unit_test(test_counters_and_metrics),
 	};
 	int r;
 

@@ -41,6 +41,8 @@ test_defaults_match_example(void **state)
 	assert_string_equal(c.state_file, "/var/lib/slot/dird.state");
 	assert_string_equal(c.state_file, d.state_file);
 	assert_string_equal(c.control_socket, d.control_socket);
+	assert_int_equal(c.metrics_listen.addr.family, 0);	/* off */
+	assert_int_equal(d.metrics_listen.addr.family, 0);
 	assert_int_equal(c.log_level, d.log_level);
 	assert_int_equal(c.max_clock_skew_ms, 30000);
 	assert_int_equal(c.max_body, 65536);
@@ -64,6 +66,7 @@ test_values(void **state)
 	(void)state;
 
 	write_conf("[dird]\nlisten = [::1]:9000\nstate_file =\nlog_level = debug\n"
+	    "metrics_listen = 127.0.0.1:9762\n"
 	    "max_clock_skew = 1m\n"
 	    "[limits]\nmax_body = 1M\nmax_conns = 8\nrequest_timeout = 2s\n"
 	    "max_relays = 10\nmax_report_entries = 5\n"
@@ -73,6 +76,7 @@ test_values(void **state)
 	unlink(path);
 	assert_string_equal(ep_fmt(&c.listen, b), "[::1]:9000");
 	assert_string_equal(c.state_file, "");
+	assert_string_equal(ep_fmt(&c.metrics_listen, b), "127.0.0.1:9762");
 	assert_int_equal(c.log_level, SLOG_DEBUG);
 	assert_int_equal(c.max_clock_skew_ms, 60000);
 	assert_int_equal(c.max_body, 1 << 20);
@@ -108,6 +112,7 @@ test_errors_name_the_line(void **state)
 	bad("[relay]\nlisten = 1.2.3.4:5\n", ":2: unknown key 'listen' in section [relay]");
 	bad("[dird]\n\nlisten = 1.2.3.4\n", ":3:");
 	bad("[dird]\nlisten = 1.2.3.4:0\n", "expected address:port");
+	bad("[dird]\nmetrics_listen = 127.0.0.1\n", ":2: [dird] metrics_listen");
 	bad("[limits]\nmax_conns = 0\n", ":2:");
 	bad("[limits]\nmax_body = 1k\n", "max_body");
 	bad("[limits]\nmax_relays = many\n", "max_relays");

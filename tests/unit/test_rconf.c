@@ -52,6 +52,8 @@ test_defaults_match_example(void **state)
 	assert_int_equal(c.policy.allow.n, 0);
 	assert_int_equal(c.dir_urls.n, 0);
 	assert_int_equal(c.advertise.addr.family, 0);
+	assert_int_equal(c.metrics_listen.addr.family, 0);	/* off */
+	assert_int_equal(d.metrics_listen.addr.family, 0);
 	assert_int_equal(c.dir_timeout_ms, d.dir_timeout_ms);
 	assert_int_equal(c.list_interval_ms, d.list_interval_ms);
 	assert_int_equal(c.measure_interval_ms, d.measure_interval_ms);
@@ -68,6 +70,7 @@ test_values(void **state)
 	(void)state;
 
 	write_conf("[relay]\nuser = nobody\ndata_listen = [::]:9000\nlog_level = debug\n"
+	    "metrics_listen = [::1]:9761\n"
 	    "[limits]\nconnect_timeout = 1500ms\npipe_size = 256k\nmax_pipes = 10\n"
 	    "[policy]\nallowed_ports = 80, 443\nallow_destinations = 10.0.0.0/8, fd00::/8\n"
 	    "[probe]\nrequester_rate = 2.5\n[auth]\nmax_clock_skew = 1m\n");
@@ -76,6 +79,8 @@ test_values(void **state)
 	assert_string_equal(c.user, "nobody");
 	assert_int_equal(c.data_listen.addr.family, AF_INET6);
 	assert_int_equal(c.data_listen.port, 9000);
+	assert_int_equal(c.metrics_listen.addr.family, AF_INET6);
+	assert_int_equal(c.metrics_listen.port, 9761);
 	assert_int_equal(c.log_level, SLOG_DEBUG);
 	assert_int_equal(c.connect_timeout_ms, 1500);
 	assert_int_equal(c.pipe_size, 262144);
@@ -134,6 +139,7 @@ test_errors_name_the_line(void **state)
 	bad("this is not ini\n", ":1:");
 	bad("[directory]\nurls = dir:7602\n", "expected http://host[:port]/path");
 	bad("[directory]\nadvertise = 10.0.0.1\n", "expected address:port");
+	bad("[relay]\nmetrics_listen = localhost:9761\n", "expected address:port");
 	bad("[directory]\nmeasure_rate = 0\n", "measure_rate");
 	bad("[relay]\nprobe_listen = 0.0.0.0:7000\n[directory]\nurls = http://d/RPC2\n",
 	    "same port");

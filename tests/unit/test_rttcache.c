@@ -200,6 +200,51 @@ test_many(void **state)
 	rttc_free(c);
 }
 
+struct walked {
+	size_t n;
+	struct endpoint ep[4];
+	uint32_t rtt[4];
+	uint8_t st[4];
+	uint64_t at[4];
+};
+
+static void
+walk_cb(void *arg, const struct endpoint *e, uint32_t rtt_us, uint8_t status,
+    uint64_t measured_us)
+{
+	struct walked *w = arg;
+
+	assert_true(w->n < 4);
+	w->ep[w->n] = *e;
+	w->rtt[w->n] = rtt_us;
+	w->st[w->n] = status;
+	w->at[w->n++] = measured_us;
+}
+
+/* The control socket's view: oldest measurement first; a refresh moves an
+ * entry to the end. */
+static void
+test_walk(void **state)
+{
+	struct rttcache *c = rttc_new(8);
+	struct endpoint a = E("192.0.2.1:80"), b = E("[2001:db8::1]:443");
+	struct walked w = { 0 };
+	(void)state;
+
+	assert_int_equal(rttc_put(c, &a, 40000, PROBE_ST_OK, T0), 0);
+	assert_int_equal(rttc_put(c, &b, 0, PROBE_ST_TIMEOUT, T0 + SEC), 0);
+	assert_int_equal(rttc_put(c, &a, 41000, PROBE_ST_OK, T0 + 2 * SEC), 0);
+	rttc_walk(c, walk_cb, &w);
+	assert_int_equal(w.n, 2);
+	assert_true(ep_eq(&w.ep[0], &b));
+	assert_int_equal(w.st[0], PROBE_ST_TIMEOUT);
+	assert_int_equal(w.at[0], T0 + SEC);
+	assert_true(ep_eq(&w.ep[1], &a));
+	assert_int_equal(w.rtt[1], 41000);
+	assert_int_equal(w.at[1], T0 + 2 * SEC);
+	rttc_free(c);
+}
+
 int
 main(void)
 {
@@ -210,6 +255,7 @@ main(void)
 		cmocka_unit_test(test_ttl),
 		cmocka_unit_test(test_eviction_oldest),
 		cmocka_unit_test(test_many),
+		cmocka_unit_test(test_walk),
 	};
 
 	if (sodium_init() < 0)

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include <sodium.h>
@@ -166,6 +167,49 @@ setup(void **state)
 	return sodium_init() < 0 ? -1 : 0;
 }
 
+struct walked {
+	char server[ADDR_STRLEN];
+	enum selc_choice choice;
+	uint64_t expires_us;
+};
+
+static void
+walk_cb(void *arg, const struct addr *server, const struct selc_entry *e)
+{
+	struct walked *w = arg;
+
+	while (w->server[0])
+		w++;
+	addr_fmt(server, w->server);
+	w->choice = e->choice;
+	w->expires_us = e->expires_us;
+}
+
+/* The control socket's view: every entry, in the order of puts, expired
+ * ones included (the walk changes nothing). */
+static void
+test_walk(void **state)
+{
+	struct selcache *c = selc_new(10);
+	struct selc_entry e = via("198.51.100.1:7600", 40), d = { .choice = SELC_DIRECT };
+	struct addr a = A("203.0.113.5"), b = A("203.0.113.6");
+	struct walked w[4];
+	(void)state;
+
+	assert_int_equal(selc_put(c, &a, &e, 100 * S, 10 * S), 0);
+	assert_int_equal(selc_put(c, &b, &d, 105 * S, 10 * S), 0);
+	memset(w, 0, sizeof(w));
+	selc_walk(c, walk_cb, w);
+	assert_string_equal(w[0].server, "203.0.113.5");
+	assert_int_equal(w[0].choice, SELC_RELAY);
+	assert_int_equal(w[0].expires_us, 110 * S);
+	assert_string_equal(w[1].server, "203.0.113.6");
+	assert_int_equal(w[1].choice, SELC_DIRECT);
+	assert_int_equal(w[2].server[0], '\0');
+	assert_int_equal(selc_count(c), 2);
+	selc_free(c);
+}
+
 int
 main(void)
 {
@@ -177,6 +221,7 @@ main(void)
 		cmocka_unit_test(test_bounded_evicts_oldest_put),
 		cmocka_unit_test(test_many_servers),
 		cmocka_unit_test(test_zero_capacity),
+		cmocka_unit_test(test_walk),
 	};
 	return cmocka_run_group_tests_name("selcache", tests, setup, NULL);
 }
