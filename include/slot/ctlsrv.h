@@ -173,6 +173,11 @@ void ctl_counters_json(struct ctl_out *o, const struct ctl_counter *v, size_t n)
 void ctl_metrics(struct ctl_out *o, const struct ctl_ident *id, const struct ctl_counter *v,
     size_t n);
 
+/* "counters" (text or JSON) and "metrics", answered alike by every daemon.
+ * Returns true if q was one of them (and is answered). */
+bool ctl_answer_counters(struct ctl_out *o, const struct ctl_ident *id,
+    const struct ctl_req *q, const struct ctl_counter *v, size_t n);
+
 /* The name a counter has in the metrics, into buf (at most 128 bytes). */
 const char *ctl_metric_name(const struct ctl_ident *id, const struct ctl_counter *c,
     char buf[128]);

@@ -376,26 +376,12 @@ cstats_handle(void *user, const char *line, struct ctl_out *out)
 		relays(d, q.json, out);
 	} else if (strcmp(q.cmd, "rules") == 0) {
 		rules(d, q.json, out);
-	} else if (strcmp(q.cmd, "counters") == 0) {
-		n = cstats_counters(d, v, sizeof(v) / sizeof(v[0]));
-		if (q.json) {
-			ctl_json_open(out, &d->ident);
-			ctl_printf(out, ",\"counters\":");
-			ctl_counters_json(out, v, n);
-			ctl_json_close(out);
-		} else
-			ctl_counters_text(out, v, n);
 	} else if (strcmp(q.cmd, "json") == 0) {
 		json(d, out);
-	} else if (strcmp(q.cmd, "metrics") == 0) {
-		if (q.json) {
-			ctl_error(out, "metrics come in the Prometheus text format only "
-			    "(\"counters json\" has them in JSON)");
-			return;
-		}
-		n = cstats_counters(d, v, sizeof(v) / sizeof(v[0]));
-		ctl_metrics(out, &d->ident, v, n);
 	} else {
-		ctl_error(out, "unknown command \"%s\" for slotd; it answers %s", q.cmd, COMMANDS);
+		n = cstats_counters(d, v, sizeof(v) / sizeof(v[0]));
+		if (!ctl_answer_counters(out, &d->ident, &q, v, n))
+			ctl_error(out, "unknown command \"%s\" for slotd; it answers %s", q.cmd,
+			    COMMANDS);
 	}
 }

@@ -954,3 +954,28 @@ ctl_metrics(struct ctl_out *o, const struct ctl_ident *id, const struct ctl_coun
 		ctl_printf(o, "%s %llu\n", name, v[i].v);
 	}
 }
+
+bool
+ctl_answer_counters(struct ctl_out *o, const struct ctl_ident *id, const struct ctl_req *q,
+    const struct ctl_counter *v, size_t n)
+{
+	if (strcmp(q->cmd, "counters") == 0) {
+		if (q->json) {
+			ctl_json_open(o, id);
+			ctl_printf(o, ",\"counters\":");
+			ctl_counters_json(o, v, n);
+			ctl_json_close(o);
+		} else
+			ctl_counters_text(o, v, n);
+		return true;
+	}
+	if (strcmp(q->cmd, "metrics") == 0) {
+		if (q->json)
+			ctl_error(o, "metrics come in the Prometheus text format only "
+			    "(\"counters json\" has them in JSON)");
+		else
+			ctl_metrics(o, id, v, n);
+		return true;
+	}
+	return false;
+}

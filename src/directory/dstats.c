@@ -122,11 +122,6 @@ dstats_answer(const struct ctl_ident *id, struct dird *d, const struct dhttp_cou
 			    q.cmd, COMMANDS);
 		return;
 	}
-	if (strcmp(q.cmd, "metrics") == 0 && q.json) {
-		ctl_error(out, "metrics come in the Prometheus text format only "
-		    "(\"counters json\" has them in JSON)");
-		return;
-	}
 	take(d, hc, listing, &s);
 	if (listing && s.listing_rc == -1) {
 		ctl_error(out, "out of memory");
@@ -166,16 +161,8 @@ dstats_answer(const struct ctl_ident *id, struct dird *d, const struct dhttp_cou
 		relays(s.e, s.nrelays, q.json, out);
 		if (q.json)
 			ctl_json_close(out);
-	} else if (strcmp(q.cmd, "counters") == 0) {
-		if (q.json) {
-			ctl_json_open(out, id);
-			ctl_printf(out, ",\"counters\":");
-			ctl_counters_json(out, s.v, s.nv);
-			ctl_json_close(out);
-		} else
-			ctl_counters_text(out, s.v, s.nv);
 	} else {
-		ctl_metrics(out, id, s.v, s.nv);
+		(void)ctl_answer_counters(out, id, &q, s.v, s.nv);	/* checked above */
 	}
 	free(s.e);
 }

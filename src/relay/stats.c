@@ -244,29 +244,12 @@ stats_handle(void *user, const char *line, struct ctl_out *out)
 		cache(r, q.json, out);
 	} else if (strcmp(q.cmd, "relays") == 0) {
 		relays(r, q.json, out);
-	} else if (strcmp(q.cmd, "counters") == 0) {
-		n = stats_counters(r, v, sizeof(v) / sizeof(v[0]));
-		if (q.json) {
-			ctl_json_open(out, &r->ident);
-			ctl_printf(out, ",\"counters\":");
-			ctl_counters_json(out, v, n);
-			ctl_json_close(out);
-		} else
-			ctl_counters_text(out, v, n);
 	} else if (strcmp(q.cmd, "json") == 0) {
 		/* The first version's command, kept as it was: the counters
 		 * as one flat object. */
 		n = stats_counters(r, v, sizeof(v) / sizeof(v[0]));
 		ctl_counters_json(out, v, n);
 		ctl_printf(out, "\n");
-	} else if (strcmp(q.cmd, "metrics") == 0) {
-		if (q.json) {
-			ctl_error(out, "metrics come in the Prometheus text format only "
-			    "(\"counters json\" has them in JSON)");
-			return;
-		}
-		n = stats_counters(r, v, sizeof(v) / sizeof(v[0]));
-		ctl_metrics(out, &r->ident, v, n);
 	} else if (strcmp(q.cmd, "peers") == 0) {
 		/* The first version's listing, which scripts parse; its JSON
 		 * is that of "relays". */
@@ -278,7 +261,9 @@ stats_handle(void *user, const char *line, struct ctl_out *out)
 		ctl_error(out, "slot-relayd installs no packet-filter rules (slotd does); "
 		    "it answers %s", COMMANDS);
 	} else {
-		ctl_error(out, "unknown command \"%s\" for slot-relayd; it answers %s", q.cmd,
-		    COMMANDS);
+		n = stats_counters(r, v, sizeof(v) / sizeof(v[0]));
+		if (!ctl_answer_counters(out, &r->ident, &q, v, n))
+			ctl_error(out, "unknown command \"%s\" for slot-relayd; it answers %s",
+			    q.cmd, COMMANDS);
 	}
 }
