@@ -657,8 +657,9 @@ def main(argv=None):
                 why = "it was probed, but measured no better"
             else:
                 others = [x for x in r["best_relay_group"] if x in r["probed"]]
-                why = ("slotd probes one random relay per group (RandGroup-k) and drew %s "
-                       "in its group" % (others[0] if others else "another"))
+                why = ("slotd probes one random relay per group (RandGroup-k), and from %s's "
+                       "group it drew %s instead" % (r["best_relay"],
+                                                     others[0] if others else "another"))
             notes.append("%s: the best relay in the data is %s (%.0f ms); %s."
                          % (r["server"], r["best_relay"], r["best_path_configured_ms"], why))
         for n in notes:
