@@ -74,6 +74,7 @@ help:
 	@echo "make unit          unit tests only;  make asan-unit  the same under ASan+UBSan"
 	@echo "make integration   namespace tests (root)"
 	@echo "make bench         benchmarks; rewrites docs/benchmarks.md (root)"
+	@echo "                   BENCH='e2e_files e2e_geo': only these; BENCH=--assemble: re-assemble only"
 	@echo "make install       PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)"
 
 deps:
@@ -165,7 +166,7 @@ demo: deps
 
 bench: deps
 	@$(MAKE) --no-print-directory all
-	@./scripts/bench/run.sh
+	@./scripts/bench/run.sh $(BENCH)
 
 # What `make install` puts where; `make uninstall` removes exactly this.
 # The daemons and slotctl go to SBINDIR, slot-sim (a user's tool) to BINDIR.

@@ -3,10 +3,27 @@
 # and assembles docs/benchmarks.md from the sections they write to
 # docs/bench/<name>.md. Root only (network namespaces). `make bench` runs it.
 # SLOT_BUILD (default build/) names the tree holding the binaries.
+#
+#   run.sh                 measure everything, then assemble
+#   run.sh NAME...         measure only these (e2e_files...), then assemble
+#   run.sh --assemble      assemble from the sections as they are, measuring nothing
 set -eu
 cd "$(dirname "$0")/../.."
 
-if [ "$(id -u)" -ne 0 ]; then
+# The issue's scenarios first, in their order, then the component benchmarks.
+ORDER="e2e_throughput e2e_files e2e_geo e2e_scale e2e_latency relay_throughput testbed_limits"
+
+assemble=0
+only=""
+for a in "$@"; do
+	case "$a" in
+	--assemble) assemble=1 ;;
+	-*) echo "usage: run.sh [--assemble | NAME...]" >&2; exit 2 ;;
+	*) only="$only $a" ;;
+	esac
+done
+
+if [ "$assemble" -eq 0 ] && [ "$(id -u)" -ne 0 ]; then
 	echo "bench: must run as root (network namespaces)" >&2
 	exit 1
 fi
@@ -15,12 +32,30 @@ SLOT_BUILD=${SLOT_BUILD:-build}
 export SLOT_BUILD
 mkdir -p docs/bench
 
-sections=""
-rc=0
+names=""
+for n in $ORDER; do
+	[ -e "scripts/bench/$n.py" ] || [ -e "scripts/bench/$n.sh" ] && names="$names $n"
+done
 for b in scripts/bench/*.sh scripts/bench/*.py; do
 	[ -e "$b" ] || continue
 	[ "$b" = scripts/bench/run.sh ] && continue
 	name=$(basename "$b"); name=${name%.*}
+	case " $names " in *" $name "*) ;; *) names="$names $name" ;; esac
+done
+
+sections=""
+rc=0
+for name in $names; do
+	b=scripts/bench/$name.py
+	[ -e "$b" ] || b=scripts/bench/$name.sh
+	sections="$sections docs/bench/$name.md"
+	if [ "$assemble" -eq 1 ]; then
+		[ -e "docs/bench/$name.md" ] || { echo "bench: docs/bench/$name.md missing" >&2; exit 1; }
+		continue
+	fi
+	if [ -n "$only" ]; then
+		case " $only " in *" $name "*) ;; *) continue ;; esac
+	fi
 	echo "bench: $name" >&2
 	case "$b" in
 	*.py) "$PY" "$b" --out "docs/bench/$name.md" >/dev/null || rc=$? ;;
@@ -30,7 +65,6 @@ for b in scripts/bench/*.sh scripts/bench/*.py; do
 		echo "bench: $name failed (exit $rc); docs/benchmarks.md left unchanged" >&2
 		exit "$rc"
 	fi
-	sections="$sections docs/bench/$name.md"
 done
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
@@ -44,6 +78,9 @@ out=docs/benchmarks.md.tmp
 	echo "- kernel: $(uname -r) ($(uname -m))"
 	echo "- CPU: ${cpu:-unknown}, $(nproc) cores online"
 	echo "- tree: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src 2>/dev/null || echo ' + local changes in src/')"
+	if [ "$assemble" -eq 1 ] || [ -n "$only" ]; then
+		echo "- assembled from sections measured in separate runs (each says how it was run)"
+	fi
 	echo
 	echo "Method: every figure is measured side by side in one run. Each benchmark"
 	echo "repeats its measurement at least 5 times, visiting every peer in each"
