@@ -1,7 +1,10 @@
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <unistd.h>
 
 #include "slot/clock.h"
@@ -77,10 +80,27 @@ probe_reply(struct probe_srv *ps, const struct waiter *w, const struct endpoint 
 		ps->r->ctr.probes_answered++;
 }
 
+/* Whether the connect's SYN had to be sent again: its time then holds a
+ * retransmission timeout (1 s or more), not the path's RTT. */
+static bool
+syn_retransmitted(int fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	memset(&ti, 0, sizeof(ti));
+	return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_total_retrans > 0;
+}
+
 static void
 job_finish(struct job *j, uint8_t status, uint32_t rtt_us)
 {
 	struct probe_srv *ps = j->ps;
+	/* A measurement inflated by a lost SYN is answered but not cached,
+	 * so the next request measures again instead of keeping that relay
+	 * out of every choice for this server for rtt_cache_ttl. */
+	bool cache = status != PROBE_ST_BUSY &&
+	    !(status == PROBE_ST_OK && j->fd >= 0 && syn_retransmitted(j->fd));
 
 	ev_io_stop(ps->r->loop, &j->io);
 	ev_timer_stop(ps->r->loop, &j->timer);
@@ -88,8 +108,10 @@ job_finish(struct job *j, uint8_t status, uint32_t rtt_us)
 		sock_close_rst(j->fd);	/* no FIN handshake: the server sees a RST only */
 	htab_remove(&ps->jobs, &j->hn);
 	ps->njobs--;
-	if (status != PROBE_ST_BUSY)
+	if (cache)
 		(void)rttc_put(ps->cache, &j->target, rtt_us, status, clock_mono_us());
+	else if (status != PROBE_ST_BUSY)
+		ps->r->ctr.probes_uncached++;
 	for (size_t i = 0; i < j->nw; i++)
 		probe_reply(ps, &j->w[i], &j->target, status, 0, rtt_us);
 	free(j);

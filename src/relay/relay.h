@@ -25,6 +25,7 @@ struct relay_counters {
 	unsigned long long probes_answered;
 	unsigned long long probes_refused;	/* answered with policy, rate or busy */
 	unsigned long long probes_dropped;	/* malformed, unauthentic, stale, replayed */
+	unsigned long long probes_uncached;	/* measured through a lost SYN: not cached */
 	unsigned long long control_conns;	/* gauge */
 	unsigned long long control_errors;	/* ERROR messages sent */
 	unsigned long long data_rejected;	/* data connections with no pipe */

@@ -40,6 +40,8 @@ stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap)
 	    "Probes answered POLICY, RATE_LIMITED or BUSY.");
 	C("probes_dropped", c->probes_dropped, CTL_COUNTER,
 	    "Probe datagrams dropped: malformed, unauthentic, stale or replayed.");
+	C("probes_uncached", c->probes_uncached, CTL_COUNTER,
+	    "Measurements whose SYN was retransmitted: answered, not cached.");
 	C("control_conns", c->control_conns, CTL_GAUGE, "Control connections open.");
 	C("control_errors", c->control_errors, CTL_COUNTER,
 	    "ERROR messages sent on control connections.");

@@ -548,6 +548,30 @@ def test_cache_early_skips_the_wait_for_pipe_ok(sb, slotd, tags):
         r1.reload({"policy": {"deny_destinations": ""}})
 
 
+def test_relay_does_not_cache_a_probe_slowed_by_a_lost_syn(sb, slotd, tags):
+    # The server drops the first SYN of relay1's measurement: the connect
+    # takes a retransmission timeout (~1 s), which is not the path's RTT.
+    # The relay answers it but does not cache it, so the next connection's
+    # probe measures again and finds the real 40 ms.
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"], {"select": {"cache_ttl": "0"}})
+    rule = ["INPUT", "-p", "tcp", "--syn", "-s", r1.ip, "--dport", "80",
+            "-m", "statistic", "--mode", "nth", "--every", "100000", "--packet", "0",
+            "-j", "DROP"]
+    u0 = r1.counters()["probes_uncached"]
+    sb.bed.run("server", "iptables", "-w", "-I", *rule)
+    try:
+        a = fetch(sb, tags(), "small")
+        assert_direct(sb, a)             # a 1 s path loses to the 80 ms direct one
+        slotbed.wait_for(lambda: r1.counters()["probes_uncached"] == u0 + 1, 10,
+                         "the uncached measurement")
+        b = fetch(sb, tags(), "small")
+        d = assert_relayed(sb, s, b, r1)  # measured again: 40 ms
+        assert d["path_rtt_us"] < 500000, d
+    finally:
+        sb.bed.run("server", "iptables", "-w", "-D", *rule, check=False)
+
+
 # ---------------------------------------------------------------- 9: what is not selected
 
 @pytest.mark.parametrize("case", ["port", "exclude", "include"])
