@@ -137,6 +137,7 @@ struct ctl_table {
 	size_t *off;		/* text: where each cell starts in cells */
 	size_t noff, offcap;
 	bool oom;
+	bool whole;		/* JSON: the table is the whole answer's object */
 };
 
 void ctl_table_begin(struct ctl_table *t, struct ctl_out *o, bool json, const char *key,
@@ -147,7 +148,13 @@ void ctl_cell_uint(struct ctl_table *t, unsigned long long v);
 void ctl_cell_us(struct ctl_table *t, uint64_t us);	/* CTL_DUR, CTL_RTT columns */
 void ctl_cell_bool(struct ctl_table *t, bool v);
 void ctl_cell_none(struct ctl_table *t);
-/* Writes the text table (or closes the JSON array) and frees t's memory. */
+/* A table that is the whole answer: in JSON the answer's object (opened
+ * with id, closed by ctl_table_end) holding the array key. */
+void ctl_answer_table_begin(struct ctl_table *t, struct ctl_out *o, bool json,
+    const struct ctl_ident *id, const char *key, const struct ctl_col *cols, size_t ncols);
+#define CTL_NCOLS(cols) (sizeof(cols) / sizeof((cols)[0]))
+/* Writes the text table (or closes the JSON array, and the answer's object
+ * after ctl_answer_table_begin) and frees t's memory. */
 void ctl_table_end(struct ctl_table *t);
 
 /* ---- counters, and metrics in the Prometheus text format ---- */

@@ -202,14 +202,9 @@ pipes(struct slotd *d, bool json_out, struct ctl_out *o)
 {
 	struct ctl_table t;
 
-	if (json_out)
-		ctl_json_open(o, &d->ident);
-	ctl_table_begin(&t, o, json_out, "pipes", pipe_cols,
-	    sizeof(pipe_cols) / sizeof(pipe_cols[0]));
+	ctl_answer_table_begin(&t, o, json_out, &d->ident, "pipes", pipe_cols, CTL_NCOLS(pipe_cols));
 	hold_view(d, pipe_row, &t);
 	ctl_table_end(&t);
-	if (json_out)
-		ctl_json_close(o);
 }
 
 static const struct ctl_col cache_cols[] = {
@@ -252,15 +247,10 @@ cache(struct slotd *d, bool json_out, struct ctl_out *o)
 	 * it makes a new cache), so its age is that TTL minus what is left. */
 	struct cache_walk w = { &t, clock_mono_us(), d->conf.cache_ttl_ms * 1000 };
 
-	if (json_out)
-		ctl_json_open(o, &d->ident);
-	ctl_table_begin(&t, o, json_out, "cache", cache_cols,
-	    sizeof(cache_cols) / sizeof(cache_cols[0]));
+	ctl_answer_table_begin(&t, o, json_out, &d->ident, "cache", cache_cols, CTL_NCOLS(cache_cols));
 	if (d->cache)
 		selc_walk(d->cache, cache_row, &w);
 	ctl_table_end(&t);
-	if (json_out)
-		ctl_json_close(o);
 }
 
 /* The first nine columns are the first version's, which scripts parse. */
@@ -285,10 +275,7 @@ relays(struct slotd *d, bool json_out, struct ctl_out *o)
 	struct ctl_table t;
 	char a[EP_STRLEN];
 
-	if (json_out)
-		ctl_json_open(o, &d->ident);
-	ctl_table_begin(&t, o, json_out, "relays", relay_cols,
-	    sizeof(relay_cols) / sizeof(relay_cols[0]));
+	ctl_answer_table_begin(&t, o, json_out, &d->ident, "relays", relay_cols, CTL_NCOLS(relay_cols));
 	for (size_t i = 0; i < d->nrelays; i++) {
 		const struct crelay *x = d->relays[i];
 		bool quarantined = now < x->quarantine_until_us;
@@ -311,8 +298,6 @@ relays(struct slotd *d, bool json_out, struct ctl_out *o)
 			ctl_cell_none(&t);
 	}
 	ctl_table_end(&t);
-	if (json_out)
-		ctl_json_close(o);
 }
 
 static const struct ctl_col rule_cols[] = {
@@ -337,10 +322,7 @@ rules(struct slotd *d, bool json_out, struct ctl_out *o)
 		ctl_error(o, "cannot read the rules: %s", err);
 		return;
 	}
-	if (json_out)
-		ctl_json_open(o, &d->ident);
-	ctl_table_begin(&t, o, json_out, "rules", rule_cols,
-	    sizeof(rule_cols) / sizeof(rule_cols[0]));
+	ctl_answer_table_begin(&t, o, json_out, &d->ident, "rules", rule_cols, CTL_NCOLS(rule_cols));
 	for (size_t i = 0; i < n; i++) {
 		ctl_cell_str(&t, v[i].table);
 		ctl_cell_str(&t, v[i].chain);
@@ -349,8 +331,6 @@ rules(struct slotd *d, bool json_out, struct ctl_out *o)
 		ctl_cell_str(&t, v[i].rule);
 	}
 	ctl_table_end(&t);
-	if (json_out)
-		ctl_json_close(o);
 	rules_list_free(v, n);
 }
 

@@ -708,6 +708,16 @@ ctl_table_begin(struct ctl_table *t, struct ctl_out *o, bool json, const char *k
 		ctl_printf(o, ",\"%s\":[", key);
 }
 
+void
+ctl_answer_table_begin(struct ctl_table *t, struct ctl_out *o, bool json,
+    const struct ctl_ident *id, const char *key, const struct ctl_col *cols, size_t ncols)
+{
+	if (json)
+		ctl_json_open(o, id);
+	ctl_table_begin(t, o, json, key, cols, ncols);
+	t->whole = json;
+}
+
 /* Text mode: keeps one cell. */
 static void
 cell_keep(struct ctl_table *t, const char *s)
@@ -845,6 +855,8 @@ ctl_table_end(struct ctl_table *t)
 {
 	if (t->json) {
 		ctl_printf(t->o, "]");
+		if (t->whole)
+			ctl_json_close(t->o);
 		return;
 	}
 	size_t *width = calloc(t->ncols, sizeof(*width));

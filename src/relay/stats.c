@@ -140,14 +140,9 @@ pipes(struct relay *r, bool json, struct ctl_out *o)
 {
 	struct ctl_table t;
 
-	if (json)
-		ctl_json_open(o, &r->ident);
-	ctl_table_begin(&t, o, json, "pipes", pipe_cols,
-	    sizeof(pipe_cols) / sizeof(pipe_cols[0]));
+	ctl_answer_table_begin(&t, o, json, &r->ident, "pipes", pipe_cols, CTL_NCOLS(pipe_cols));
 	pipes_view(r, pipe_row, &t);
 	ctl_table_end(&t);
-	if (json)
-		ctl_json_close(o);
 }
 
 static const struct ctl_col cache_cols[] = {
@@ -180,16 +175,11 @@ cache(struct relay *r, bool json, struct ctl_out *o)
 {
 	struct ctl_table t;
 
-	if (json)
-		ctl_json_open(o, &r->ident);
-	ctl_table_begin(&t, o, json, "cache", cache_cols,
-	    sizeof(cache_cols) / sizeof(cache_cols[0]));
+	ctl_answer_table_begin(&t, o, json, &r->ident, "cache", cache_cols, CTL_NCOLS(cache_cols));
 	/* Draining: the responder and its cache are gone. */
 	if (r->probe)
 		probe_cache_view(r->probe, cache_row, &t);
 	ctl_table_end(&t);
-	if (json)
-		ctl_json_close(o);
 }
 
 static const struct ctl_col relay_cols[] = {
@@ -205,10 +195,7 @@ relays(struct relay *r, bool json, struct ctl_out *o)
 	struct ctl_table t;
 	char b[EP_STRLEN];
 
-	if (json)
-		ctl_json_open(o, &r->ident);
-	ctl_table_begin(&t, o, json, "relays", relay_cols,
-	    sizeof(relay_cols) / sizeof(relay_cols[0]));
+	ctl_answer_table_begin(&t, o, json, &r->ident, "relays", relay_cols, CTL_NCOLS(relay_cols));
 	for (size_t i = 0; i < peers_count(r->peers); i++) {
 		struct endpoint ep;
 		uint32_t rtt;
@@ -222,8 +209,6 @@ relays(struct relay *r, bool json, struct ctl_out *o)
 		ctl_cell_uint(&t, ns);
 	}
 	ctl_table_end(&t);
-	if (json)
-		ctl_json_close(o);
 }
 
 void

@@ -554,6 +554,7 @@ def test_relay_does_not_cache_a_probe_slowed_by_a_lost_syn(sb, slotd, tags):
     # The relay answers it but does not cache it, so the next connection's
     # probe measures again and finds the real 40 ms.
     r1 = sb.relay("relay1")
+    r1.restart()                         # an RTT cache without the server in it
     s = slotd(["relay1"], {"select": {"cache_ttl": "0"}})
     rule = ["INPUT", "-p", "tcp", "--syn", "-s", r1.ip, "--dport", "80",
             "-m", "statistic", "--mode", "nth", "--every", "100000", "--packet", "0",
