@@ -17,11 +17,13 @@ enum sel_strategy {
 	SEL_ALL = 0,		/* probe every usable relay */
 	SEL_RANDOM_K,		/* k random relays */
 	SEL_RANDGROUP_K,	/* one random relay from each of k random groups */
+	SEL_COVER,		/* the first k usable relays of the client's cover
+				 * ranking (slot/cover.h); Random-k without one */
 };
 
 struct sel_params {
 	enum sel_strategy strategy;
-	unsigned k;			/* default 50 */
+	unsigned k;			/* default 20 */
 	double c_wait;			/* wait at most c_wait * RTT_direct; default 1.25 */
 	double min_gain;		/* relay only if RTT_direct / path >= min_gain; default 1.1 */
 	uint64_t repair_timeout_us;	/* direct path failed or silent; default 3 s */
@@ -29,19 +31,26 @@ struct sel_params {
 
 void sel_params_default(struct sel_params *p);
 
-/* "all", "random" or "randgroup". Returns 0, or -1 if unknown. */
+/* "all", "random", "randgroup" or "cover". Returns 0, or -1 if unknown. */
 int sel_strategy_parse(const char *s, enum sel_strategy *out);
 const char *sel_strategy_name(enum sel_strategy s);
 
 struct sel_candidate {
 	uint32_t group;		/* relays of one group have low mutual RTT */
 	bool usable;		/* healthy: control connection up, no recent failures */
+	uint32_t rank;		/* place in the client's cover ranking (SEL_COVER);
+				 * SEL_NO_RANK: not ranked */
 };
+
+#define SEL_NO_RANK UINT32_MAX
 
 /* Chooses the relays to probe among c[0..n): writes their indexes into out
  * (room for n) in increasing order and the count into *nout. Unusable
  * relays are never chosen; with fewer usable relays (Random-k) or groups
- * (RandGroup-k) than k, all are taken. Returns 0, or -1 if out of memory. */
+ * (RandGroup-k) than k, all are taken. SEL_COVER takes the k usable relays
+ * of lowest rank; when fewer than k usable relays are ranked, the rest are
+ * drawn at random from the unranked (a ranking that no longer fits the
+ * relay set, or none at all: Random-k). Returns 0, or -1 if out of memory. */
 int sel_sample(const struct sel_params *p, const struct sel_candidate *c, size_t n,
     struct rng *rng, uint32_t *out, size_t *nout);
 

@@ -6,8 +6,8 @@
 void
 sel_params_default(struct sel_params *p)
 {
-	p->strategy = SEL_RANDGROUP_K;
-	p->k = 50;
+	p->strategy = SEL_COVER;
+	p->k = 20;
 	p->c_wait = 1.25;
 	p->min_gain = 1.1;
 	p->repair_timeout_us = 3000000;
@@ -15,6 +15,7 @@ sel_params_default(struct sel_params *p)
 
 static const char *const names[] = {
 	[SEL_ALL] = "all", [SEL_RANDOM_K] = "random", [SEL_RANDGROUP_K] = "randgroup",
+	[SEL_COVER] = "cover",
 };
 
 int
@@ -67,6 +68,38 @@ cmp_by_group(const void *a, const void *b, void *arg)
 	return x < y ? -1 : x > y;
 }
 
+static int
+cmp_by_rank(const void *a, const void *b, void *arg)
+{
+	const struct sel_candidate *c = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	if (c[x].rank != c[y].rank)
+		return c[x].rank < c[y].rank ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/* SEL_COVER over the m usable relays in out: ranked ones first by rank,
+ * then random unranked ones to make up k. */
+static void
+sample_cover(const struct sel_params *p, const struct sel_candidate *c, uint32_t *out,
+    size_t m, struct rng *rng, size_t *nout)
+{
+	size_t r = 0, take = m < p->k ? m : p->k;
+
+	for (size_t i = 0; i < m; i++)
+		if (c[out[i]].rank != SEL_NO_RANK) {
+			uint32_t t = out[r];
+			out[r++] = out[i];
+			out[i] = t;
+		}
+	qsort_r(out, r, sizeof(*out), cmp_by_rank, (void *)(uintptr_t)c);
+	if (r < take)
+		choose_front(out + r, m - r, take - r, rng);
+	*nout = take;
+	qsort(out, take, sizeof(*out), cmp_u32);
+}
+
 int
 sel_sample(const struct sel_params *p, const struct sel_candidate *c, size_t n,
     struct rng *rng, uint32_t *out, size_t *nout)
@@ -76,6 +109,10 @@ sel_sample(const struct sel_params *p, const struct sel_candidate *c, size_t n,
 	for (size_t i = 0; i < n; i++)
 		if (c[i].usable)
 			out[m++] = (uint32_t)i;
+	if (p->strategy == SEL_COVER) {
+		sample_cover(p, c, out, m, rng, nout);
+		return 0;
+	}
 	if (p->strategy == SEL_ALL || (p->strategy == SEL_RANDOM_K && m <= p->k)) {
 		*nout = m;
 		return 0;

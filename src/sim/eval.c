@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slot/cover.h"
 #include "slot/errbuf.h"
 #include "slot/rng.h"
 #include "slot/select.h"
@@ -41,6 +42,8 @@ kind_label(enum eval_kind kind)
 		return "RandGroup";
 	case EVAL_OPTIMAL:
 		return "Optimal";
+	case EVAL_COVER:
+		return "Cover";
 	}
 	return "?";
 }
@@ -121,7 +124,96 @@ static enum sel_strategy
 sel_kind(enum eval_kind kind)
 {
 	return kind == EVAL_RANDOM_K ? SEL_RANDOM_K :
-	    kind == EVAL_RANDGROUP_K ? SEL_RANDGROUP_K : SEL_ALL;
+	    kind == EVAL_RANDGROUP_K ? SEL_RANDGROUP_K :
+	    kind == EVAL_COVER ? SEL_COVER : SEL_ALL;
+}
+
+/* RTT between relays i and j (relay columns), for cover_landmarks. */
+static uint32_t
+relay_rtt(void *arg, size_t i, size_t j)
+{
+	const struct eval_ctx *ctx = arg;
+	float v = simmat_row(ctx->dr, ctx->roles->relay[i])[j];
+
+	return isfinite(v) ? (uint32_t)v : COVER_NONE;
+}
+
+/* What a client knows before it probes, as slotd has it: its RTT to every
+ * relay (measured) and every relay's RTT to the landmarks (from the
+ * directory). */
+struct cover_sim {
+	uint32_t *land;		/* landmark -> relay column */
+	float *weight;
+	size_t nland;
+	uint32_t *rl;		/* nrelay x nland */
+	uint32_t *cr;		/* the client's row */
+	uint32_t *rank;		/* the client's ranking */
+	size_t nrank;
+	uint32_t client;	/* whose ranking rank is; UINT32_MAX: none */
+};
+
+static void
+cover_sim_free(struct cover_sim *cs)
+{
+	free(cs->land);
+	free(cs->weight);
+	free(cs->rl);
+	free(cs->cr);
+	free(cs->rank);
+	memset(cs, 0, sizeof(*cs));
+}
+
+static int
+cover_sim_init(const struct eval_ctx *ctx, struct cover_sim *cs)
+{
+	size_t n = ctx->roles->nrelay;
+	size_t max = ctx->nlandmarks > 0 && ctx->nlandmarks < n ? ctx->nlandmarks : n;
+
+	memset(cs, 0, sizeof(*cs));
+	cs->client = UINT32_MAX;
+	cs->land = malloc((max ? max : 1) * sizeof(*cs->land));
+	cs->weight = malloc((max ? max : 1) * sizeof(*cs->weight));
+	cs->cr = malloc((n ? n : 1) * sizeof(*cs->cr));
+	cs->rank = malloc((n ? n : 1) * sizeof(*cs->rank));
+	if (cs->land == NULL || cs->weight == NULL || cs->cr == NULL || cs->rank == NULL ||
+	    cover_landmarks(n, relay_rtt, (void *)(uintptr_t)ctx, max, cs->land, cs->weight,
+	    &cs->nland) < 0)
+		goto fail;
+	cs->rl = malloc((n * cs->nland > 0 ? n * cs->nland : 1) * sizeof(*cs->rl));
+	if (cs->rl == NULL)
+		goto fail;
+	for (size_t i = 0; i < n; i++)
+		for (size_t l = 0; l < cs->nland; l++)
+			cs->rl[i * cs->nland + l] = i == cs->land[l] ? 0 :
+			    relay_rtt((void *)(uintptr_t)ctx, i, cs->land[l]);
+	return 0;
+fail:
+	cover_sim_free(cs);
+	return -1;
+}
+
+/* Ranks for client c (node), ranking k + 2 relays: the pair's endpoints may
+ * be relays, and are then skipped. */
+static int
+cover_sim_rank(const struct eval_ctx *ctx, struct cover_sim *cs, uint32_t c, unsigned k)
+{
+	size_t n = ctx->roles->nrelay;
+	const float *row = simmat_row(ctx->dr, c);
+	struct cover_input in = {
+		.nrelay = n, .cr_us = cs->cr, .nland = cs->nland, .land_relay = cs->land,
+		.land_weight = cs->weight, .rl_us = cs->rl,
+	};
+
+	if (cs->client == c)
+		return 0;
+	for (size_t j = 0; j < n; j++)
+		cs->cr[j] = ctx->roles->relay[j] == c || !isfinite(row[j]) ? COVER_NONE :
+		    (uint32_t)row[j];
+	if (cover_rank(&in, (size_t)k + 2 < n ? (size_t)k + 2 : n, cs->rank, &cs->nrank,
+	    NULL) < 0)
+		return -1;
+	cs->client = c;
+	return 0;
 }
 
 int
@@ -136,8 +228,10 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 	uint32_t *idx = NULL;
 	float *cr = NULL, *rs = NULL;
 	struct rng rng;
+	struct cover_sim cs;
 	int rc = -1;
 
+	memset(&cs, 0, sizeof(cs));
 	decide_scratch_init(&sc);
 	if (stats_init(st, kind, k, pr->n, keep_paths, keep_paths) < 0) {
 		errbuf_set(err, errlen, "out of memory");
@@ -157,6 +251,11 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 	for (size_t j = 0; j < nrel; j++) {
 		cand[j].group = ctx->group != NULL ? ctx->group[j] : (uint32_t)j;
 		cand[j].usable = true;
+		cand[j].rank = SEL_NO_RANK;
+	}
+	if (kind == EVAL_COVER && cover_sim_init(ctx, &cs) < 0) {
+		errbuf_set(err, errlen, "out of memory for the cover ranking");
+		goto out;
 	}
 	for (size_t i = 0; i < pr->n; i++) {
 		uint32_t c = pr->c[i], s = pr->s[i];
@@ -176,6 +275,14 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 			probe.skip[0] = jc;
 			probe.skip[1] = js;
 		} else {
+			if (kind == EVAL_COVER) {
+				if (cover_sim_rank(ctx, &cs, c, k) < 0) {
+					errbuf_set(err, errlen, "out of memory");
+					goto out;
+				}
+				for (size_t x = 0; x < cs.nrank; x++)
+					cand[cs.rank[x]].rank = (uint32_t)x;
+			}
 			/* A pair's endpoints are not its relays. */
 			if (jc >= 0)
 				cand[jc].usable = false;
@@ -189,6 +296,8 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 				cand[jc].usable = true;
 			if (js >= 0)
 				cand[js].usable = true;
+			for (size_t x = 0; x < cs.nrank; x++)
+				cand[cs.rank[x]].rank = SEL_NO_RANK;
 			const float *rc_ = simmat_row(ctx->dr, c), *rs_ = simmat_row(ctx->dr, s);
 
 			for (size_t x = 0; x < m; x++) {
@@ -220,6 +329,7 @@ out:
 	if (rc < 0)
 		eval_stats_free(st);
 	decide_scratch_free(&sc);
+	cover_sim_free(&cs);
 	free(cand);
 	free(idx);
 	free(cr);

@@ -23,6 +23,7 @@ enum eval_kind {
 	EVAL_RANDOM_K,		/* k random relays, the wait rule */
 	EVAL_RANDGROUP_K,	/* one relay of each of k random groups, the wait rule */
 	EVAL_OPTIMAL,		/* best min-max path with up to k intermediaries, no probing */
+	EVAL_COVER,		/* the first k of the client's cover ranking, the wait rule */
 };
 
 /* What the strategies run on. */
@@ -37,6 +38,9 @@ struct eval_ctx {
 	const uint32_t *group;		/* group of the relay in column j */
 	struct decide_model model;
 	uint64_t seed;
+	/* EVAL_COVER: landmarks among the relays (cover_landmarks), as
+	 * slot-dird picks them; 0: every relay. */
+	size_t nlandmarks;
 };
 
 struct eval_stats {

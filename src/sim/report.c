@@ -151,6 +151,7 @@ kind_name(enum eval_kind k)
 	static const char *const names[] = {
 		[EVAL_SELECT_ALL] = "select-all", [EVAL_RANDOM_K] = "random",
 		[EVAL_RANDGROUP_K] = "randgroup", [EVAL_OPTIMAL] = "optimal",
+		[EVAL_COVER] = "cover",
 	};
 
 	return (unsigned)k < sizeof(names) / sizeof(names[0]) ? names[k] : "?";

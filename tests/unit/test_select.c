@@ -70,8 +70,11 @@ test_defaults_and_names(void **state)
 	(void)state;
 
 	sel_params_default(&p);
-	assert_int_equal(p.strategy, SEL_RANDGROUP_K);
-	assert_int_equal(p.k, 50);
+	assert_int_equal(p.strategy, SEL_COVER);
+	assert_int_equal(p.k, 20);
+	assert_int_equal(sel_strategy_parse("cover", &s), 0);
+	assert_int_equal(s, SEL_COVER);
+	assert_string_equal(sel_strategy_name(SEL_COVER), "cover");
 	assert_true(p.c_wait == 1.25 && p.min_gain == 1.1);
 	assert_int_equal(sel_strategy_parse("randgroup", &s), 0);
 	assert_int_equal(s, SEL_RANDGROUP_K);
@@ -87,7 +90,7 @@ static void
 test_select_all_skips_unusable(void **state)
 {
 	struct sel_candidate c[5] = {
-		{ 0, true }, { 0, false }, { 1, true }, { 2, false }, { 2, true },
+		{ 0, true, 0 }, { 0, false, 0 }, { 1, true, 0 }, { 2, false, 0 }, { 2, true, 0 },
 	};
 	struct sel_params p = params(SEL_ALL, 1);
 	struct rng r;
@@ -114,7 +117,7 @@ test_random_k(void **state)
 	(void)state;
 
 	for (int i = 0; i < 100; i++)
-		c[i] = (struct sel_candidate){ (uint32_t)i, i % 10 != 3 };
+		c[i] = (struct sel_candidate){ (uint32_t)i, i % 10 != 3, 0 };
 	rng_seed(&r1, 9);
 	rng_seed(&r2, 9);
 	assert_int_equal(sel_sample(&p, c, 100, &r1, a, &na), 0);
@@ -144,7 +147,7 @@ test_randgroup_one_per_group(void **state)
 	(void)state;
 
 	for (int i = 0; i < 60; i++)
-		c[i] = (struct sel_candidate){ (uint32_t)(100 + i / 5), i / 5 != 11 };
+		c[i] = (struct sel_candidate){ (uint32_t)(100 + i / 5), i / 5 != 11, 0 };
 	rng_seed(&r, 3);
 	for (int trial = 0; trial < 200; trial++) {
 		assert_int_equal(sel_sample(&p, c, 60, &r, out, &n), 0);
@@ -175,7 +178,7 @@ test_randgroup_is_fair(void **state)
 	(void)state;
 
 	for (int i = 0; i < 10; i++)
-		c[i] = (struct sel_candidate){ i == 0 ? 0u : i < 3 ? 1u : 2u, true };
+		c[i] = (struct sel_candidate){ i == 0 ? 0u : i < 3 ? 1u : 2u, true, 0 };
 	rng_seed(&r, 11);
 	for (int t = 0; t < 30000; t++) {
 		assert_int_equal(sel_sample(&p, c, 10, &r, out, &n), 0);
@@ -187,6 +190,52 @@ test_randgroup_is_fair(void **state)
 		assert_true(per_group[g] > 9500 && per_group[g] < 10500);
 	for (int i = 3; i < 10; i++)	/* 10000/7 = 1429 each, sd ~37 */
 		assert_true(per_relay[i] > 1200 && per_relay[i] < 1660);
+}
+
+static void
+test_cover_takes_lowest_ranks(void **state)
+{
+	struct sel_candidate c[8];
+	struct sel_params p = params(SEL_COVER, 3);
+	struct rng r;
+	uint32_t out[8];
+	size_t n;
+	(void)state;
+
+	/* Ranks 0..7 in reverse index order; the rank-0 relay is down. */
+	for (int i = 0; i < 8; i++)
+		c[i] = (struct sel_candidate){ 0, i != 7, (uint32_t)(7 - i) };
+	rng_seed(&r, 1);
+	assert_int_equal(sel_sample(&p, c, 8, &r, out, &n), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(out[0], 4);	/* ranks 3, 2, 1: sorted by index */
+	assert_int_equal(out[1], 5);
+	assert_int_equal(out[2], 6);
+	/* Two ranked relays only: the third is a random unranked one. */
+	for (int i = 0; i < 8; i++)
+		c[i] = (struct sel_candidate){ 0, true, i == 2 ? 0 : i == 5 ? 1 : SEL_NO_RANK };
+	for (int round = 0; round < 20; round++) {
+		assert_int_equal(sel_sample(&p, c, 8, &r, out, &n), 0);
+		assert_int_equal(n, 3);
+		bool has2 = false, has5 = false;
+		for (size_t i = 0; i < n; i++) {
+			has2 |= out[i] == 2;
+			has5 |= out[i] == 5;
+			if (i)
+				assert_true(out[i] > out[i - 1]);
+		}
+		assert_true(has2 && has5);
+	}
+	/* No ranking at all: Random-k. */
+	for (int i = 0; i < 8; i++)
+		c[i] = (struct sel_candidate){ 0, i % 2 == 0, SEL_NO_RANK };
+	assert_int_equal(sel_sample(&p, c, 8, &r, out, &n), 0);
+	assert_int_equal(n, 3);
+	for (size_t i = 0; i < n; i++)
+		assert_true(c[out[i]].usable);
+	p.k = 10;
+	assert_int_equal(sel_sample(&p, c, 8, &r, out, &n), 0);
+	assert_int_equal(n, 4);
 }
 
 static void
@@ -409,6 +458,7 @@ main(void)
 		cmocka_unit_test(test_late_reply_ignored),
 		cmocka_unit_test(test_all_in_decides_early),
 		cmocka_unit_test(test_no_relay_reached),
+		cmocka_unit_test(test_cover_takes_lowest_ranks),
 		cmocka_unit_test(test_ties),
 		cmocka_unit_test(test_refused_goes_direct),
 		cmocka_unit_test(test_repair_when_direct_fails),

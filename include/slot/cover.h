@@ -1,0 +1,61 @@
+#ifndef SLOT_COVER_H
+#define SLOT_COVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Which relays a client should probe, chosen before any server is known
+ * (docs/evaluation.md, "The cover strategy"). The server of a future
+ * connection is unknown, but servers sit where the Internet is, and the
+ * relays are a sample of it: so take a few relays as landmarks, stand-ins
+ * for where servers may be, each weighted by the relays it stands for.
+ * For a server at landmark l, relay r gives the path max(RTT(c,r),
+ * RTT(r,l)) against the direct RTT(c,l). The client measures RTT(c,r) to
+ * every relay itself; RTT(r,l) comes from the relays' measurements of each
+ * other, through the directory. cover_rank picks greedily the relay that
+ * adds most to the weighted mean path-RTT reduction over the landmarks,
+ * then the next given the first, and so on: a max-coverage greedy, within
+ * 1 - 1/e of the best set of that size for the landmarks (the objective is
+ * submodular). A client probes the first k usable relays of the ranking
+ * for every new server. Pure: no I/O, no clock, no randomness.
+ */
+
+#define COVER_NONE UINT32_MAX
+
+struct cover_input {
+	size_t nrelay;
+	const uint32_t *cr_us;		/* RTT(client, relay i); COVER_NONE: unknown */
+	size_t nland;
+	/* Landmark l is relay land_relay[l] (COVER_NONE: not a relay of this
+	 * set, and then it is left out: its direct RTT is unknown). */
+	const uint32_t *land_relay;
+	const float *land_weight;	/* NULL: every landmark weighs 1 */
+	/* rl_us[i * nland + l] = RTT(relay i, landmark l); COVER_NONE: unknown. */
+	const uint32_t *rl_us;
+};
+
+/* Ranks up to max relays into out (room for max): first the greedy
+ * choices while one adds to the reduction, then the remaining relays with a
+ * known RTT(c,r) nearest first (cheap insurance when the landmarks are
+ * few). Relays with an unknown RTT(c,r) are not ranked. *ngreedy (if not
+ * NULL) gets how many came from the greedy. Returns 0, or -1 out of memory. */
+int cover_rank(const struct cover_input *in, size_t max, uint32_t *out, size_t *nout,
+    size_t *ngreedy);
+
+/* RTT between nodes i and j of an overlay; COVER_NONE: not measured. */
+typedef uint32_t (*cover_rtt_fn)(void *arg, size_t i, size_t j);
+
+/* Picks up to max landmarks among n nodes by farthest-point sampling (each
+ * next landmark is the node farthest from the landmarks so far), starting
+ * from the most central node, so that every region of the overlay has one
+ * near it. Nodes with fewer than half of their RTTs known are not taken (a
+ * relay that has just joined). Each node then counts towards its nearest
+ * landmark: weight[l] = how many nodes it stands for. Writes node indexes
+ * into out (room for max), increasing by choice order. Deterministic.
+ * Returns 0, or -1 out of memory. */
+int cover_landmarks(size_t n, cover_rtt_fn rtt, void *arg, size_t max, uint32_t *out,
+    float *weight, size_t *nout);
+
+#endif

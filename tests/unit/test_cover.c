@@ -1,0 +1,241 @@
+/* The cover ranking (src/core/cover.c): greedy choices on hand-made
+ * overlays with known answers, landmarks by farthest point, and a brute
+ * force check of the first choice on random overlays. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "slot/cover.h"
+#include "slot/rng.h"
+
+#define N COVER_NONE
+
+/* Relays: 0 a1 near the client but far from everything, 1 a2 a little
+ * farther from the client but near the landmarks' region, 2 and 3 the
+ * landmarks x and y (far from the client), 4 far from all. */
+static const uint32_t cr5[5] = { 10, 20, 150, 160, 300 };
+static const uint32_t land5[2] = { 2, 3 };
+static const uint32_t rl5[5 * 2] = {
+	140, 150,	/* a1 */
+	30, 40,		/* a2 */
+	0, 20,		/* x */
+	20, 0,		/* y */
+	250, 260,	/* far */
+};
+
+static void
+test_rank_prefers_the_relay_on_the_way(void **state)
+{
+	struct cover_input in = { 5, cr5, 2, land5, NULL, rl5 };
+	uint32_t out[5];
+	size_t n, ng;
+	(void)state;
+
+	assert_int_equal(cover_rank(&in, 5, out, &n, &ng), 0);
+	assert_int_equal(n, 5);
+	/* a2 cuts both landmarks' paths to 30 and 40 ms; after it nobody adds
+	 * anything, so the rest come nearest first. */
+	assert_int_equal(ng, 1);
+	assert_int_equal(out[0], 1);
+	assert_int_equal(out[1], 0);
+	assert_int_equal(out[2], 2);
+	assert_int_equal(out[3], 3);
+	assert_int_equal(out[4], 4);
+	/* Truncated to max. */
+	assert_int_equal(cover_rank(&in, 2, out, &n, NULL), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(out[0], 1);
+	assert_int_equal(out[1], 0);
+}
+
+static void
+test_rank_skips_unknown(void **state)
+{
+	uint32_t cr[5];
+	struct cover_input in = { 5, cr, 2, land5, NULL, rl5 };
+	uint32_t out[5];
+	size_t n, ng;
+	(void)state;
+
+	/* a2 unmeasured: never ranked; a1 is then the best for both. */
+	memcpy(cr, cr5, sizeof(cr));
+	cr[1] = N;
+	assert_int_equal(cover_rank(&in, 5, out, &n, &ng), 0);
+	assert_int_equal(n, 4);
+	assert_int_equal(out[0], 0);
+	for (size_t i = 0; i < n; i++)
+		assert_int_not_equal(out[i], 1);
+	/* The landmarks' own RTTs unknown: no landmark counts, nearest first. */
+	memcpy(cr, cr5, sizeof(cr));
+	cr[2] = cr[3] = N;
+	assert_int_equal(cover_rank(&in, 5, out, &n, &ng), 0);
+	assert_int_equal(ng, 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(out[0], 0);
+	assert_int_equal(out[1], 1);
+	assert_int_equal(out[2], 4);
+	/* Landmarks that are no relay of ours are left out too. */
+	uint32_t land[2] = { N, 7 };
+	in.cr_us = cr5;
+	in.land_relay = land;
+	assert_int_equal(cover_rank(&in, 5, out, &n, &ng), 0);
+	assert_int_equal(ng, 0);
+}
+
+static void
+test_rank_weighs_landmarks(void **state)
+{
+	/* Relay 0 helps landmark 2 only, relay 1 landmark 3 only, by as much.
+	 * Landmark 3 stands for five relays: relay 1 goes first. */
+	uint32_t cr[4] = { 10, 10, 100, 100 };
+	uint32_t land[2] = { 2, 3 };
+	uint32_t rl[4 * 2] = { 20, N, N, 20, 0, N, N, 0 };
+	float w[2] = { 1, 5 };
+	struct cover_input in = { 4, cr, 2, land, w, rl };
+	uint32_t out[4];
+	size_t n, ng;
+	(void)state;
+
+	assert_int_equal(cover_rank(&in, 4, out, &n, &ng), 0);
+	assert_int_equal(ng, 2);
+	assert_int_equal(out[0], 1);
+	assert_int_equal(out[1], 0);
+	w[1] = 0.5f;
+	assert_int_equal(cover_rank(&in, 4, out, &n, &ng), 0);
+	assert_int_equal(out[0], 0);
+	/* Equal gains: the nearer relay first. */
+	w[1] = 1;
+	cr[1] = 9;
+	assert_int_equal(cover_rank(&in, 4, out, &n, &ng), 0);
+	assert_int_equal(out[0], 1);
+}
+
+/* On random overlays: the first choice has the largest gain of any single
+ * relay (brute force), and every later choice adds something. */
+static double
+objective(const struct cover_input *in, const uint32_t *set, size_t k)
+{
+	double sum = 0;
+
+	for (size_t l = 0; l < in->nland; l++) {
+		uint32_t d = in->cr_us[in->land_relay[l]], best = d;
+
+		for (size_t x = 0; x < k; x++) {
+			uint32_t cr = in->cr_us[set[x]], rl = in->rl_us[set[x] * in->nland + l];
+			uint32_t p = rl > cr ? rl : cr;
+			if (p < best)
+				best = p;
+		}
+		sum += (double)(d - best) / d;
+	}
+	return sum;
+}
+
+static void
+test_rank_greedy_on_random_overlays(void **state)
+{
+	enum { R = 40, L = 12 };
+	uint32_t cr[R], land[L], rl[R * L], out[R];
+	struct rng g;
+	(void)state;
+
+	rng_seed(&g, 5);
+	for (int round = 0; round < 50; round++) {
+		struct cover_input in = { R, cr, L, land, NULL, rl };
+		size_t n, ng;
+
+		for (int i = 0; i < R; i++)
+			cr[i] = 1 + (uint32_t)rng_below(&g, 300000);
+		for (int l = 0; l < L; l++)
+			land[l] = (uint32_t)l;
+		for (int i = 0; i < R; i++)
+			for (int l = 0; l < L; l++)
+				rl[i * L + l] = i == l ? 0 : 1 + (uint32_t)rng_below(&g, 300000);
+		assert_int_equal(cover_rank(&in, 8, out, &n, &ng), 0);
+		assert_int_equal(n, 8);
+		double best = 0;
+		for (uint32_t i = 0; i < R; i++) {
+			double o = objective(&in, &i, 1);
+			if (o > best)
+				best = o;
+		}
+		if (ng > 0)
+			assert_true(objective(&in, out, 1) >= best - 1e-6);
+		for (size_t x = 1; x < ng; x++)
+			assert_true(objective(&in, out, x + 1) > objective(&in, out, x));
+	}
+}
+
+/* Nodes on a line in three clusters: RTT = distance + 1. */
+static const int pos[8] = { 0, 1, 2, 50, 51, 200, 201, 202 };
+
+static uint32_t
+line_rtt(void *arg, size_t i, size_t j)
+{
+	const bool *unmeasured = arg;
+
+	if (unmeasured != NULL && (unmeasured[i] || unmeasured[j]))
+		return N;
+	return (uint32_t)abs(pos[i] - pos[j]) + 1;
+}
+
+static void
+test_landmarks_spread_and_weights(void **state)
+{
+	uint32_t lm[8];
+	float w[8];
+	size_t n;
+	(void)state;
+
+	assert_int_equal(cover_landmarks(8, line_rtt, NULL, 3, lm, w, &n), 0);
+	assert_int_equal(n, 3);
+	/* The most central first (node 3 at 50), then the far ends. */
+	assert_int_equal(lm[0], 3);
+	bool left = false, right = false;
+	for (size_t l = 1; l < n; l++) {
+		left |= lm[l] <= 2;
+		right |= lm[l] >= 5;
+	}
+	assert_true(left && right);
+	float sum = 0;
+	for (size_t l = 0; l < n; l++)
+		sum += w[l];
+	assert_true(sum == 8.0f);
+	assert_true(w[0] == 2.0f);	/* 50 and 51 */
+	/* More than there are nodes: every node, each for itself. */
+	assert_int_equal(cover_landmarks(8, line_rtt, NULL, 20, lm, w, &n), 0);
+	assert_int_equal(n, 8);
+	for (size_t l = 0; l < n; l++)
+		assert_true(w[l] == 1.0f);
+	/* A node nobody has measured is never a landmark, and counts for none. */
+	bool unmeasured[8] = { false };
+	unmeasured[7] = true;
+	assert_int_equal(cover_landmarks(8, line_rtt, unmeasured, 20, lm, w, &n), 0);
+	assert_int_equal(n, 7);
+	sum = 0;
+	for (size_t l = 0; l < n; l++) {
+		assert_int_not_equal(lm[l], 7);
+		sum += w[l];
+	}
+	assert_true(sum == 7.0f);
+	assert_int_equal(cover_landmarks(0, line_rtt, NULL, 4, lm, w, &n), 0);
+	assert_int_equal(n, 0);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_rank_prefers_the_relay_on_the_way),
+		cmocka_unit_test(test_rank_skips_unknown),
+		cmocka_unit_test(test_rank_weighs_landmarks),
+		cmocka_unit_test(test_rank_greedy_on_random_overlays),
+		cmocka_unit_test(test_landmarks_spread_and_weights),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
