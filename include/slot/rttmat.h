@@ -13,12 +13,32 @@
  * be finite and >= 0. Errors name the place: "path:line: reason" (or
  * "path: reason" when no line applies). On failure *out is left empty
  * (n == 0, no allocations), so rttmat_free on it is harmless.
+ *
+ * Some input is taken rather than refused, and counted in a struct
+ * rttmat_report for the caller to tell (the loaders never print): a 0 off
+ * the diagonal is taken as missing (no RTT between two distinct nodes is
+ * 0; data sets write 0 for "not measured"), and so is a value above the
+ * caller's max_ms; a pair measured both ways with two different values is
+ * averaged, as above, and counted.
  */
 
 struct rttmat {
 	size_t n;
 	double *d;		/* n*n, row-major */
 	char **names;		/* n entries; an entry may be NULL */
+};
+
+/* What a loader took instead of refusing. A "value" is one direction of a
+ * pair: a row of a pairs CSV, an off-diagonal cell of a square matrix. */
+struct rttmat_report {
+	size_t zero;		/* values of 0: taken as missing */
+	unsigned long zero_line;	/* line of the first, 0: none */
+	size_t above;		/* values above max_ms: taken as missing */
+	unsigned long above_line;	/* line of the first, 0: none */
+	double above_max;	/* the largest of them, ms */
+	size_t both;		/* pairs with a value each way (after the above) */
+	size_t asym;		/* of them, with two different values: averaged */
+	double asym_max;	/* the largest |i->j - j->i| among them, ms */
 };
 
 /* Allocates an n x n matrix with every pair missing (NaN), a zero diagonal
@@ -48,21 +68,25 @@ long rttmat_find(const struct rttmat *m, const char *name);
  * value field or a missing marker (see rttmat_load_square) means that
  * direction was not measured. A directed pair given twice is an error, even
  * with the same value: two sources mixed into one file should not pass
- * silently. Returns 0 or -1.
+ * silently. A value above max_ms (> 0; 0: no bound) or of 0 is taken as
+ * missing (self rows aside) and counted in *rep, with the asymmetric pairs;
+ * rep may be NULL. Returns 0 or -1 (then *rep is zeroed).
  */
-int rttmat_load_pairs(const char *path, const char *column,
-    struct rttmat *out, char *err, size_t errlen);
+int rttmat_load_pairs(const char *path, const char *column, double max_ms,
+    struct rttmat *out, struct rttmat_report *rep, char *err, size_t errlen);
 
 /*
  * The plain N x N format: one row per line, values separated by blanks or
  * tabs, no header. Lines that are empty or start with '#' (after blanks) are
  * skipped. Missing markers (any case): "nan", "inf", "infinity", "-", "x".
- * The diagonal is read and checked but stored as 0. Every row must have as
- * many values as the first, and there must be as many rows as values per
- * row. Nodes are unnamed. Returns 0 or -1.
+ * A comma is neither a separator nor a decimal point: a value holding one is
+ * refused with a message that says so. The diagonal is read and checked but
+ * stored as 0. Every row must have as many values as the first, and there
+ * must be as many rows as values per row. Nodes are unnamed. max_ms and rep
+ * as for rttmat_load_pairs. Returns 0 or -1.
  */
-int rttmat_load_square(const char *path, struct rttmat *out, char *err,
-    size_t errlen);
+int rttmat_load_square(const char *path, double max_ms, struct rttmat *out,
+    struct rttmat_report *rep, char *err, size_t errlen);
 
 /*
  * Renames nodes from a servers CSV with a header naming at least "id" and

@@ -3,7 +3,9 @@
  * and the plain N x N format. See include/slot/rttmat.h for the formats.
  *
  * Both loaders first fill a directed n x n matrix (NaN = not measured), then
- * symmetrise it into the result, so asymmetric input is treated alike.
+ * symmetrise it into the result, so asymmetric input is treated alike. What
+ * they take rather than refuse (zeros, values above the caller's bound,
+ * asymmetric pairs) is counted in a struct rttmat_report, never printed.
  */
 
 #include <ctype.h>
@@ -85,9 +87,31 @@ rttmat_find(const struct rttmat *m, const char *name)
 	return -1;
 }
 
-/* Fills out (already initialised, n x n) from the directed matrix dir. */
+/* A directed value v read at line, as the loaders keep it: a 0, or one
+ * above max_ms (when > 0), becomes missing, counted in rep. */
+static double
+take_value(double v, double max_ms, unsigned long line,
+    struct rttmat_report *rep)
+{
+	if (v == 0.0) {
+		if (rep->zero++ == 0)
+			rep->zero_line = line;
+		return NAN;
+	}
+	if (max_ms > 0 && v > max_ms) {
+		if (rep->above++ == 0)
+			rep->above_line = line;
+		if (v > rep->above_max)
+			rep->above_max = v;
+		return NAN;
+	}
+	return v;
+}
+
+/* Fills out (already initialised, n x n) from the directed matrix dir,
+ * counting the pairs measured both ways, and the asymmetric ones, in rep. */
 static void
-symmetrise(const double *dir, struct rttmat *out)
+symmetrise(const double *dir, struct rttmat *out, struct rttmat_report *rep)
 {
 	size_t n = out->n;
 
@@ -95,10 +119,17 @@ symmetrise(const double *dir, struct rttmat *out)
 		for (size_t j = i + 1; j < n; j++) {
 			double a = dir[i * n + j], b = dir[j * n + i], v;
 
-			if (!isnan(a) && !isnan(b))
+			if (!isnan(a) && !isnan(b)) {
+				rep->both++;
+				if (a != b) {
+					rep->asym++;
+					if (fabs(a - b) > rep->asym_max)
+						rep->asym_max = fabs(a - b);
+				}
 				v = (a + b) / 2.0;
-			else
+			} else {
 				v = isnan(a) ? b : a;
+			}
 			out->d[i * n + j] = v;
 			out->d[j * n + i] = v;
 		}
@@ -312,6 +343,27 @@ parse_ms(const char *s, int empty_missing, double *v, const char **why)
 	return VAL_OK;
 }
 
+/* 1 when s is values separated by blanks, tabs or commas (at least one a
+ * number), as the first line of a square matrix would be. */
+static int
+looks_square(const char *s)
+{
+	char *buf = strdup(s), *save, *tok;
+	int numbers = 0, bad = buf == NULL;
+	double v;
+	const char *why;
+
+	for (tok = bad ? NULL : strtok_r(buf, " \t,", &save);
+	    tok != NULL && !bad; tok = strtok_r(NULL, " \t,", &save)) {
+		int pv = parse_ms(tok, 0, &v, &why);
+
+		bad = pv == VAL_BAD;
+		numbers += pv == VAL_OK;
+	}
+	free(buf);
+	return !bad && numbers > 0;
+}
+
 /* --- pairs CSV --- */
 
 struct pair_row {
@@ -380,7 +432,7 @@ pairs_read(struct lines *l, const char *column, struct pair_row **rowsp,
 	long csrc, cdst, cval;
 	const char *why;
 	char *s;
-	int r;
+	int r, square;
 
 	do {
 		r = lines_next(l, &s, err, errlen);
@@ -390,6 +442,7 @@ pairs_read(struct lines *l, const char *column, struct pair_row **rowsp,
 			goto fail;
 		}
 	} while (is_blank(s));
+	square = looks_square(s);
 	if (csv_split(s, &f, &why) < 0) {
 		errbuf_set(err, errlen, "%s:%lu: header: %s", l->path, l->line, why);
 		goto fail;
@@ -399,9 +452,12 @@ pairs_read(struct lines *l, const char *column, struct pair_row **rowsp,
 	cdst = fields_find(&f, "destination");
 	cval = fields_find(&f, column);
 	if (csrc < 0 || cdst < 0 || cval < 0) {
-		errbuf_set(err, errlen, "%s:%lu: no column '%s' in the header",
+		errbuf_set(err, errlen, "%s:%lu: no column '%s' in the header%s",
 		    l->path, l->line,
-		    csrc < 0 ? "source" : cdst < 0 ? "destination" : column);
+		    csrc < 0 ? "source" : cdst < 0 ? "destination" : column,
+		    square ? " (it holds only numbers: a square matrix? That "
+		    "format has no header and separates values with blanks or "
+		    "tabs, not commas)" : "");
 		goto fail;
 	}
 	while ((r = lines_next(l, &s, err, errlen)) > 0) {
@@ -502,16 +558,19 @@ pairs_number(struct pair_row *rows, size_t nrows)
 }
 
 int
-rttmat_load_pairs(const char *path, const char *column, struct rttmat *out,
-    char *err, size_t errlen)
+rttmat_load_pairs(const char *path, const char *column, double max_ms,
+    struct rttmat *out, struct rttmat_report *rep, char *err, size_t errlen)
 {
 	struct lines l;
 	struct pair_row *rows = NULL;
 	size_t nrows = 0, n;
 	double *dir = NULL;
 	uint32_t *seen = NULL;	/* line of the row that gave each pair, 0: none */
+	struct rttmat_report got = { 0 };
 
 	memset(out, 0, sizeof(*out));
+	if (rep != NULL)
+		memset(rep, 0, sizeof(*rep));
 	if (lines_open(&l, path, err, errlen) < 0)
 		return -1;
 	if (pairs_read(&l, column, &rows, &nrows, err, errlen) < 0) {
@@ -547,9 +606,9 @@ rttmat_load_pairs(const char *path, const char *column, struct rttmat *out,
 		seen[k] = rows[i].line <= UINT32_MAX ? (uint32_t)rows[i].line :
 		    UINT32_MAX;
 		if (rows[i].has)
-			dir[k] = rows[i].v;
+			dir[k] = take_value(rows[i].v, max_ms, rows[i].line, &got);
 	}
-	symmetrise(dir, out);
+	symmetrise(dir, out, &got);
 	/* Names: each row's strings are moved into the matrix once. */
 	for (size_t i = 0; i < nrows; i++) {
 		if (out->names[rows[i].si] == NULL) {
@@ -564,6 +623,8 @@ rttmat_load_pairs(const char *path, const char *column, struct rttmat *out,
 	free(dir);
 	free(seen);
 	rows_free(rows, nrows);
+	if (rep != NULL)
+		*rep = got;
 	return 0;
 fail:
 	free(dir);
@@ -592,17 +653,20 @@ count_tokens(const char *s)
 }
 
 int
-rttmat_load_square(const char *path, struct rttmat *out, char *err,
-    size_t errlen)
+rttmat_load_square(const char *path, double max_ms, struct rttmat *out,
+    struct rttmat_report *rep, char *err, size_t errlen)
 {
 	struct lines l;
 	double *dir = NULL;
 	size_t n = 0, row = 0;
 	unsigned long first_line = 0;
+	struct rttmat_report got = { 0 };
 	char *s;
 	int r;
 
 	memset(out, 0, sizeof(*out));
+	if (rep != NULL)
+		memset(rep, 0, sizeof(*rep));
 	if (lines_open(&l, path, err, errlen) < 0)
 		return -1;
 	while ((r = lines_next(&l, &s, err, errlen)) > 0) {
@@ -643,11 +707,18 @@ rttmat_load_square(const char *path, struct rttmat *out, char *err,
 			int pv = parse_ms(tok, 0, &v, &why);
 
 			if (pv == VAL_BAD) {
-				errbuf_set(err, errlen, "%s:%lu: value %zu '%.32s': %s",
-				    path, l.line, j + 1, tok, why);
+				errbuf_set(err, errlen, "%s:%lu: value %zu '%.32s': %s%s",
+				    path, l.line, j + 1, tok, why,
+				    strchr(tok, ',') == NULL ? "" : " (the square format "
+				    "separates values with blanks or tabs; a comma is "
+				    "neither a separator nor a decimal point)");
 				goto fail;
 			}
-			dir[row * n + j] = pv == VAL_OK ? v : NAN;
+			if (pv != VAL_OK)
+				v = NAN;
+			else if (j != row)	/* the diagonal is not a pair */
+				v = take_value(v, max_ms, l.line, &got);
+			dir[row * n + j] = v;
 		}
 		row++;
 	}
@@ -670,9 +741,11 @@ rttmat_load_square(const char *path, struct rttmat *out, char *err,
 		errbuf_set(err, errlen, "%s: out of memory for %zu nodes", path, n);
 		goto fail;
 	}
-	symmetrise(dir, out);
+	symmetrise(dir, out, &got);
 	free(dir);
 	lines_close(&l);
+	if (rep != NULL)
+		*rep = got;
 	return 0;
 fail:
 	free(dir);

@@ -52,6 +52,12 @@ simmat_from_rttmat(const struct rttmat *m, const char *src, struct simmat *out,
 	size_t n = m->n, stride = padded(n);
 
 	out->n = out->stride = 0;
+	out->us = NULL;
+	if (n < 2) {
+		errbuf_set(err, errlen, "%s: %zu node%s: slot-sim needs at least 2",
+		    src, n, n == 1 ? "" : "s");
+		return -1;
+	}
 	out->us = alloc_rows(n, stride);
 	if (out->us == NULL) {
 		errbuf_set(err, errlen, "%s: out of memory for %zu nodes", src, n);
@@ -67,7 +73,7 @@ simmat_from_rttmat(const struct rttmat *m, const char *src, struct simmat *out,
 				row[j] = 0.0f;
 			} else if (isnan(v)) {
 				row[j] = INFINITY;
-			} else if (v * 1000.0 > SIMMAT_MAX_US) {
+			} else if (nearbyint(v * 1000.0) > SIMMAT_MAX_US) {
 				char a[32], b[32];
 
 				errbuf_set(err, errlen, "%s: RTT %s - %s of %g ms is above "
@@ -86,6 +92,34 @@ simmat_from_rttmat(const struct rttmat *m, const char *src, struct simmat *out,
 	out->n = n;
 	out->stride = stride;
 	return 0;
+}
+
+int
+simmat_report_input(FILE *f, const char *src, const struct rttmat_report *rep)
+{
+	int lines = 0;
+
+	if (rep->zero > 0) {
+		fprintf(f, "slot-sim: %s: warning: %zu RTT%s of 0 between distinct "
+		    "nodes (first at line %lu) taken as missing\n", src, rep->zero,
+		    rep->zero == 1 ? "" : "s", rep->zero_line);
+		lines++;
+	}
+	if (rep->above > 0) {
+		fprintf(f, "slot-sim: %s: warning: %zu RTT%s above the %.0f ms "
+		    "slot-sim handles (first at line %lu, largest %g ms) taken as "
+		    "missing\n", src, rep->above, rep->above == 1 ? "" : "s",
+		    SIMMAT_MAX_MS, rep->above_line, rep->above_max);
+		lines++;
+	}
+	if (rep->asym > 0) {
+		fprintf(f, "slot-sim: %s: note: %zu of the %zu pairs measured both "
+		    "ways %s two different RTTs (by up to %.3f ms); each is taken "
+		    "as their mean\n", src, rep->asym, rep->both,
+		    rep->asym == 1 ? "has" : "have", rep->asym_max);
+		lines++;
+	}
+	return lines;
 }
 
 int

@@ -3,6 +3,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "slot/rttmat.h"
 
@@ -18,6 +19,7 @@
 
 #define SIMMAT_PAD	8
 #define SIMMAT_MAX_US	8388607.0	/* 2^23 - 1: sums stay exact */
+#define SIMMAT_MAX_MS	(SIMMAT_MAX_US / 1000.0)	/* the loaders' max_ms */
 
 struct simmat {
 	size_t n;		/* nodes */
@@ -29,11 +31,19 @@ struct simmat {
  * microsecond, at least 1 (slotd never measures 0). */
 float simmat_us_from_ms(double ms);
 
-/* Converts m (symmetric, milliseconds, NaN missing). Fails on an RTT above
- * SIMMAT_MAX_US, naming the two nodes (src names the file in the message).
- * Returns 0 or -1; on failure out is empty. */
+/* Converts m (symmetric, milliseconds, NaN missing). Fails on fewer than 2
+ * nodes, and on an RTT above SIMMAT_MAX_US once rounded, naming the two
+ * nodes (loaders given SIMMAT_MAX_MS as max_ms leave none); src names the
+ * file in the message. Returns 0 or -1; on failure out is empty. */
 int simmat_from_rttmat(const struct rttmat *m, const char *src,
     struct simmat *out, char *err, size_t errlen);
+
+/* Writes to f what a loader of the file src took rather than refused (rep),
+ * one line per kind that occurred: "slot-sim: src: warning: ..." for zeros
+ * and values above SIMMAT_MAX_MS taken as missing, "slot-sim: src: note:
+ * ..." for asymmetric pairs averaged. Returns the number of lines. */
+int simmat_report_input(FILE *f, const char *src,
+    const struct rttmat_report *rep);
 
 /* A matrix of nrow rows of the columns cols[0..ncol) of m: out row i,
  * column j is m[rows[i]][cols[j]]; rows NULL means rows 0..nrow-1. Padded

@@ -86,6 +86,8 @@ usage(FILE *f)
 "    column; WonderNetwork's pings-*.csv) or a square matrix (one row per\n"
 "    line, blank-separated milliseconds, nan/inf/-/x for missing, no\n"
 "    header; node names are the 0-based indexes). Pairs are symmetrised.\n"
+"    An RTT of 0 between two nodes or above 8389 ms is taken as missing;\n"
+"    stderr says how many, and how many pairs differ between directions.\n"
 "    -f, --format pairs|square  default: pairs for *.csv, else square\n"
 "    -c, --column NAME          RTT column of a pairs CSV (default avg)\n"
 "    -n, --names CSV            rename nodes from a servers CSV (id,name)\n"
@@ -564,14 +566,22 @@ load(struct run *r, char *err, size_t errlen)
 	r->src = o->matrix;
 	const char *fmt = o->format;
 	size_t len = strlen(o->matrix);
+	struct rttmat_report rep;
 
 	if (fmt == NULL)
 		fmt = len >= 4 && strcasecmp(o->matrix + len - 4, ".csv") == 0 ?
 		    "pairs" : "square";
-	if (strcmp(fmt, "pairs") == 0)
-		return rttmat_load_pairs(o->matrix, o->column, &r->rm, err, errlen);
-	if (rttmat_load_square(o->matrix, &r->rm, err, errlen) < 0)
+	if (strcmp(fmt, "pairs") == 0) {
+		if (rttmat_load_pairs(o->matrix, o->column, SIMMAT_MAX_MS, &r->rm,
+		    &rep, err, errlen) < 0)
+			return -1;
+		simmat_report_input(stderr, o->matrix, &rep);
+		return 0;
+	}
+	if (rttmat_load_square(o->matrix, SIMMAT_MAX_MS, &r->rm, &rep, err,
+	    errlen) < 0)
 		return -1;
+	simmat_report_input(stderr, o->matrix, &rep);
 	/* Unnamed rows: their index is their name, so that name: lists and a
 	 * servers CSV keyed by index work. */
 	for (size_t i = 0; i < r->rm.n; i++) {

@@ -53,6 +53,10 @@ def test_wondernetwork(tmp_path):
     out = tmp_path / "out"
     res = sim("-n", SERVERS, "-k", "20", "-H", "3", "--per-pair", "-o", str(out), PINGS)
     assert "nodes 250; all-to-all: 31125 pairs, 28 without a direct RTT" in res.stdout
+    # No zeros, nothing above 8389 ms; most pairs differ between directions.
+    assert ("slot-sim: %s: note: 30708 of the 30762 pairs measured both ways have two "
+            "different RTTs (by up to 324.945 ms); each is taken as their mean\n" % PINGS
+            in res.stderr and "warning" not in res.stderr), res.stderr
     # Checked independently in ../shared/data/README.md: 98.9% of the pairs
     # have a better one-relay path, 39.4% average reduction.
     opt = table(res.stdout, "Optimal-1")
@@ -148,6 +152,12 @@ BAD = [
     ("negative.csv", "source,destination,avg\n1,2,3\n2,1,-4\n", ":3: avg '-4': negative"),
     ("nonnum.csv", "source,destination,avg\n1,2,3\n2,1,abc\n", ":3: avg 'abc': not a number"),
     ("nocolumn.csv", "source,destination,min\n1,2,3\n", ":1: no column 'avg'"),
+    ("one.txt", "7\n", ": 1 node: slot-sim needs at least 2"),
+    ("comma.txt", "0,10\n10,0\n", ":1: value 1 '0,10': not a number (the square format "
+     "separates values with blanks or tabs; a comma is neither a separator nor a decimal "
+     "point)"),
+    ("square.csv", "0,10\n10,0\n", ":1: no column 'source' in the header (it holds only "
+     "numbers: a square matrix?"),
 ]
 
 
@@ -159,6 +169,38 @@ def test_bad_input(tmp_path, name, text, want):
     assert res.returncode == 2
     assert res.stdout == ""
     assert (str(path) + want) in res.stderr, res.stderr
+
+
+INPUT_NOTES = [
+    # A 0 between two nodes and an RTT above 8389 ms: missing, with a warning;
+    # asymmetric pairs: averaged, with a note. One line per kind, counted.
+    ("m.txt", "0 0 20 5\n0 0 9000 9000\n22 8000 0 0\n5 9000 0 0\n",
+     ["warning: 4 RTTs of 0 between distinct nodes (first at line 1) taken as missing",
+      "warning: 3 RTTs above the 8389 ms slot-sim handles (first at line 2, largest "
+      "9000 ms) taken as missing",
+      "note: 1 of the 2 pairs measured both ways has two different RTTs (by up to "
+      "2.000 ms); each is taken as their mean"]),
+    ("m.csv", "source,destination,avg\na,b,0\na,c,9000\nc,a,10\nb,c,7\nc,b,7\n",
+     ["warning: 1 RTT of 0 between distinct nodes (first at line 2) taken as missing",
+      "warning: 1 RTT above the 8389 ms slot-sim handles (first at line 3, largest "
+      "9000 ms) taken as missing"]),
+    ("clean.txt", "0 10 20\n10 0 30\n20 30 0\n", []),
+]
+
+
+@pytest.mark.parametrize("name,text,want", INPUT_NOTES, ids=[n[0] for n in INPUT_NOTES])
+def test_input_notes(tmp_path, name, text, want):
+    path = tmp_path / name
+    path.write_text(text)
+    saved = tmp_path / "saved.txt"
+    res = sim("-H", "1", "--save-matrix", str(saved), str(path))
+    assert res.stderr.splitlines() == ["slot-sim: %s: %s" % (path, w) for w in want]
+    assert "nodes" in res.stdout
+    if name == "m.txt":
+        # What was taken as missing is missing in the matrix used.
+        assert saved.read_text().splitlines()[1:] == [
+            "0.000 x 21.000 5.000", "x 0.000 8000.000 x", "21.000 8000.000 0.000 x",
+            "5.000 x x 0.000"]
 
 
 def test_bad_names_and_options(tmp_path):

@@ -737,7 +737,7 @@ wn_sixty(struct rttmat *s, struct place *pl)
 		    "../shared/data or /work/shared/data: skipped\n");
 		skip();
 	}
-	if (rttmat_load_pairs(pings, "avg", &m, err, sizeof(err)) != 0)
+	if (rttmat_load_pairs(pings, "avg", 0, &m, NULL, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
 	for (size_t i = 0; i < 60; i++)
 		idx[i] = 4 * i;
@@ -886,7 +886,7 @@ test_wondernetwork_all(void **state)
 		print_message("no " WN_PINGS ": skipped\n");
 		skip();
 	}
-	if (rttmat_load_pairs(pings, "avg", &m, err, sizeof(err)) != 0)
+	if (rttmat_load_pairs(pings, "avg", 0, &m, NULL, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
 	assert_true(m.n <= MAXN);
 	ng = cluster(m.d, m.n, NULL, g);

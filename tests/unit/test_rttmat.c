@@ -1,6 +1,8 @@
 /* Unit tests for src/core/rttmat.c: both file formats, symmetrisation,
- * missing pairs, the id numbering, every refusal with its line number, and
- * the real WonderNetwork data set against the facts in its README. */
+ * missing pairs, the id numbering, every refusal with its line number,
+ * what the loaders take rather than refuse (zeros, values above a bound,
+ * asymmetric pairs) and how they count it, and the real WonderNetwork data
+ * set against the facts in its README. */
 
 #include <math.h>
 #include <setjmp.h>
@@ -114,7 +116,8 @@ test_pairs_symmetrise(void **state)
 	const char *path = write_file("small.csv", small_csv);
 	(void)state;
 
-	assert_int_equal(rttmat_load_pairs(path, "avg", &m, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_pairs(path, "avg", 0, &m,
+	    NULL, err, sizeof(err)), 0);
 	assert_int_equal(m.n, 3);
 	assert_string_equal(m.names[0], "1");
 	assert_string_equal(m.names[1], "2");
@@ -140,11 +143,13 @@ test_pairs_column_choice(void **state)
 	const char *path = write_file("small.csv", small_csv);
 	(void)state;
 
-	assert_int_equal(rttmat_load_pairs(path, "min", &m, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_pairs(path, "min", 0, &m,
+	    NULL, err, sizeof(err)), 0);
 	assert_near(rttmat_get(&m, 1, 0), 10.0, 1e-12);
 	assert_near(rttmat_get(&m, 2, 0), 20.0, 1e-12);
 	rttmat_free(&m);
-	assert_int_equal(rttmat_load_pairs(path, "max", &m, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_pairs(path, "max", 0, &m,
+	    NULL, err, sizeof(err)), 0);
 	assert_near(rttmat_get(&m, 0, 1), 12.0, 1e-12);
 	assert_near(rttmat_get(&m, 0, 2), 40.0, 1e-12);
 	rttmat_free(&m);
@@ -166,7 +171,8 @@ test_pairs_missing_values(void **state)
 	    "z,z,1\n");	/* z only pings itself: not a node */
 	(void)state;
 
-	assert_int_equal(rttmat_load_pairs(path, "avg", &m, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_pairs(path, "avg", 0, &m,
+	    NULL, err, sizeof(err)), 0);
 	assert_int_equal(m.n, 3);
 	assert_near(rttmat_get(&m, 0, 1), 7.0, 0);	/* only b->a measured */
 	assert_true(isnan(rttmat_get(&m, 0, 2)));
@@ -183,7 +189,8 @@ load_names(const char *name, const char *text, char *names, size_t len,
 	char err[256] = "";
 	const char *path = write_file(name, text);
 
-	assert_int_equal(rttmat_load_pairs(path, "avg", m, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_pairs(path, "avg", 0, m,
+	    NULL, err, sizeof(err)), 0);
 	names[0] = '\0';
 	for (size_t i = 0; i < m->n; i++) {
 		strncat(names, m->names[i], len - strlen(names) - 1);
@@ -239,7 +246,8 @@ test_pairs_quotes_crlf_bom(void **state)
 	    "\"say \"\"hi\"\"\",\"New York\",5\r\n");
 	(void)state;
 
-	assert_int_equal(rttmat_load_pairs(path, "avg", &m, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_pairs(path, "avg", 0, &m,
+	    NULL, err, sizeof(err)), 0);
 	assert_int_equal(m.n, 3);
 	assert_string_equal(m.names[0], "New York");
 	assert_string_equal(m.names[1], "Paris, FR");
@@ -300,7 +308,8 @@ test_pairs_bad_input(void **state)
 		int rc;
 
 		path = write_file("bad.csv", cases[i].text);
-		rc = rttmat_load_pairs(path, cases[i].column, &m, err, sizeof(err));
+		rc = rttmat_load_pairs(path, cases[i].column, 0, &m,
+		    NULL, err, sizeof(err));
 		assert_fails_at(rc, &m, err, path, cases[i].line, cases[i].reason);
 	}
 }
@@ -320,7 +329,8 @@ test_nul_byte(void **state)
 	assert_non_null(f);
 	assert_int_equal(fwrite(text, 1, sizeof(text) - 1, f), sizeof(text) - 1);
 	assert_int_equal(fclose(f), 0);
-	assert_int_equal(rttmat_load_pairs(path, "avg", &m, err, sizeof(err)), -1);
+	assert_int_equal(rttmat_load_pairs(path, "avg", 0, &m,
+	    NULL, err, sizeof(err)), -1);
 	assert_fails_at(-1, &m, err, path, 3, "NUL byte");
 
 	snprintf(path, sizeof(path), "%s/nul.txt", tmpdir);
@@ -328,7 +338,8 @@ test_nul_byte(void **state)
 	assert_non_null(f);
 	assert_int_equal(fwrite("0 1\n1 0\0\n", 1, 9, f), 9);
 	assert_int_equal(fclose(f), 0);
-	assert_int_equal(rttmat_load_square(path, &m, err, sizeof(err)), -1);
+	assert_int_equal(rttmat_load_square(path, 0, &m,
+	    NULL, err, sizeof(err)), -1);
 	assert_fails_at(-1, &m, err, path, 2, "NUL byte");
 }
 
@@ -340,9 +351,11 @@ test_pairs_no_file(void **state)
 	(void)state;
 
 	snprintf(path, sizeof(path), "%s/does-not-exist.csv", tmpdir);
-	assert_int_equal(rttmat_load_pairs(path, "avg", &m, err, sizeof(err)), -1);
+	assert_int_equal(rttmat_load_pairs(path, "avg", 0, &m,
+	    NULL, err, sizeof(err)), -1);
 	assert_fails_at(-1, &m, err, path, 0, "No such file");
-	assert_int_equal(rttmat_load_square(path, &m, err, sizeof(err)), -1);
+	assert_int_equal(rttmat_load_square(path, 0, &m,
+	    NULL, err, sizeof(err)), -1);
 	assert_fails_at(-1, &m, err, path, 0, "No such file");
 }
 
@@ -363,7 +376,8 @@ test_square_basic(void **state)
 	    "\n");
 	(void)state;
 
-	assert_int_equal(rttmat_load_square(path, &m, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_square(path, 0, &m,
+	    NULL, err, sizeof(err)), 0);
 	assert_int_equal(m.n, 3);
 	assert_near(rttmat_get(&m, 0, 1), 11.0, 1e-12);	/* mean of 10, 12 */
 	assert_true(isnan(rttmat_get(&m, 0, 2)));	/* NaN and - */
@@ -375,18 +389,22 @@ test_square_basic(void **state)
 	rttmat_free(&m);
 
 	path = write_file("one.txt", "7\n");
-	assert_int_equal(rttmat_load_square(path, &m, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_square(path, 0, &m,
+	    NULL, err, sizeof(err)), 0);
 	assert_int_equal(m.n, 1);
 	assert_true(rttmat_get(&m, 0, 0) == 0.0);
 	rttmat_free(&m);
 
+	/* 0 (or -0) between two nodes: not measured. */
 	path = write_file("zero.txt", "0 -0\n-0 0\n");
-	assert_int_equal(rttmat_load_square(path, &m, err, sizeof(err)), 0);
-	assert_true(rttmat_get(&m, 0, 1) == 0.0 && !signbit(rttmat_get(&m, 0, 1)));
+	assert_int_equal(rttmat_load_square(path, 0, &m,
+	    NULL, err, sizeof(err)), 0);
+	assert_true(isnan(rttmat_get(&m, 0, 1)));
 	rttmat_free(&m);
 
 	path = write_file("inf.txt", "0 inf\nINFINITY 0\n");
-	assert_int_equal(rttmat_load_square(path, &m, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_square(path, 0, &m,
+	    NULL, err, sizeof(err)), 0);
 	assert_true(isnan(rttmat_get(&m, 0, 1)));
 	rttmat_free(&m);
 }
@@ -400,7 +418,12 @@ test_square_bad_input(void **state)
 		{ "0 1 2\n1 0\n2 1 0\n", NULL, 2, "2 values, expected 3 as on line 1" },
 		{ "# x\n0 1\n\n1 0 5\n", NULL, 4, "3 values, expected 2 as on line 2" },
 		{ "0 1\n1 zero\n", NULL, 2, "value 2 'zero': not a number" },
-		{ "0 1\n1 1,5\n", NULL, 2, "not a number" },
+		{ "0 1\n1 1,5\n", NULL, 2, "not a number (the square format "
+		  "separates values with blanks or tabs; a comma is neither a "
+		  "separator nor a decimal point)" },
+		{ "0,10,20\n10,0,30\n20,30,0\n", NULL, 1,
+		  "value 1 '0,10,20': not a number (the square format" },
+		{ "0, 10\n10, 0\n", NULL, 1, "value 1 '0,': not a number (the" },
 		{ "0 -1\n1 0\n", NULL, 1, "value 2 '-1': negative" },
 		{ "0 -inf\n1 0\n", NULL, 1, "not a finite number" },
 		{ "0 1\n1 0\n1 1\n", NULL, 3, "more than 2 rows" },
@@ -413,10 +436,170 @@ test_square_bad_input(void **state)
 		struct rttmat m = { 0 };
 		char err[256] = "";
 		const char *path = write_file("bad.txt", cases[i].text);
-		int rc = rttmat_load_square(path, &m, err, sizeof(err));
+		int rc = rttmat_load_square(path, 0, &m,
+		    NULL, err, sizeof(err));
 
 		assert_fails_at(rc, &m, err, path, cases[i].line, cases[i].reason);
 	}
+}
+
+/* --- what the loaders take rather than refuse --- */
+
+/* Nodes a b c d; the same directed values in both formats, with max_ms
+ * 100: a->c and d->a are 0, b->c 150 and c->d 200 above the bound, a-b
+ * (10, 12) asymmetric, b-d (30, 30) not. */
+static const char *const report_csv =
+    "source,destination,avg\n"
+    "a,b,10\n"
+    "b,a,12\n"
+    "a,c,0\n"		/* line 4: the first zero */
+    "c,a,5\n"
+    "b,c,150\n"		/* line 6: the first above the bound */
+    "c,b,20\n"
+    "d,a,0\n"
+    "c,d,200\n"
+    "d,c,7\n"
+    "b,d,30\n"
+    "d,b,30\n"
+    "d,d,0\n"		/* self rows: never counted */
+    "c,c,999\n";
+
+static const char *const report_txt =
+    "# a b c d\n"
+    "0 10 0 x\n"		/* line 2: the first zero */
+    "12 0 150 30\n"		/* line 3: the first above the bound */
+    "5 20 0 200\n"
+    "0 30 7 999\n";		/* the diagonal: never counted */
+
+static void
+check_report_matrix(const struct rttmat *m)
+{
+	assert_int_equal(m->n, 4);
+	assert_near(rttmat_get(m, 0, 1), 11.0, 0);	/* averaged */
+	assert_near(rttmat_get(m, 0, 2), 5.0, 0);	/* a->c 0: c->a alone */
+	assert_true(isnan(rttmat_get(m, 0, 3)));	/* d->a 0, a->d none */
+	assert_near(rttmat_get(m, 1, 2), 20.0, 0);	/* b->c above: c->b */
+	assert_near(rttmat_get(m, 1, 3), 30.0, 0);
+	assert_near(rttmat_get(m, 2, 3), 7.0, 0);	/* c->d above: d->c */
+	assert_symmetric(m);
+}
+
+static void
+check_report(const struct rttmat_report *r, unsigned long zero_line,
+    unsigned long above_line)
+{
+	assert_int_equal(r->zero, 2);
+	assert_int_equal(r->zero_line, zero_line);
+	assert_int_equal(r->above, 2);
+	assert_int_equal(r->above_line, above_line);
+	assert_near(r->above_max, 200.0, 0);
+	assert_int_equal(r->both, 2);	/* a-b and b-d */
+	assert_int_equal(r->asym, 1);	/* a-b */
+	assert_near(r->asym_max, 2.0, 0);
+}
+
+static void
+test_report_pairs(void **state)
+{
+	struct rttmat m;
+	struct rttmat_report r;
+	char err[256] = "";
+	const char *path = write_file("report.csv", report_csv);
+	(void)state;
+
+	assert_int_equal(rttmat_load_pairs(path, "avg", 100, &m, &r, err,
+	    sizeof(err)), 0);
+	check_report_matrix(&m);
+	check_report(&r, 4, 6);
+	rttmat_free(&m);
+
+	/* No bound: the large values count, and make two more pairs
+	 * asymmetric (b-c 150/20, c-d 200/7). */
+	assert_int_equal(rttmat_load_pairs(path, "avg", 0, &m, &r, err,
+	    sizeof(err)), 0);
+	assert_near(rttmat_get(&m, 1, 2), 85.0, 0);
+	assert_near(rttmat_get(&m, 2, 3), 103.5, 0);
+	assert_int_equal(r.zero, 2);
+	assert_int_equal(r.above, 0);
+	assert_int_equal(r.above_line, 0);
+	assert_int_equal(r.both, 4);
+	assert_int_equal(r.asym, 3);
+	assert_near(r.asym_max, 193.0, 0);
+	rttmat_free(&m);
+
+	/* A value at the bound is kept. */
+	path = write_file("bound.csv", "source,destination,avg\n1,2,100\n");
+	assert_int_equal(rttmat_load_pairs(path, "avg", 100, &m, &r, err,
+	    sizeof(err)), 0);
+	assert_near(rttmat_get(&m, 0, 1), 100.0, 0);
+	assert_int_equal(r.above + r.zero + r.both + r.asym, 0);
+	rttmat_free(&m);
+
+	/* On failure the report is zeroed. */
+	memset(&r, 0xff, sizeof(r));
+	path = write_file("bad.csv", "source,destination,avg\n1,2,0\n1,2,x\n");
+	assert_int_equal(rttmat_load_pairs(path, "avg", 100, &m, &r, err,
+	    sizeof(err)), -1);
+	assert_int_equal(r.zero, 0);
+	assert_int_equal(r.both, 0);
+}
+
+static void
+test_report_square(void **state)
+{
+	struct rttmat m;
+	struct rttmat_report r;
+	char err[256] = "";
+	const char *path = write_file("report.txt", report_txt);
+	(void)state;
+
+	assert_int_equal(rttmat_load_square(path, 100, &m, &r, err,
+	    sizeof(err)), 0);
+	check_report_matrix(&m);
+	check_report(&r, 2, 3);
+	rttmat_free(&m);
+
+	memset(&r, 0xff, sizeof(r));
+	path = write_file("bad.txt", "0 0\n1\n");
+	assert_int_equal(rttmat_load_square(path, 100, &m, &r, err,
+	    sizeof(err)), -1);
+	assert_int_equal(r.zero, 0);
+	assert_int_equal(r.above, 0);
+}
+
+/* A square matrix given to the pairs loader (a *.csv to slot-sim): the
+ * error says what the first line looks like. */
+static void
+test_square_as_pairs(void **state)
+{
+	static const char *const squares[] = {
+		"0,10,20\n10,0,30\n20,30,0\n",
+		"0 10\n10 0\n",
+		"0\tnan\nnan\t0\n",
+	};
+	struct rttmat m;
+	char err[256] = "";
+	const char *path;
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(squares) / sizeof(squares[0]); i++) {
+		path = write_file("sq.csv", squares[i]);
+		assert_int_equal(rttmat_load_pairs(path, "avg", 0, &m, NULL, err,
+		    sizeof(err)), -1);
+		assert_fails_at(-1, &m, err, path, 1, "no column 'source' in the "
+		    "header (it holds only numbers: a square matrix? That format "
+		    "has no header and separates values with blanks or tabs, not "
+		    "commas)");
+	}
+	/* A header that is not numbers gets no such hint. */
+	path = write_file("hdr.csv", "src,dst,avg\n1,2,3\n");
+	assert_int_equal(rttmat_load_pairs(path, "avg", 0, &m, NULL, err,
+	    sizeof(err)), -1);
+	assert_null(strstr(err, "square"));
+	path = write_file("hdr.csv", "x,-,nan\n1,2,3\n");
+	assert_int_equal(rttmat_load_pairs(path, "avg", 0, &m, NULL, err,
+	    sizeof(err)), -1);
+	assert_null(strstr(err, "square"));
 }
 
 /* --- select, names --- */
@@ -430,7 +613,8 @@ test_select(void **state)
 	size_t idx[] = { 2, 0 }, dup[] = { 1, 1 }, far[] = { 0, 3 };
 	(void)state;
 
-	assert_int_equal(rttmat_load_pairs(path, "avg", &m, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_pairs(path, "avg", 0, &m,
+	    NULL, err, sizeof(err)), 0);
 	assert_int_equal(rttmat_select(&m, idx, 2, &s, err, sizeof(err)), 0);
 	assert_int_equal(s.n, 2);
 	assert_string_equal(s.names[0], "3");
@@ -459,7 +643,8 @@ test_names_from_servers(void **state)
 	const char *srv;
 	(void)state;
 
-	assert_int_equal(rttmat_load_pairs(path, "avg", &m, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_pairs(path, "avg", 0, &m,
+	    NULL, err, sizeof(err)), 0);
 	srv = write_file("servers.csv",
 	    "id,name,title,,extra\n"
 	    "3,Paris,Paris FR,,\n"
@@ -543,7 +728,8 @@ test_wondernetwork(void **state)
 		    "or /work/shared/data: skipped\n");
 		skip();
 	}
-	assert_int_equal(rttmat_load_pairs(pings, "avg", &m, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_pairs(pings, "avg", 0, &m,
+	    NULL, err, sizeof(err)), 0);
 	n = m.n;
 	assert_int_equal(n, 250);
 	assert_symmetric(&m);
@@ -595,7 +781,8 @@ test_wondernetwork(void **state)
 		for (size_t j = 0; j < n; j++)
 			fprintf(f, "%.17g%c", m.d[i * n + j], j + 1 < n ? ' ' : '\n');
 	assert_int_equal(fclose(f), 0);
-	assert_int_equal(rttmat_load_square(sqpath, &sq, err, sizeof(err)), 0);
+	assert_int_equal(rttmat_load_square(sqpath, 0, &sq,
+	    NULL, err, sizeof(err)), 0);
 	assert_int_equal(sq.n, n);
 	for (size_t i = 0; i < n * n; i++)
 		assert_true((isnan(sq.d[i]) && isnan(m.d[i])) || sq.d[i] == m.d[i]);
@@ -628,6 +815,9 @@ main(void)
 		cmocka_unit_test(test_pairs_no_file),
 		cmocka_unit_test(test_square_basic),
 		cmocka_unit_test(test_square_bad_input),
+		cmocka_unit_test(test_report_pairs),
+		cmocka_unit_test(test_report_square),
+		cmocka_unit_test(test_square_as_pairs),
 		cmocka_unit_test(test_select),
 		cmocka_unit_test(test_names_from_servers),
 		cmocka_unit_test(test_wondernetwork),

@@ -1,7 +1,8 @@
 /* slot-sim's library (src/sim): the replay of sel_decide on modelled times,
  * the optimal min-max paths, the Table 2 sums, roles and pairs, on
  * hand-made matrices with known answers; the shortcut of decide.c against
- * the exact replay; determinism. */
+ * the exact replay; determinism; what slot-sim takes from its input and
+ * says about it. */
 
 #include <math.h>
 #include <setjmp.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "slot/mcl.h"
@@ -740,6 +742,110 @@ test_simmat_conversion(void **state)
 	m.d[1] = m.d[3] = 9000.0;	/* above what floats hold exactly */
 	assert_int_equal(simmat_from_rttmat(&m, "big.csv", &d, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "big.csv: RTT n0 - n1 of 9000 ms"));
+	/* The bound the loaders are given: at it, converted; a rounded
+	 * microsecond more, refused. */
+	m.d[1] = m.d[3] = SIMMAT_MAX_MS;
+	assert_int_equal(simmat_from_rttmat(&m, "f", &d, err, sizeof(err)), 0);
+	assert_true(simmat_row(&d, 0)[1] == (float)SIMMAT_MAX_US);
+	simmat_free(&d);
+	m.d[1] = m.d[3] = SIMMAT_MAX_MS + 0.0006;
+	assert_int_equal(simmat_from_rttmat(&m, "f", &d, err, sizeof(err)), -1);
+	rttmat_free(&m);
+
+	/* One node: nothing to simulate, and the file is named. */
+	assert_int_equal(rttmat_init(&m, 1, err, sizeof(err)), 0);
+	assert_int_equal(simmat_from_rttmat(&m, "one.txt", &d, err, sizeof(err)),
+	    -1);
+	assert_string_equal(err, "one.txt: 1 node: slot-sim needs at least 2");
+	assert_null(d.us);
+	rttmat_free(&m);
+}
+
+/* Writes text to a temporary file; the caller unlinks path. */
+static void
+temp_file(char *path, size_t len, const char *text)
+{
+	int fd;
+	FILE *f;
+
+	snprintf(path, len, "/tmp/test_sim.XXXXXX");
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	f = fdopen(fd, "w");
+	assert_non_null(f);
+	assert_true(fputs(text, f) >= 0);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* What slot-sim says about its input: one line per kind, with the counts
+ * and the file; nothing when the input needed nothing. */
+static void
+test_input_report(void **state)
+{
+	struct rttmat_report rep = { 0 };
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	(void)state;
+
+	assert_non_null(f);
+	assert_int_equal(simmat_report_input(f, "m.txt", &rep), 0);
+	assert_int_equal(fflush(f), 0);
+	assert_int_equal(len, 0);
+	rep = (struct rttmat_report){
+		.zero = 3, .zero_line = 5, .above = 1, .above_line = 9,
+		.above_max = 9000.5, .both = 40, .asym = 12, .asym_max = 1.25,
+	};
+	assert_int_equal(simmat_report_input(f, "m.txt", &rep), 3);
+	assert_int_equal(fclose(f), 0);
+	assert_string_equal(buf,
+	    "slot-sim: m.txt: warning: 3 RTTs of 0 between distinct nodes (first at "
+	    "line 5) taken as missing\n"
+	    "slot-sim: m.txt: warning: 1 RTT above the 8389 ms slot-sim handles "
+	    "(first at line 9, largest 9000.5 ms) taken as missing\n"
+	    "slot-sim: m.txt: note: 12 of the 40 pairs measured both ways have "
+	    "two different RTTs (by up to 1.250 ms); each is taken as their "
+	    "mean\n");
+	free(buf);
+}
+
+/* A file with a zero and an RTT above the bound loads, and converts, with
+ * both taken as missing. */
+static void
+test_input_taken_as_missing(void **state)
+{
+	struct rttmat m;
+	struct rttmat_report rep;
+	struct simmat d;
+	char err[256], path[64];
+	(void)state;
+
+	temp_file(path, sizeof(path), "0 0 20\n0 0 9000\n22 9000 0\n");
+	assert_int_equal(rttmat_load_square(path, SIMMAT_MAX_MS, &m, &rep, err,
+	    sizeof(err)), 0);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rep.zero, 2);
+	assert_int_equal(rep.above, 2);
+	assert_int_equal(rep.asym, 1);
+	assert_int_equal(simmat_from_rttmat(&m, path, &d, err, sizeof(err)), 0);
+	assert_true(isinf(simmat_row(&d, 0)[1]));
+	assert_true(isinf(simmat_row(&d, 1)[2]));
+	assert_true(simmat_row(&d, 0)[2] == 21000.0f);
+	simmat_free(&d);
+	rttmat_free(&m);
+
+	temp_file(path, sizeof(path), "source,destination,avg\n"
+	    "a,b,0\nb,a,0\na,c,8390\nc,a,8388\n");
+	assert_int_equal(rttmat_load_pairs(path, "avg", SIMMAT_MAX_MS, &m, &rep,
+	    err, sizeof(err)), 0);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rep.zero, 2);
+	assert_int_equal(rep.above, 1);
+	assert_int_equal(rep.above_line, 4);
+	assert_int_equal(simmat_from_rttmat(&m, path, &d, err, sizeof(err)), 0);
+	assert_true(isinf(simmat_row(&d, 0)[1]));
+	assert_true(simmat_row(&d, 0)[2] == 8388000.0f);
+	simmat_free(&d);
 	rttmat_free(&m);
 }
 
@@ -828,6 +934,8 @@ main(void)
 		cmocka_unit_test(test_roles_parse),
 		cmocka_unit_test(test_roles_split_and_pairs),
 		cmocka_unit_test(test_simmat_conversion),
+		cmocka_unit_test(test_input_report),
+		cmocka_unit_test(test_input_taken_as_missing),
 		cmocka_unit_test(test_synthetic_matrix),
 		cmocka_unit_test(test_quantile),
 	};
