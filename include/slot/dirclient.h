@@ -46,11 +46,28 @@ struct dirc_relay {
 };
 #define DIRC_VERSION_MAX 64
 
+/* The landmarks that come with a listing (docs/directory.md, "Landmarks";
+ * slot/cover.h): landmark l is relay index[l] of the listing and stands for
+ * weight[l] relays; rtt[i * nland + l] is relay i's RTT to it in
+ * DIRC_LAND_UNIT_US units, DIRC_LAND_NONE if not measured. */
+#define DIRC_LAND_UNIT_US 100
+#define DIRC_LAND_NONE 0xffffu
+#define DIRC_MAX_LANDMARKS 4096
+struct dirc_landmarks {
+	size_t nland, nrelay;
+	uint32_t *index;
+	float *weight;
+	uint16_t *rtt;
+};
+void dirc_landmarks_free(struct dirc_landmarks *l);
+
 /* version: the listing we hold ("" for none). *changed false: ours is
  * current and *out is NULL. Else *out (malloc'ed, *n entries; free it) and
- * new_version. */
+ * new_version, and with land (if not NULL) the landmarks, empty (nland 0)
+ * when the directory sent none. A malformed landmarks member fails the
+ * call, as a malformed listing does. */
 int dirc_list(struct dirclient *c, const char *url, const char *version,
     char new_version[DIRC_VERSION_MAX], bool *changed, struct dirc_relay **out, size_t *n,
-    int *fault, char *err, size_t errlen);
+    struct dirc_landmarks *land, int *fault, char *err, size_t errlen);
 
 #endif

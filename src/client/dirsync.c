@@ -12,6 +12,7 @@
 #include "slot/errbuf.h"
 #include "slot/log.h"
 #include "dirsync.h"
+#include "rank.h"
 #include "relays.h"
 
 #define CACHE_MAGIC "slot-relays"
@@ -40,6 +41,7 @@ struct dirsync {
 	struct auth_key key;
 	struct dirc_relay *pending;	/* a new listing for the loop */
 	size_t npending;
+	struct dirc_landmarks pending_land;
 	bool has_pending;
 	char pending_version[DIRC_VERSION_MAX];
 	unsigned long long fetches_ok, fetches_unchanged, fetches_failed;
@@ -48,6 +50,7 @@ struct dirsync {
 	/* The loop's. */
 	struct dirc_relay *cur;		/* the listing in force */
 	size_t ncur;
+	struct dirc_landmarks cur_land;	/* its landmarks (nland 0: none) */
 	char cur_version[DIRC_VERSION_MAX];
 	size_t in_set;
 	size_t warned_dropped;
@@ -496,6 +499,7 @@ wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 	struct slotd *d = w->data;
 	struct dirsync *s = d->dir;
 	struct dirc_relay *list;
+	struct dirc_landmarks land;
 	size_t n;
 	char version[DIRC_VERSION_MAX], err[512];
 	(void)loop;
@@ -508,9 +512,11 @@ wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 	}
 	list = s->pending;
 	n = s->npending;
+	land = s->pending_land;
 	memcpy(version, s->pending_version, sizeof(version));
 	s->pending = NULL;
 	s->npending = 0;
+	memset(&s->pending_land, 0, sizeof(s->pending_land));
 	s->has_pending = false;
 	pthread_mutex_unlock(&s->mu);
 
@@ -518,6 +524,7 @@ wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 		log_warnx("directory: listing %s (%zu relays) not applied: %s; keeping the "
 		    "running set until the next refresh", version, n, err);
 		free(list);
+		dirc_landmarks_free(&land);
 		pthread_mutex_lock(&s->mu);
 		s->forget = true;
 		pthread_mutex_unlock(&s->mu);
@@ -526,9 +533,12 @@ wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 	free(s->cur);
 	s->cur = list;
 	s->ncur = n;
+	dirc_landmarks_free(&s->cur_land);
+	s->cur_land = land;
 	memcpy(s->cur_version, version, sizeof(s->cur_version));
-	log_info("directory: listing %s with %zu relays; the set has %zu (%zu from the "
-	    "directory)", version, n, d->nrelays, s->in_set);
+	log_info("directory: listing %s with %zu relays and %zu landmarks; the set has %zu "
+	    "(%zu from the directory)", version, n, land.nland, d->nrelays, s->in_set);
+	rank_update(d);
 }
 
 /* ---------------------------------------------------------------- the worker */
@@ -546,7 +556,8 @@ stopping(struct dirsync *s)
  * or -1 with every URL's failure in err. */
 static int
 fetch(struct dirsync *s, const char *version, char nv[DIRC_VERSION_MAX], bool *changed,
-    struct dirc_relay **list, size_t *n, char *err, size_t errlen)
+    struct dirc_relay **list, size_t *n, struct dirc_landmarks *land, char *err,
+    size_t errlen)
 {
 	size_t used = 0;
 
@@ -555,7 +566,7 @@ fetch(struct dirsync *s, const char *version, char nv[DIRC_VERSION_MAX], bool *c
 		char e[512];
 		if (stopping(s))
 			break;
-		if (dirc_list(s->dc, s->urls.url[i], version, nv, changed, list, n, NULL, e,
+		if (dirc_list(s->dc, s->urls.url[i], version, nv, changed, list, n, land, NULL, e,
 		    sizeof(e)) == 0)
 			return (int)i;
 		log_debug("directory: %s", e);
@@ -586,7 +597,9 @@ worker(void *arg)
 	uint64_t delay = s->retry_ms;
 	struct timespec dl = { 0, 0 };
 
-	memcpy(version, s->start_version, sizeof(version));
+	/* The cache file has no landmarks: ask for the whole listing once,
+	 * even when the cached one is current. */
+	version[0] = '\0';
 	pthread_mutex_lock(&s->mu);
 	while (!s->stop) {
 		if (s->forget) {
@@ -601,9 +614,10 @@ worker(void *arg)
 		pthread_mutex_unlock(&s->mu);
 
 		struct dirc_relay *list = NULL;
+		struct dirc_landmarks land = { 0 };
 		size_t n = 0;
 		bool changed = false;
-		int u = fetch(s, version, nv, &changed, &list, &n, err, sizeof(err));
+		int u = fetch(s, version, nv, &changed, &list, &n, &land, err, sizeof(err));
 		if (u >= 0 && changed && s->cache_file[0] != '\0' &&
 		    dirsync_cache_write(s->cache_file, nv, list, n, werr, sizeof(werr)) == -1)
 			log_warnx("directory: listing not saved: %s", werr);
@@ -614,8 +628,10 @@ worker(void *arg)
 			if (changed) {
 				s->fetches_ok++;
 				free(s->pending);
+				dirc_landmarks_free(&s->pending_land);
 				s->pending = list;
 				s->npending = n;
+				s->pending_land = land;
 				s->has_pending = true;
 				memcpy(s->pending_version, nv, sizeof(s->pending_version));
 				memcpy(version, nv, sizeof(version));
@@ -786,10 +802,22 @@ dirsync_stop(struct slotd *d)
 	auth_key_wipe(&s->key);
 	free(s->pending);
 	free(s->cur);
+	dirc_landmarks_free(&s->pending_land);
+	dirc_landmarks_free(&s->cur_land);
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 	d->dir = NULL;
+}
+
+const struct dirc_relay *
+dirsync_listing(const struct slotd *d, size_t *n, const struct dirc_landmarks **land)
+{
+	const struct dirsync *s = d->dir;
+
+	*n = s ? s->ncur : 0;
+	*land = s ? &s->cur_land : NULL;
+	return s ? s->cur : NULL;
 }
 
 void

@@ -49,6 +49,12 @@ struct dirsync_stats {
 };
 void dirsync_stats(struct slotd *d, struct dirsync_stats *st);
 
+/* The listing in force and its landmarks (NULL and 0 without a directory
+ * or before the first listing; *land NULL without a directory). Valid
+ * until the next listing is applied. */
+const struct dirc_relay *dirsync_listing(const struct slotd *d, size_t *n,
+    const struct dirc_landmarks **land);
+
 /* Pure parts, for the tests. */
 
 /* The relay set: static relays first, in order, then the directory's whose

@@ -4,7 +4,9 @@
 
 #include "slot/clock.h"
 #include "slot/log.h"
+#include "slot/select.h"
 #include "hold.h"
+#include "rank.h"
 #include "relays.h"
 #include "rules.h"
 
@@ -121,6 +123,7 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 		}
 		taken[v] = true;
 		set[i]->mark = (uint32_t)v << mask_shift(conf->relay_mask);
+		set[i]->rank = SEL_NO_RANK;
 	}
 	for (size_t i = 0; i < n; i++) {
 		rr[i].mark = set[i]->mark;
@@ -168,6 +171,7 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 			log_warnx("out of memory for a relay link");
 	}
 	link_state_cb(d, NULL, RL_UP);
+	rank_update(d);
 	rc = 0;
 out:
 	if (set) {

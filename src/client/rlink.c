@@ -1,4 +1,6 @@
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -456,6 +458,18 @@ enum rlink_state
 rlink_state(const struct rlink *l)
 {
 	return l->state;
+}
+
+uint32_t
+rlink_rtt_us(const struct rlink *l)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	if (l->state != RL_UP || l->fd < 0 ||
+	    getsockopt(l->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == -1)
+		return 0;
+	return ti.tcpi_rtt;
 }
 
 const struct endpoint *

@@ -47,6 +47,10 @@ enum rlink_state rlink_state(const struct rlink *l);
 const struct endpoint *rlink_endpoint(const struct rlink *l);
 /* Consecutive failed connection attempts (0 while up). */
 unsigned rlink_failures(const struct rlink *l);
+/* The kernel's smoothed RTT of the link while up (keepalives keep it
+ * fresh), in microseconds; 0 when down or unknown. */
+uint32_t rlink_rtt_us(const struct rlink *l);
+
 /* Requests sent and not answered yet. */
 size_t rlink_pending(const struct rlink *l);
 

@@ -24,6 +24,7 @@
 #include "cstats.h"
 #include "dirsync.h"
 #include "hold.h"
+#include "rank.h"
 #include "relays.h"
 #include "rules.h"
 
@@ -296,6 +297,7 @@ main(int argc, char **argv)
 		fatalx("%s", err);
 	}
 
+	rank_start(d);
 	ev_signal_init(&d->sig_hup, signal_cb, SIGHUP);
 	ev_signal_init(&d->sig_term, signal_cb, SIGTERM);
 	ev_signal_init(&d->sig_int, signal_cb, SIGINT);
@@ -315,6 +317,7 @@ main(int argc, char **argv)
 	/* Rules first: from here new SYNs go direct, without us. */
 	if (rules_remove(AF_INET, err, sizeof(err)) == -1)
 		log_warnx("removing the rules: %s", err);
+	rank_stop(d);
 	dirsync_stop(d);
 	hold_fini(d);
 	synq_close(d->q);

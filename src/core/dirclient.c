@@ -292,10 +292,85 @@ dirc_report(struct dirclient *c, const char *url, const struct endpoint *relay,
 	return 0;
 }
 
+void
+dirc_landmarks_free(struct dirc_landmarks *l)
+{
+	free(l->index);
+	free(l->weight);
+	free(l->rtt);
+	memset(l, 0, sizeof(*l));
+}
+
+/* The landmarks member of a listing of nrelay relays, if any. */
+static void
+read_landmarks(xmlrpc_env *env, xmlrpc_value *res, size_t nrelay, struct dirc_landmarks *l)
+{
+	xmlrpc_value *st = NULL, *idx = NULL, *w = NULL;
+	const unsigned char *rows = NULL;
+	size_t len = 0;
+	int ni = 0, nw = 0;
+
+	xmlrpc_struct_find_value(env, res, "landmarks", &st);
+	if (env->fault_occurred || st == NULL)
+		return;
+	xmlrpc_decompose_value(env, st, "{s:A,s:A,s:6,*}", "index", &idx, "weight", &w,
+	    "rtt", &rows, &len);
+	if (!env->fault_occurred) {
+		ni = xmlrpc_array_size(env, idx);
+		nw = xmlrpc_array_size(env, w);
+	}
+	if (!env->fault_occurred && (ni != nw || ni < 0 || ni > DIRC_MAX_LANDMARKS ||
+	    len != 2 * (size_t)ni * nrelay))
+		xmlrpc_faultf(env, "landmarks: %d indexes, %d weights, %zu bytes of RTTs "
+		    "for %zu relays", ni, nw, len, nrelay);
+	if (!env->fault_occurred && ni > 0) {
+		l->index = calloc((size_t)ni, sizeof(*l->index));
+		l->weight = calloc((size_t)ni, sizeof(*l->weight));
+		l->rtt = malloc(len);
+		if (l->index == NULL || l->weight == NULL || l->rtt == NULL)
+			xmlrpc_faultf(env, "out of memory");
+	}
+	for (int i = 0; i < ni && !env->fault_occurred; i++) {
+		xmlrpc_value *a, *b;
+		int x = -1;
+		double y = -1;
+
+		xmlrpc_array_read_item(env, idx, i, &a);
+		if (env->fault_occurred)
+			break;
+		xmlrpc_read_int(env, a, &x);
+		xmlrpc_DECREF(a);
+		xmlrpc_array_read_item(env, w, i, &b);
+		if (env->fault_occurred)
+			break;
+		xmlrpc_read_double(env, b, &y);
+		xmlrpc_DECREF(b);
+		if (!env->fault_occurred && (x < 0 || (size_t)x >= nrelay || !(y >= 0)))
+			xmlrpc_faultf(env, "landmark %d: relay %d of %zu, weight %g", i, x,
+			    nrelay, y);
+		l->index[i] = (uint32_t)x;
+		l->weight[i] = (float)y;
+	}
+	if (!env->fault_occurred) {
+		for (size_t i = 0; i < len / 2; i++)
+			l->rtt[i] = (uint16_t)(rows[2 * i] | rows[2 * i + 1] << 8);
+		l->nland = (size_t)ni;
+		l->nrelay = nrelay;
+	} else {
+		dirc_landmarks_free(l);
+	}
+	free((void *)rows);
+	if (idx)
+		xmlrpc_DECREF(idx);
+	if (w)
+		xmlrpc_DECREF(w);
+	xmlrpc_DECREF(st);
+}
+
 int
 dirc_list(struct dirclient *c, const char *url, const char *version,
     char new_version[DIRC_VERSION_MAX], bool *changed, struct dirc_relay **out, size_t *n,
-    int *fault, char *err, size_t errlen)
+    struct dirc_landmarks *land, int *fault, char *err, size_t errlen)
 {
 	xmlrpc_env env;
 	xmlrpc_value *s, *v, *res, *arr = NULL;
@@ -306,6 +381,8 @@ dirc_list(struct dirclient *c, const char *url, const char *version,
 
 	*out = NULL;
 	*n = 0;
+	if (land != NULL)
+		memset(land, 0, sizeof(*land));
 	xmlrpc_env_init(&env);
 	s = new_struct(&env, NULL);
 	if (!env.fault_occurred) {
@@ -356,6 +433,8 @@ dirc_list(struct dirclient *c, const char *url, const char *version,
 		list[i].group = (uint32_t)g;
 		free((void *)relay);
 	}
+	if (!env.fault_occurred && land != NULL && ch)
+		read_landmarks(&env, res, (size_t)count, land);
 	if (env.fault_occurred) {
 		errbuf_set(err, errlen, "%s slot.list: unexpected answer: %s", url,
 		    env.fault_string);

@@ -30,6 +30,7 @@ dconf_defaults(struct dconf *c)
 	c->inflation = 2.0;
 	c->max_intra_rtt_ms = 50.0;
 	c->regroup_interval_ms = 10000;
+	c->landmarks = 256;
 }
 
 struct key_spec {
@@ -61,6 +62,7 @@ static const struct key_spec keys[] = {
 	{ "groups", "inflation", K_DOUBLE, F(inflation), 0, 0, 1.05, 10.0 },
 	{ "groups", "max_intra_rtt", K_DOUBLE, F(max_intra_rtt_ms), 0, 0, 0.0, 1e6 },
 	{ "groups", "regroup_interval", K_MS, F(regroup_interval_ms), 0, DAY_MS, 0, 0 },
+	{ "groups", "landmarks", K_UINT, F(landmarks), 0, 4096, 0, 0 },
 };
 #undef F
 

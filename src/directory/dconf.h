@@ -37,6 +37,7 @@ struct dconf {
 	double inflation;
 	double max_intra_rtt_ms;	/* 0: no bound */
 	uint64_t regroup_interval_ms;
+	uint64_t landmarks;		/* sent with slot.list for the cover ranking; 0: none */
 };
 
 /* Fills c with the defaults (those of etc/dird.conf). */

@@ -19,6 +19,7 @@
 #include "slot/dirproto.h"
 #include "slot/log.h"
 #include "dird_rpc.h"
+#include "dland.h"
 
 /* Longest string field we read: endpoints and versions are far shorter. */
 #define FIELD_MAX 128
@@ -582,10 +583,44 @@ out:
 	return res;
 }
 
+/* The landmarks member of slot.list's answer (dland.h). */
+static xmlrpc_value *
+land_answer(xmlrpc_env *env, const struct dland *l)
+{
+	xmlrpc_value *idx = xmlrpc_array_new(env), *w = xmlrpc_array_new(env), *res = NULL;
+	uint8_t *rows = NULL;
+	size_t len = 0;
+
+	for (size_t i = 0; i < l->nland && !env->fault_occurred; i++) {
+		xmlrpc_value *a = xmlrpc_int_new(env, (int)l->land[i]);
+		xmlrpc_value *b = a ? xmlrpc_double_new(env, l->weight[i]) : NULL;
+
+		if (b != NULL) {
+			xmlrpc_array_append_item(env, idx, a);
+			xmlrpc_array_append_item(env, w, b);
+		}
+		if (a)
+			xmlrpc_DECREF(a);
+		if (b)
+			xmlrpc_DECREF(b);
+	}
+	if (!env->fault_occurred && dland_encode(l, &rows, &len) < 0)
+		xmlrpc_faultf(env, "out of memory");
+	if (!env->fault_occurred)
+		res = xmlrpc_build_value(env, "{s:A,s:A,s:6}", "index", idx, "weight", w,
+		    "rtt", rows ? rows : (const uint8_t *)"", len);
+	free(rows);
+	if (idx)
+		xmlrpc_DECREF(idx);
+	if (w)
+		xmlrpc_DECREF(w);
+	return res;
+}
+
 /* The answer of slot.list: an empty array when unchanged. */
 static xmlrpc_value *
 list_answer(xmlrpc_env *env, const char *version, bool changed, const struct dstate_entry *e,
-    size_t n)
+    size_t n, const struct dland *land)
 {
 	xmlrpc_value *arr, *res = NULL;
 
@@ -602,6 +637,18 @@ list_answer(xmlrpc_env *env, const char *version, bool changed, const struct dst
 	if (!env->fault_occurred)
 		res = xmlrpc_build_value(env, "{s:s,s:b,s:A}", "version", version, "changed",
 		    (xmlrpc_bool)changed, "relays", arr);
+	if (res != NULL && changed && land != NULL && land->nland > 0) {
+		xmlrpc_value *lv = land_answer(env, land);
+
+		if (lv != NULL) {
+			xmlrpc_struct_set_value(env, res, "landmarks", lv);
+			xmlrpc_DECREF(lv);
+		}
+		if (env->fault_occurred) {
+			xmlrpc_DECREF(res);
+			res = NULL;
+		}
+	}
 	xmlrpc_DECREF(arr);
 	return res;
 }
@@ -616,6 +663,7 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	const char *version = NULL, *why;
 	char cur[DSTATE_VERSION_LEN];
 	struct dstate_entry *e = NULL;
+	struct dland land = { 0 };
 	size_t n = 0;
 	bool changed;
 	int rc = 0;
@@ -636,9 +684,19 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	if (authenticate(d, env, ci, method, &s, version) == -1)
 		goto out;
 	pthread_mutex_lock(&d->mu);
+	/* Landmark RTTs move with reports, which do not move the version:
+	 * a new version when they have moved, so that clients fetch them. */
+	if (d->conf.landmarks > 0) {
+		rc = dland_compute(d->state, d->conf.landmarks, &land);
+		if (rc == 0 && land.digest != d->land_digest) {
+			if (d->land_digest != 0)
+				dstate_bump(d->state);
+			d->land_digest = land.digest;
+		}
+	}
 	dstate_version(d->state, cur);
 	changed = strcmp(cur, version) != 0;
-	if (changed)
+	if (changed && rc == 0)
 		rc = dstate_listing(d->state, clock_mono_us(), &e, &n);
 	if (rc == 0 && changed)
 		d->ctr.lists_full++;
@@ -649,8 +707,9 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		fault(d, env, ci, method, DIRP_FAULT_INTERNAL, "out of memory");
 		goto out;
 	}
-	res = list_answer(env, cur, changed, e, n);
+	res = list_answer(env, cur, changed, e, n, &land);
 out:
+	dland_free(&land);
 	free(e);
 	free((void *)version);
 	stamp_free(&s);

@@ -275,7 +275,7 @@ fetch_list(struct worker *w, uint64_t now)
 		bool changed = false;
 		int fault;
 
-		if (dirc_list(w->c, urls->url[i], w->version, nv, &changed, &list, &n, &fault, err,
+		if (dirc_list(w->c, urls->url[i], w->version, nv, &changed, &list, &n, NULL, &fault, err,
 		    sizeof(err)) == -1) {
 			count(w->dl, &w->dl->ctr.calls_failed, 1);
 			log_debug("directory %s: list failed: %s", urls->url[i], err);

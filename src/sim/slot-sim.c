@@ -41,7 +41,8 @@ struct opts {
 	struct synth_params synth;	/* synth.n > 0: synthesise */
 	const char *clients, *relays, *servers;
 	size_t split[3];		/* split[0] > 0: a random split */
-	bool run[3];			/* Select-All, Random-k, RandGroup-k */
+	bool run[4];			/* Select-All, Random-k, RandGroup-k, Cover-k */
+	size_t landmarks;		/* Cover-k's landmarks; 0: every relay */
 	unsigned k;
 	unsigned sweep[MAX_SWEEP];
 	size_t nsweep;
@@ -111,9 +112,14 @@ usage(FILE *f)
 "    A pair's own endpoints are never its relays.\n"
 "\n"
 "SELECTION\n"
-"    -s, --strategies LIST      of all, random, randgroup (default all three)\n"
-"    -k K                       Random-k and RandGroup-k (default 50)\n"
-"    --sweep K,K,...            also Random-k and RandGroup-k for these k\n"
+"    -s, --strategies LIST      of all, random, randgroup, cover (default all\n"
+"                               four; cover is slotd's default)\n"
+"    -k K                       relays probed by Random-k, RandGroup-k and\n"
+"                               Cover-k (default 20, as slotd)\n"
+"    --sweep K,K,...            also Random-k, RandGroup-k and Cover-k for\n"
+"                               these k\n"
+"    --landmarks N              Cover-k's landmarks among the relays\n"
+"                               (default 256, as slot-dird; 0: every relay)\n"
 "    --c-wait X                 wait at most X * RTT_direct (default 1.25)\n"
 "    --min-gain X               relay only if direct / path >= X (default 1.0;\n"
 "                               slotd's default is 1.1)\n"
@@ -224,21 +230,21 @@ parse_ms_us(const char *opt, const char *s, double lo, double hi, uint64_t *us)
 }
 
 static int
-parse_strategies(const char *s, bool run[3])
+parse_strategies(const char *s, bool run[4])
 {
-	static const char *const names[] = { "all", "random", "randgroup" };
+	static const char *const names[] = { "all", "random", "randgroup", "cover" };
 	const char *p = s;
 
-	run[0] = run[1] = run[2] = false;
+	run[0] = run[1] = run[2] = run[3] = false;
 	for (;;) {
 		size_t len = strcspn(p, ","), i;
 
-		for (i = 0; i < 3; i++)
+		for (i = 0; i < 4; i++)
 			if (strlen(names[i]) == len && strncmp(p, names[i], len) == 0)
 				break;
-		if (i == 3)
+		if (i == 4)
 			return bad_opt("--strategies", s,
-			    "expected a list of all, random, randgroup");
+			    "expected a list of all, random, randgroup, cover");
 		run[i] = true;
 		if (p[len] == '\0')
 			return 0;
@@ -292,7 +298,7 @@ parse_split(const char *s, size_t split[3])
 
 enum {
 	O_SYNTH = 256, O_SYNTH_STRETCH, O_SYNTH_MISSING, O_SAVE, O_CLIENTS,
-	O_RELAYS, O_SERVERS, O_SPLIT, O_SWEEP, O_CWAIT, O_MINGAIN, O_REPAIR,
+	O_RELAYS, O_SERVERS, O_SPLIT, O_SWEEP, O_LANDMARKS, O_CWAIT, O_MINGAIN, O_REPAIR,
 	O_RELAYTO, O_WARM, O_SILENT, O_EXACT, O_INFLATION, O_MAXINTRA, O_SAMPLE,
 	O_SEED, O_PERPAIR, O_SYNTH_SITES,
 };
@@ -312,6 +318,7 @@ static const struct option longopts[] = {
 	{ "split", required_argument, NULL, O_SPLIT },
 	{ "strategies", required_argument, NULL, 's' },
 	{ "sweep", required_argument, NULL, O_SWEEP },
+	{ "landmarks", required_argument, NULL, O_LANDMARKS },
 	{ "c-wait", required_argument, NULL, O_CWAIT },
 	{ "min-gain", required_argument, NULL, O_MINGAIN },
 	{ "repair-timeout", required_argument, NULL, O_REPAIR },
@@ -344,8 +351,9 @@ parse_args(int argc, char **argv, struct opts *o)
 	memset(o, 0, sizeof(*o));
 	o->column = "avg";
 	synth_params_default(&o->synth);
-	o->run[0] = o->run[1] = o->run[2] = true;
-	o->k = 50;
+	o->run[0] = o->run[1] = o->run[2] = o->run[3] = true;
+	o->landmarks = 256;
+	o->k = 20;
 	decide_model_default(&o->model);
 	mcl_params_default(&o->mcl);
 	o->mcl.max_intra_rtt_ms = 50.0;		/* slot-dird's default */
@@ -413,6 +421,11 @@ parse_args(int argc, char **argv, struct opts *o)
 		case O_SWEEP:
 			if (parse_sweep(optarg, o) < 0)
 				return -1;
+			break;
+		case O_LANDMARKS:
+			if (parse_size("--landmarks", optarg, 0, 100000, &u) < 0)
+				return -1;
+			o->landmarks = (size_t)u;
 			break;
 		case O_CWAIT:
 			if (parse_double("--c-wait", optarg, 0.01, 100, &o->model.sel.c_wait) < 0)
@@ -533,12 +546,12 @@ struct run {
 	size_t ngroups;
 	struct eval_stats opt[MAX_HOPS];
 	struct eval_phi phi[MAX_HOPS];
-	struct eval_stats main_[3];
+	struct eval_stats main_[4];
 	size_t nmain;
-	struct eval_stats sweep[2 * MAX_SWEEP];	/* runs of the sweep, owned */
+	struct eval_stats sweep[3 * MAX_SWEEP];	/* runs of the sweep, owned */
 	size_t nsweep;
 	/* The sweep's rows in order; a k of the main run is that run's row. */
-	const struct eval_stats *sweep_row[2 * MAX_SWEEP];
+	const struct eval_stats *sweep_row[3 * MAX_SWEEP];
 	size_t nsweep_row;
 	struct eval_stats ref;		/* Select-All for the sweep, if not in main_ */
 	bool have_ref;
@@ -774,14 +787,14 @@ header(const struct run *r)
 static int
 strategies(struct run *r, const struct eval_ctx *ctx)
 {
-	static const enum eval_kind kinds[3] = {
-		EVAL_SELECT_ALL, EVAL_RANDOM_K, EVAL_RANDGROUP_K,
+	static const enum eval_kind kinds[4] = {
+		EVAL_SELECT_ALL, EVAL_RANDOM_K, EVAL_RANDGROUP_K, EVAL_COVER,
 	};
 	struct opts *o = r->o;
 	bool keep = o->per_pair;
 	char err[512], what[64];
 
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		if (!o->run[i])
 			continue;
 		if (eval_strategy(ctx, kinds[i], o->k, keep, &r->main_[r->nmain], err,
@@ -800,7 +813,7 @@ strategies(struct run *r, const struct eval_ctx *ctx)
 		r->have_ref = true;
 		timing(r, "Select-All (sweep reference)");
 	}
-	for (int i = 1; i < 3; i++)
+	for (int i = 1; i < 4; i++)
 		for (size_t s = 0; s < o->nsweep; s++) {
 			struct eval_stats *st = &r->sweep[r->nsweep];
 			const struct eval_stats *same = NULL;
@@ -988,7 +1001,7 @@ run(struct opts *o)
 	ctx = (struct eval_ctx){
 		.d = &r->d, .dr = r->dr, .roles = &r->roles, .pairs = &r->pairs,
 		.relay_pos = r->relay_pos, .group = r->group, .model = o->model,
-		.seed = o->seed,
+		.seed = o->seed, .nlandmarks = o->landmarks,
 	};
 	if (o->hops > 0) {
 		if (eval_optimal(&ctx, o->hops, o->per_pair, r->opt, r->phi, err,
@@ -1027,7 +1040,7 @@ run(struct opts *o)
 		report_phi_table(stdout, r->phi, o->hops - 1);
 	}
 	if (r->nsweep_row > 0) {
-		struct eval_stats rows[2 * MAX_SWEEP];
+		struct eval_stats rows[3 * MAX_SWEEP];
 
 		for (size_t i = 0; i < r->nsweep_row; i++)
 			rows[i] = *r->sweep_row[i];

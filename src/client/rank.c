@@ -1,0 +1,148 @@
+#include <stdlib.h>
+#include <string.h>
+
+#include "slot/cover.h"
+#include "slot/log.h"
+#include "slot/select.h"
+#include "dirsync.h"
+#include "rank.h"
+#include "rlink.h"
+
+struct row {
+	const struct endpoint *ep;
+	uint32_t idx;		/* in the listing */
+};
+
+static int
+ep_order(const struct endpoint *a, const struct endpoint *b)
+{
+	int c;
+
+	if (a->addr.family != b->addr.family)
+		return a->addr.family < b->addr.family ? -1 : 1;
+	if ((c = memcmp(a->addr.bytes, b->addr.bytes, sizeof(a->addr.bytes))) != 0)
+		return c;
+	return a->port < b->port ? -1 : a->port > b->port;
+}
+
+static int
+cmp_row(const void *x, const void *y)
+{
+	return ep_order(((const struct row *)x)->ep, ((const struct row *)y)->ep);
+}
+
+/* slotd's RTT to r now: the control link's, else its last probe reply. */
+static uint32_t
+estimate(const struct crelay *r)
+{
+	uint32_t v = r->link ? rlink_rtt_us(r->link) : 0;
+
+	if (v == 0)
+		v = r->rtt_us;
+	return v ? v : COVER_NONE;
+}
+
+void
+rank_update(struct slotd *d)
+{
+	size_t n = d->nrelays, nl = 0, L = 0, max = (size_t)d->conf.sel.k + 8;
+	const struct dirc_landmarks *land = NULL;
+	const struct dirc_relay *list = dirsync_listing(d, &nl, &land);
+	uint32_t *cr = NULL, *lr = NULL, *rl = NULL, *out = NULL, *row_of = NULL;
+	struct row *rows = NULL;
+	size_t nout = 0, ngreedy = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		d->relays[i]->rank = SEL_NO_RANK;
+		d->relays[i]->rtt_est_us = 0;
+	}
+	d->ranked = d->rank_greedy = 0;
+	if (d->conf.sel.strategy != SEL_COVER || n == 0)
+		return;
+	if (land != NULL && land->nland > 0 && land->nrelay == nl)
+		L = land->nland;
+	cr = malloc(n * sizeof(*cr));
+	row_of = malloc(n * sizeof(*row_of));
+	out = malloc((max < n ? max : n) * sizeof(*out));
+	lr = malloc((L ? L : 1) * sizeof(*lr));
+	rl = malloc((n * L > 0 ? n * L : 1) * sizeof(*rl));
+	rows = malloc((nl ? nl : 1) * sizeof(*rows));
+	if (cr == NULL || row_of == NULL || out == NULL || lr == NULL || rl == NULL ||
+	    rows == NULL) {
+		log_warnx("relay ranking: out of memory; probing relays at random");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		cr[i] = estimate(d->relays[i]);
+		d->relays[i]->rtt_est_us = cr[i] == COVER_NONE ? 0 : cr[i];
+	}
+	/* Each relay's row in the listing, by its control endpoint (static
+	 * relays the directory does not list have none). */
+	for (size_t j = 0; j < nl; j++)
+		rows[j] = (struct row){ &list[j].relay, (uint32_t)j };
+	qsort(rows, nl, sizeof(*rows), cmp_row);
+	for (size_t i = 0; i < n; i++) {
+		struct row key = { &d->relays[i]->conf.control, 0 };
+		const struct row *f = L ? bsearch(&key, rows, nl, sizeof(*rows), cmp_row) : NULL;
+
+		row_of[i] = f ? f->idx : COVER_NONE;
+	}
+	/* Landmark l as a relay of ours. */
+	for (size_t l = 0; l < L; l++) {
+		lr[l] = COVER_NONE;
+		for (size_t i = 0; i < n; i++)
+			if (row_of[i] == land->index[l]) {
+				lr[l] = (uint32_t)i;
+				break;
+			}
+	}
+	for (size_t i = 0; i < n; i++)
+		for (size_t l = 0; l < L; l++) {
+			uint16_t v = row_of[i] == COVER_NONE ? DIRC_LAND_NONE :
+			    land->rtt[(size_t)row_of[i] * L + l];
+
+			rl[i * L + l] = v == DIRC_LAND_NONE ? COVER_NONE :
+			    (uint32_t)v * DIRC_LAND_UNIT_US;
+		}
+	struct cover_input in = {
+		.nrelay = n, .cr_us = cr, .nland = L, .land_relay = lr,
+		.land_weight = L ? land->weight : NULL, .rl_us = rl,
+	};
+	if (cover_rank(&in, max < n ? max : n, out, &nout, &ngreedy) < 0) {
+		log_warnx("relay ranking: out of memory; probing relays at random");
+		goto out;
+	}
+	for (size_t x = 0; x < nout; x++)
+		d->relays[out[x]]->rank = (uint32_t)x;
+	d->ranked = nout;
+	d->rank_greedy = ngreedy;
+out:
+	free(cr);
+	free(row_of);
+	free(out);
+	free(lr);
+	free(rl);
+	free(rows);
+}
+
+static void
+rank_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	rank_update(w->data);
+}
+
+void
+rank_start(struct slotd *d)
+{
+	ev_timer_init(&d->rank_timer, rank_timer_cb, 1.0, RANK_INTERVAL_S);
+	d->rank_timer.data = d;
+	ev_timer_start(d->loop, &d->rank_timer);
+}
+
+void
+rank_stop(struct slotd *d)
+{
+	ev_timer_stop(d->loop, &d->rank_timer);
+}

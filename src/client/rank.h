@@ -1,0 +1,23 @@
+#ifndef SLOT_CLIENT_RANK_H
+#define SLOT_CLIENT_RANK_H
+
+#include "client.h"
+
+/* slotd's cover ranking of its relays (slot/cover.h, docs/slotd.md,
+ * "Relay selection"): from slotd's own RTT to each relay (the kernel's RTT
+ * of its control link, kept fresh by keepalives; else its last probe
+ * reply) and the relays' RTTs to the directory's landmarks, it sets each
+ * relay's rank, which strategy = cover probes in order. Relays without a
+ * known RTT, or all of them without landmarks, stay unranked (SEL_NO_RANK):
+ * sel_sample then draws at random. */
+
+/* Recomputes every rank now. */
+void rank_update(struct slotd *d);
+
+/* A timer recomputes the ranks every RANK_INTERVAL_S seconds, first soon
+ * after start (links come up within a round trip). */
+#define RANK_INTERVAL_S 10.0
+void rank_start(struct slotd *d);
+void rank_stop(struct slotd *d);
+
+#endif

@@ -1,0 +1,139 @@
+#include <stdlib.h>
+#include <string.h>
+
+#include "slot/cover.h"
+#include "dland.h"
+
+/* Relay i's report about j: reports are sorted by the peer's id, and ids
+ * grow with the index, so by index too. */
+static uint32_t
+reported(const struct dstate *s, size_t i, size_t j, size_t nrtt)
+{
+	size_t lo = 0, hi = nrtt;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2, peer;
+		uint32_t rtt;
+
+		dstate_rtt_at(s, i, mid, &peer, &rtt);
+		if (peer == j)
+			return rtt;
+		if (peer < j)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return COVER_NONE;
+}
+
+struct lookup {
+	const struct dstate *s;
+	size_t *nrtt;
+};
+
+static uint32_t
+rtt_of(void *arg, size_t i, size_t j)
+{
+	const struct lookup *k = arg;
+	uint32_t a = reported(k->s, i, j, k->nrtt[i]);
+	uint32_t b = reported(k->s, j, i, k->nrtt[j]);
+
+	if (a == COVER_NONE)
+		return b;
+	if (b == COVER_NONE)
+		return a;
+	return (uint32_t)(((uint64_t)a + b) / 2);
+}
+
+static uint64_t
+fnv(uint64_t h, const void *p, size_t len)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+int
+dland_compute(const struct dstate *s, size_t max, struct dland *out)
+{
+	size_t n = dstate_count(s);
+	struct lookup k = { s, calloc(n ? n : 1, sizeof(size_t)) };
+
+	memset(out, 0, sizeof(*out));
+	if (k.nrtt == NULL)
+		return -1;
+	if (max > n)
+		max = n;
+	out->land = malloc((max ? max : 1) * sizeof(*out->land));
+	out->weight = malloc((max ? max : 1) * sizeof(*out->weight));
+	if (out->land == NULL || out->weight == NULL)
+		goto fail;
+	for (size_t i = 0; i < n; i++) {
+		struct dstate_relay_view v;
+
+		dstate_relay_at(s, i, &v);
+		k.nrtt[i] = v.nrtt;
+	}
+	if (cover_landmarks(n, rtt_of, &k, max, out->land, out->weight, &out->nland) < 0)
+		goto fail;
+	out->nrelay = n;
+	out->rtt = malloc((n * out->nland > 0 ? n * out->nland : 1) * sizeof(*out->rtt));
+	if (out->rtt == NULL)
+		goto fail;
+	for (size_t i = 0; i < n; i++)
+		for (size_t l = 0; l < out->nland; l++) {
+			uint32_t v = i == out->land[l] ? 0 : rtt_of(&k, i, out->land[l]);
+			uint64_t u = v == COVER_NONE ? DLAND_NONE :
+			    ((uint64_t)v + DLAND_UNIT_US / 2) / DLAND_UNIT_US;
+
+			out->rtt[i * out->nland + l] = u >= DLAND_NONE ? DLAND_NONE - 1 :
+			    (uint16_t)u;
+		}
+	/* The digest moves when a relay's RTT to a landmark moves by a
+	 * millisecond or more, not with every jitter of a report. */
+	uint64_t h = 0xcbf29ce484222325ull;
+	h = fnv(h, &n, sizeof(n));
+	h = fnv(h, out->land, out->nland * sizeof(*out->land));
+	for (size_t i = 0; i < n * out->nland; i++) {
+		uint16_t ms = out->rtt[i] == DLAND_NONE ? DLAND_NONE :
+		    (uint16_t)(out->rtt[i] / (1000 / DLAND_UNIT_US));
+		h = fnv(h, &ms, sizeof(ms));
+	}
+	out->digest = h;
+	free(k.nrtt);
+	return 0;
+fail:
+	free(k.nrtt);
+	dland_free(out);
+	return -1;
+}
+
+int
+dland_encode(const struct dland *l, uint8_t **buf, size_t *len)
+{
+	size_t n = l->nrelay * l->nland;
+
+	*buf = NULL;
+	*len = 0;
+	if (n == 0)
+		return 0;
+	if ((*buf = malloc(2 * n)) == NULL)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		(*buf)[2 * i] = (uint8_t)(l->rtt[i] & 0xff);
+		(*buf)[2 * i + 1] = (uint8_t)(l->rtt[i] >> 8);
+	}
+	*len = 2 * n;
+	return 0;
+}
+
+void
+dland_free(struct dland *l)
+{
+	free(l->land);
+	free(l->weight);
+	free(l->rtt);
+	memset(l, 0, sizeof(*l));
+}

@@ -1,0 +1,42 @@
+#ifndef SLOT_DIRECTORY_DLAND_H
+#define SLOT_DIRECTORY_DLAND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dstate.h"
+
+/*
+ * What clients need to rank relays by the cover strategy (slot/cover.h):
+ * a few relays as landmarks, chosen by farthest point over the relays'
+ * reported RTTs, their weights, and every relay's RTT to each landmark.
+ * Sent with slot.list (docs/directory.md, "Landmarks"). RTTs on the wire
+ * are 16-bit units of 100 us (DLAND_NONE: not measured), so n relays and L
+ * landmarks take 2nL bytes: 128 KB for 250 relays, 5 MB for 10,000 with
+ * the default 256 landmarks.
+ */
+
+#define DLAND_UNIT_US 100
+#define DLAND_NONE 0xffffu
+
+struct dland {
+	size_t nrelay;		/* rows, in dstate index order (the listing's) */
+	size_t nland;
+	uint32_t *land;		/* relay index of landmark l */
+	float *weight;		/* relays landmark l stands for */
+	uint16_t *rtt;		/* nrelay x nland, DLAND_UNIT_US units */
+	uint64_t digest;	/* of all of the above */
+};
+
+/* Computes the landmarks of s's relays (at most max). RTT(i,j) is the mean
+ * of what i and j reported of each other, or the one reported. Returns 0
+ * or -1 (out of memory). */
+int dland_compute(const struct dstate *s, size_t max, struct dland *out);
+
+/* The rows as little-endian bytes (malloc'ed, 2 * nrelay * nland; NULL
+ * and 0 when empty). Returns 0 or -1. */
+int dland_encode(const struct dland *l, uint8_t **buf, size_t *len);
+
+void dland_free(struct dland *l);
+
+#endif
