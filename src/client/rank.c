@@ -116,6 +116,8 @@ rank_update(struct slotd *d)
 		d->relays[out[x]]->rank = (uint32_t)x;
 	d->ranked = nout;
 	d->rank_greedy = ngreedy;
+	log_debug("relay ranking: %zu relays, %zu landmarks, %zu ranked, %zu of them by "
+	    "the landmarks", n, L, nout, ngreedy);
 out:
 	free(cr);
 	free(row_of);

@@ -688,10 +688,15 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	 * a new version when they have moved, so that clients fetch them. */
 	if (d->conf.landmarks > 0) {
 		rc = dland_compute(d->state, d->conf.landmarks, &land);
-		if (rc == 0 && land.digest != d->land_digest) {
-			if (d->land_digest != 0)
-				dstate_bump(d->state);
-			d->land_digest = land.digest;
+		if (rc == 0 && dland_moved(&d->land, &land)) {
+			struct dland keep;
+
+			if ((rc = dland_dup(&land, &keep)) == 0) {
+				if (d->land.nrelay > 0)
+					dstate_bump(d->state);
+				dland_free(&d->land);
+				d->land = keep;
+			}
 		}
 	}
 	dstate_version(d->state, cur);

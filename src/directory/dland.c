@@ -91,16 +91,9 @@ dland_compute(const struct dstate *s, size_t max, struct dland *out)
 			out->rtt[i * out->nland + l] = u >= DLAND_NONE ? DLAND_NONE - 1 :
 			    (uint16_t)u;
 		}
-	/* The digest moves when a relay's RTT to a landmark moves by a
-	 * millisecond or more, not with every jitter of a report. */
 	uint64_t h = 0xcbf29ce484222325ull;
 	h = fnv(h, &n, sizeof(n));
 	h = fnv(h, out->land, out->nland * sizeof(*out->land));
-	for (size_t i = 0; i < n * out->nland; i++) {
-		uint16_t ms = out->rtt[i] == DLAND_NONE ? DLAND_NONE :
-		    (uint16_t)(out->rtt[i] / (1000 / DLAND_UNIT_US));
-		h = fnv(h, &ms, sizeof(ms));
-	}
 	out->digest = h;
 	free(k.nrtt);
 	return 0;
@@ -108,6 +101,24 @@ fail:
 	free(k.nrtt);
 	dland_free(out);
 	return -1;
+}
+
+bool
+dland_moved(const struct dland *old, const struct dland *new_)
+{
+	size_t n = new_->nrelay * new_->nland;
+
+	if (old->digest != new_->digest || old->nrelay != new_->nrelay ||
+	    old->nland != new_->nland)
+		return true;
+	for (size_t i = 0; i < n; i++) {
+		unsigned a = old->rtt[i], b = new_->rtt[i], d = a > b ? a - b : b - a;
+		unsigned tol = a / 10 > 1000 / DLAND_UNIT_US ? a / 10 : 1000 / DLAND_UNIT_US;
+
+		if ((a == DLAND_NONE) != (b == DLAND_NONE) || (a != DLAND_NONE && d > tol))
+			return true;
+	}
+	return false;
 }
 
 int
@@ -126,6 +137,25 @@ dland_encode(const struct dland *l, uint8_t **buf, size_t *len)
 		(*buf)[2 * i + 1] = (uint8_t)(l->rtt[i] >> 8);
 	}
 	*len = 2 * n;
+	return 0;
+}
+
+int
+dland_dup(const struct dland *l, struct dland *out)
+{
+	size_t L = l->nland ? l->nland : 1, n = l->nrelay * l->nland;
+
+	*out = *l;
+	out->land = malloc(L * sizeof(*out->land));
+	out->weight = malloc(L * sizeof(*out->weight));
+	out->rtt = malloc((n > 0 ? n : 1) * sizeof(*out->rtt));
+	if (out->land == NULL || out->weight == NULL || out->rtt == NULL) {
+		dland_free(out);
+		return -1;
+	}
+	memcpy(out->land, l->land, l->nland * sizeof(*out->land));
+	memcpy(out->weight, l->weight, l->nland * sizeof(*out->weight));
+	memcpy(out->rtt, l->rtt, n * sizeof(*out->rtt));
 	return 0;
 }
 

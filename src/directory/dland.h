@@ -1,6 +1,7 @@
 #ifndef SLOT_DIRECTORY_DLAND_H
 #define SLOT_DIRECTORY_DLAND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,7 +26,7 @@ struct dland {
 	uint32_t *land;		/* relay index of landmark l */
 	float *weight;		/* relays landmark l stands for */
 	uint16_t *rtt;		/* nrelay x nland, DLAND_UNIT_US units */
-	uint64_t digest;	/* of all of the above */
+	uint64_t digest;	/* of the relay count and the landmarks */
 };
 
 /* Computes the landmarks of s's relays (at most max). RTT(i,j) is the mean
@@ -33,9 +34,17 @@ struct dland {
  * or -1 (out of memory). */
 int dland_compute(const struct dstate *s, size_t max, struct dland *out);
 
+/* Whether clients holding old should fetch new: other landmarks or
+ * relays, or an RTT that moved by more than a tenth (and 1 ms), so that
+ * the jitter of reports does not make every listing new. */
+bool dland_moved(const struct dland *old, const struct dland *new_);
+
 /* The rows as little-endian bytes (malloc'ed, 2 * nrelay * nland; NULL
  * and 0 when empty). Returns 0 or -1. */
 int dland_encode(const struct dland *l, uint8_t **buf, size_t *len);
+
+/* A deep copy of l into out. Returns 0 or -1 (out of memory, out empty). */
+int dland_dup(const struct dland *l, struct dland *out);
 
 void dland_free(struct dland *l);
 

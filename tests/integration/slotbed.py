@@ -539,7 +539,7 @@ class Slotd:
                       "log_level": "debug", "queue": 7600},
             # the default exclude has 10.0.0.0/8, the test bed's network
             "hijack": {"ports": "80, 5201", "include": "", "exclude": ""},
-            "select": {"strategy": "randgroup", "k": 50, "c_wait": 1.25, "min_gain": 1.1,
+            "select": {"strategy": "cover", "k": 20, "c_wait": 1.25, "min_gain": 1.1,
                        "repair_timeout": "3s", "hold_timeout": "5s",
                        "establish_timeout": "3s", "cache_ttl": "10m", "max_held": 4096,
                        "seed": 0},

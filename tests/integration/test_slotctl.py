@@ -358,7 +358,7 @@ def test_status(daemons, bed):
         assert j["metrics_listen"] == st["metrics_listen"] == "127.0.0.1:%d" % d.port
     s = ok_json(daemons["slotd"], "status")
     assert s["queue"] == 7600 and s["relays_configured"] == 2 and s["relays_up"] == 2, s
-    assert s["strategy"] == "randgroup" and s["conns_held"] == 0, s
+    assert s["strategy"] == "cover" and s["conns_held"] == 0, s
     assert s["directory_url"] is None and s["listing_version"] is None, s
     assert kv(ok(daemons["slotd"], "status"))["listing_version"] == "-"
     r = ok_json(daemons["slot-relayd"], "status")
@@ -461,8 +461,11 @@ def test_slotd_cache_relays_rules(bed, daemons):
     assert 38 <= ms(row["path_rtt"]) <= 60, row
     assert dur_s(row["ttl"]) > 500 and dur_s(row["age"]) < 100, row     # cache_ttl 10m
     j = [x for x in ok_json(sd, "cache")["cache"] if x["server"] == server][0]
-    assert set(j) == {"server", "choice", "relay", "path_rtt_us", "age_s", "ttl_s"}, j
+    assert set(j) == {"server", "choice", "relay", "path_rtt_us", "age_s", "ttl_s", "reached",
+                      "why"}, j
     assert j["relay"] == r1.control and 38000 <= j["path_rtt_us"] <= 60000, j
+    # chosen by the selection; relay1 has since connected to port 80
+    assert j["why"] == "selected" and j["reached"] == "80", j
     assert abs(j["age_s"] + j["ttl_s"] - 600) < 1, j
 
     # relays: the first version's columns first, then RTT and quarantine
