@@ -29,6 +29,7 @@ struct client_counters {
 	unsigned long long cache_hits, cache_misses;
 	unsigned long long probes_sent, probe_replies, probe_replies_dropped;
 	unsigned long long direct_probes;
+	unsigned long long direct_probes_connect;	/* by connect: IPv6, or no raw socket */
 	unsigned long long decisions_direct, decisions_relay;
 	unsigned long long repairs;		/* relay taken: direct failed or silent past repair_timeout */
 	unsigned long long relay_before_direct;	/* relay won before the direct probe answered */
@@ -66,6 +67,7 @@ struct decision {
 };
 
 struct hconn;
+struct synp_sock;
 TAILQ_HEAD(hconn_list, hconn);
 struct dirsync;
 
@@ -99,6 +101,7 @@ struct slotd {
 	int probe_fd[2];		/* UDP, bypass-marked: IPv4, IPv6 (-1: none) */
 	ev_io probe_io[2];
 	struct selcache *cache;
+	struct synp_sock *synp;		/* direct probes by bare SYN; NULL: by connect */
 
 	struct decision recent[RECENT_MAX];
 	size_t nrecent, recent_next;

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include "slot/clock.h"
+#include "slot/synprobe.h"
 #include "cstats.h"
 #include "dirsync.h"
 #include "hold.h"
@@ -18,6 +19,7 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	const struct client_counters *c = &d->ctr;
 	struct synq_stats qs = { 0 };
 	struct dirsync_stats ds;
+	const struct synp_stats *syn = d->synp ? synp_stats(d->synp) : NULL;
 	size_t n = 0;
 
 	if (d->q)
@@ -44,7 +46,15 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	C("probe_replies", c->probe_replies, CTL_COUNTER, "Relay probe replies used.");
 	C("probe_replies_dropped", c->probe_replies_dropped, CTL_COUNTER,
 	    "Relay probe replies dropped: late, unknown, forged or malformed.");
-	C("direct_probes", c->direct_probes, CTL_COUNTER, "TCP connects to servers.");
+	C("direct_probes", c->direct_probes, CTL_COUNTER,
+	    "Direct-path probes: bare SYNs, or TCP connects.");
+	C("direct_probes_connect", c->direct_probes_connect, CTL_COUNTER,
+	    "Direct-path probes by TCP connect (the server's application sees them): "
+	    "IPv6, or no raw socket.");
+	C("syn_retransmits", syn ? syn->syns_sent - syn->probes : 0, CTL_COUNTER,
+	    "Probe SYNs sent again, each from a new port with a new ISN.");
+	C("syn_skipped", syn ? syn->skipped : 0, CTL_COUNTER,
+	    "SYN-ACKs set aside as maybe the server's retransmission.");
 	C("decisions_direct", c->decisions_direct, CTL_COUNTER, "Connections sent direct.");
 	C("decisions_relay", c->decisions_relay, CTL_COUNTER,
 	    "Connections sent through a relay.");

@@ -10,6 +10,7 @@
 #include "slot/proto.h"
 #include "slot/select.h"
 #include "slot/sock.h"
+#include "slot/synprobe.h"
 #include "hold.h"
 #include "relays.h"
 
@@ -41,7 +42,8 @@ struct hconn {
 	ev_timer hold;			/* hold_timeout */
 
 	/* probing */
-	int dfd;
+	struct synp_probe *dsp;		/* the direct probe: a bare SYN, or... */
+	int dfd;			/* ...a connect (IPv6, no raw socket) */
 	ev_io dio;
 	uint64_t dstart_us;
 	enum sel_direct direct;
@@ -102,6 +104,8 @@ conn_stop_probing(struct hconn *c)
 		close(c->dfd);
 		c->dfd = -1;
 	}
+	synp_cancel(d->synp, c->dsp);
+	c->dsp = NULL;
 	for (size_t i = 0; i < c->ncand; i++)
 		if (c->pr[i].c)
 			htab_remove(&d->probes, &c->pr[i].node);
@@ -445,6 +449,54 @@ direct_cb(struct ev_loop *loop, ev_io *w, int revents)
 	evaluate(c);
 }
 
+/* The direct SYN's answer. An inexact RTT (maybe a server's SYN-ACK
+ * retransmission, 1 s or more) is still the best known: it may only make
+ * the direct path look worse, which a relay must then beat. */
+static void
+direct_syn_cb(void *arg, enum synp_status st, uint32_t rtt_us, bool exact)
+{
+	struct hconn *c = arg;
+	(void)exact;
+
+	c->dsp = NULL;		/* already freed */
+	if (st == SYNP_OPEN) {
+		c->direct = SEL_DIRECT_OK;
+		c->rtt_direct_us = rtt_us ? rtt_us : 1;
+	} else {
+		c->direct = SEL_DIRECT_REFUSED;
+	}
+	evaluate(c);
+}
+
+/* Starts the direct probe. A bare SYN when it can (the server's
+ * application never sees it), else a connect reset at once. Returns 0, or
+ * -1 with errno set for a local shortage. */
+static int
+direct_start(struct slotd *d, struct hconn *c)
+{
+	if (d->synp && c->server.addr.family == AF_INET) {
+		if ((c->dsp = synp_start(d->synp, &c->server, direct_syn_cb, c)) != NULL)
+			return 0;
+		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+			return -1;
+		/* No ICMP is read on this path: unreachable shows here or
+		 * as silence. */
+		c->direct = SEL_DIRECT_FAILED;
+		return 0;
+	}
+	d->ctr.direct_probes_connect++;
+	if ((c->dfd = sock_connect_nb(&c->server, d->conf.bypass_mark)) == -1) {
+		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+			return -1;
+		c->direct = errno == ECONNREFUSED ? SEL_DIRECT_REFUSED : SEL_DIRECT_FAILED;
+		return 0;
+	}
+	ev_io_init(&c->dio, direct_cb, c->dfd, EV_WRITE);
+	c->dio.data = c;
+	ev_io_start(d->loop, &c->dio);
+	return 0;
+}
+
 static void
 probe_send(struct slotd *d, struct hconn *c, size_t i)
 {
@@ -516,18 +568,11 @@ start_probing(struct slotd *d, struct hconn *c)
 	c->direct = SEL_DIRECT_PENDING;
 	c->dstart_us = clock_mono_us();
 	d->ctr.direct_probes++;
-	if ((c->dfd = sock_connect_nb(&c->server, d->conf.bypass_mark)) == -1) {
-		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-			/* Our shortage says nothing about the path. */
-			log_warn("direct probe");
-			conn_release(c, NULL, "no descriptor for the direct probe");
-			return;
-		}
-		c->direct = errno == ECONNREFUSED ? SEL_DIRECT_REFUSED : SEL_DIRECT_FAILED;
-	} else {
-		ev_io_init(&c->dio, direct_cb, c->dfd, EV_WRITE);
-		c->dio.data = c;
-		ev_io_start(d->loop, &c->dio);
+	if (direct_start(d, c) == -1) {
+		/* Our shortage says nothing about the path. */
+		log_warn("direct probe");
+		conn_release(c, NULL, "no descriptor for the direct probe");
+		return;
 	}
 	for (size_t i = 0; i < k; i++)
 		probe_send(d, c, i);

@@ -20,6 +20,7 @@
 #include "slot/errbuf.h"
 #include "slot/log.h"
 #include "slot/sock.h"
+#include "slot/synprobe.h"
 #include "caps.h"
 #include "cstats.h"
 #include "dirsync.h"
@@ -276,6 +277,10 @@ main(int argc, char **argv)
 	}
 	if (hold_init(d, err, sizeof(err)) == -1)
 		fatalx("%s", err);
+	/* The raw socket needs CAP_NET_RAW, which slotd does not keep. */
+	if ((d->synp = synp_open(d->loop, d->conf.bypass_mark, err, sizeof(err))) == NULL)
+		log_warnx("direct probes by TCP connect, which servers' applications "
+		    "accept: %s (needs CAP_NET_RAW)", err);
 	/* Static relays and the directory's last listing (the cache file):
 	 * the directory itself is asked later, off the loop. */
 	if (dirsync_init(d, err, sizeof(err)) == -1) {
@@ -320,6 +325,8 @@ main(int argc, char **argv)
 	rank_stop(d);
 	dirsync_stop(d);
 	hold_fini(d);
+	synp_close(d->synp);
+	d->synp = NULL;
 	synq_close(d->q);
 	d->q = NULL;
 	relays_free(d);

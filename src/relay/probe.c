@@ -13,6 +13,7 @@
 #include "slot/ratelimit.h"
 #include "slot/rttcache.h"
 #include "slot/sock.h"
+#include "slot/synprobe.h"
 #include "probe.h"
 
 #define PROBE_MAX_WAITERS 64	/* requesters sharing one measurement */
@@ -33,7 +34,9 @@ struct job {
 	struct probe_srv *ps;
 	struct hnode hn;
 	struct endpoint target;
-	int fd;
+	struct synp_probe *sp;	/* the SYN measurement, or... */
+	int fd;			/* ...the connect one (IPv6, no raw socket) */
+	bool inexact;		/* the SYN-ACK may have been the server's retransmission */
 	uint64_t t_start;
 	ev_io io;
 	ev_timer timer;
@@ -49,6 +52,7 @@ struct probe_srv {
 	size_t njobs;
 	struct rttcache *cache;
 	struct ratelimit *rl_req, *rl_dst;
+	struct synp_sock *synp;	/* NULL: connect measurements only */
 };
 
 static void
@@ -81,7 +85,8 @@ probe_reply(struct probe_srv *ps, const struct waiter *w, const struct endpoint 
 }
 
 /* Whether the connect's SYN had to be sent again: its time then holds a
- * retransmission timeout (1 s or more), not the path's RTT. */
+ * retransmission timeout (1 s or more), not the path's RTT. SYN
+ * measurements know which SYN was answered and need no such check. */
 static bool
 syn_retransmitted(int fd)
 {
@@ -96,14 +101,16 @@ static void
 job_finish(struct job *j, uint8_t status, uint32_t rtt_us)
 {
 	struct probe_srv *ps = j->ps;
-	/* A measurement inflated by a lost SYN is answered but not cached,
+	/* A measurement inflated by a lost packet is answered but not cached,
 	 * so the next request measures again instead of keeping that relay
 	 * out of every choice for this server for rtt_cache_ttl. */
-	bool cache = status != PROBE_ST_BUSY &&
-	    !(status == PROBE_ST_OK && j->fd >= 0 && syn_retransmitted(j->fd));
+	bool cache = status != PROBE_ST_BUSY && !(status == PROBE_ST_OK &&
+	    (j->inexact || (j->fd >= 0 && syn_retransmitted(j->fd))));
 
 	ev_io_stop(ps->r->loop, &j->io);
 	ev_timer_stop(ps->r->loop, &j->timer);
+	synp_cancel(ps->synp, j->sp);
+	j->sp = NULL;
 	if (j->fd >= 0)
 		sock_close_rst(j->fd);	/* no FIN handshake: the server sees a RST only */
 	htab_remove(&ps->jobs, &j->hn);
@@ -136,6 +143,16 @@ job_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 		job_finish(j, PROBE_ST_TIMEOUT, 0);
 	else
 		job_finish(j, PROBE_ST_UNREACHABLE, 0);
+}
+
+static void
+job_syn_cb(void *arg, enum synp_status st, uint32_t rtt_us, bool exact)
+{
+	struct job *j = arg;
+
+	j->sp = NULL;		/* already freed */
+	j->inexact = !exact;
+	job_finish(j, st == SYNP_OPEN ? PROBE_ST_OK : PROBE_ST_REFUSED, rtt_us);
 }
 
 static void
@@ -214,6 +231,7 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 		return;
 	}
 	j->ps = ps;
+	j->fd = -1;
 	j->target = *t;
 	j->w[0] = *w;
 	j->nw = 1;
@@ -224,6 +242,20 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 	j->io.data = j;
 	ev_timer_init(&j->timer, job_timer_cb, (double)r->conf.probe_timeout_ms / 1000.0, 0.);
 	j->timer.data = j;
+	/* A bare SYN whose SYN-ACK the kernel resets: the server's
+	 * application never sees the measurement (docs/relay.md). */
+	if (ps->synp && t->addr.family == AF_INET) {
+		r->ctr.measure_syn++;
+		if ((j->sp = synp_start(ps->synp, t, job_syn_cb, j)) == NULL) {
+			int e = errno;
+			job_finish(j, e == EMFILE || e == ENFILE || e == ENOBUFS ||
+			    e == ENOMEM ? PROBE_ST_BUSY : PROBE_ST_UNREACHABLE, 0);
+			return;
+		}
+		ev_timer_start(r->loop, &j->timer);
+		return;
+	}
+	r->ctr.measure_connect++;
 	if ((j->fd = sock_connect_nb(t, 0)) == -1) {
 		int e = errno;
 		job_finish(j, e == EMFILE || e == ENFILE || e == ENOBUFS ? PROBE_ST_BUSY :
@@ -269,7 +301,7 @@ probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 }
 
 struct probe_srv *
-probe_start(struct relay *r, int fd)
+probe_start(struct relay *r, int fd, struct synp_sock *synp)
 {
 	struct probe_srv *ps = calloc(1, sizeof(*ps));
 
@@ -277,6 +309,7 @@ probe_start(struct relay *r, int fd)
 		goto fail;
 	ps->r = r;
 	ps->fd = fd;
+	ps->synp = synp;
 	if (htab_init(&ps->jobs, 64) == -1)
 		goto fail;
 	ps->cache = rttc_new(PROBE_CACHE_SLOTS);
@@ -297,6 +330,7 @@ fail:
 		free(ps);
 	}
 	close(fd);
+	synp_close(synp);
 	return NULL;
 }
 
@@ -325,10 +359,17 @@ probe_stop(struct probe_srv *ps)
 		}
 	}
 	htab_destroy(&ps->jobs);
+	synp_close(ps->synp);
 	rttc_free(ps->cache);
 	rl_free(ps->rl_req);
 	rl_free(ps->rl_dst);
 	free(ps);
+}
+
+const struct synp_stats *
+probe_syn_stats(const struct probe_srv *ps)
+{
+	return ps && ps->synp ? synp_stats(ps->synp) : NULL;
 }
 
 struct cache_walk {

@@ -1,21 +1,28 @@
 #ifndef SLOT_RELAY_PROBE_H
 #define SLOT_RELAY_PROBE_H
 
+#include "slot/synprobe.h"
 #include "relay.h"
 
 /* The UDP probe responder: answers an authenticated PROBE_REQUEST with the
- * relay's RTT to the target (from the RTT cache, else a TCP connect measured
- * and closed with RST) and how long it held the request. Requests for the
+ * relay's RTT to the target (from the RTT cache, else measured: a bare SYN
+ * timed to the SYN-ACK or RST, which the server's application never sees;
+ * a TCP connect closed with RST for IPv6 targets or without a raw socket)
+ * and how long it held the request. Requests for the
  * same target while a measurement runs wait for that one measurement;
  * requesters and targets are rate limited, so relays cannot be turned into a
  * flood against a server. */
 
-/* fd: the bound UDP socket (owned from now on). Returns NULL on failure. */
-struct probe_srv *probe_start(struct relay *r, int fd);
+/* fd: the bound UDP socket; synp: the raw socket for SYN measurements, or
+ * NULL (both owned from now on). Returns NULL on failure. */
+struct probe_srv *probe_start(struct relay *r, int fd, struct synp_sock *synp);
 /* Applies changed rates (after a reload). */
 void probe_reconfigure(struct probe_srv *ps);
 /* Stops answering: closes the socket and abandons measurements. */
 void probe_stop(struct probe_srv *ps);
+
+/* The SYN measurements' counters; NULL without a raw socket. */
+const struct synp_stats *probe_syn_stats(const struct probe_srv *ps);
 
 /* One entry of the RTT cache that is still answered from ("cache"). */
 struct probe_cache_view {

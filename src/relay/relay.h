@@ -26,6 +26,8 @@ struct relay_counters {
 	unsigned long long probes_refused;	/* answered with policy, rate or busy */
 	unsigned long long probes_dropped;	/* malformed, unauthentic, stale, replayed */
 	unsigned long long probes_uncached;	/* measured through a lost SYN: not cached */
+	unsigned long long measure_syn;		/* measurements by a bare SYN */
+	unsigned long long measure_connect;	/* by a TCP connect: IPv6, or no raw socket */
 	unsigned long long control_conns;	/* gauge */
 	unsigned long long control_errors;	/* ERROR messages sent */
 	unsigned long long data_rejected;	/* data connections with no pipe */

@@ -292,6 +292,7 @@ main(int argc, char **argv)
 	const char *path = "/etc/slot/relayd.conf";
 	const char *level_arg = NULL;
 	int check_only = 0, ch, probe_fd = -1, stats_fd = -1, metrics_fd = -1;
+	struct synp_sock *synp;
 	enum slog_level level;
 	char err[512];
 
@@ -352,6 +353,10 @@ main(int argc, char **argv)
 		fatalx("%s", err);
 	if (policy_load_self(&r->conf.policy) == -1)
 		fatal("reading the host's addresses");
+	/* The raw socket needs CAP_NET_RAW: opened now, kept after the drop. */
+	if ((synp = synp_open(r->loop, 0, err, sizeof(err))) == NULL)
+		log_warnx("RTT measurements by TCP connect, which servers' applications "
+		    "accept: %s (needs CAP_NET_RAW)", err);
 	if (drop_privileges(&r->conf, err, sizeof(err)) == -1)
 		fatalx("%s", err);
 
@@ -367,7 +372,7 @@ main(int argc, char **argv)
 	r->accept_retry.data = r;
 	ev_timer_init(&r->drain_timer, drain_timer_cb, 0., 0.);
 	r->drain_timer.data = r;
-	if ((r->probe = probe_start(r, probe_fd)) == NULL ||
+	if ((r->probe = probe_start(r, probe_fd, synp)) == NULL ||
 	    (r->stats = ctlsrv_start(r->loop, stats_fd, stats_handle, r)) == NULL ||
 	    (metrics_fd >= 0 &&
 	    (r->metrics = ctlsrv_start_http(r->loop, metrics_fd, stats_handle, r)) == NULL))

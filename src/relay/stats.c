@@ -16,6 +16,7 @@ stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap)
 	const struct relay_counters *c = &r->ctr;
 	struct dirlink_counters d = { 0 };
 	size_t n = 0;
+	const struct synp_stats *syn = probe_syn_stats(r->probe);
 
 	if (r->dir)
 		dirlink_get_counters(r->dir, &d);
@@ -41,7 +42,15 @@ stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap)
 	C("probes_dropped", c->probes_dropped, CTL_COUNTER,
 	    "Probe datagrams dropped: malformed, unauthentic, stale or replayed.");
 	C("probes_uncached", c->probes_uncached, CTL_COUNTER,
-	    "Measurements whose SYN was retransmitted: answered, not cached.");
+	    "Measurements that may hold a retransmission timeout: answered, not cached.");
+	C("measure_syn", c->measure_syn, CTL_COUNTER,
+	    "RTT measurements by a bare SYN, unseen by the server's application.");
+	C("measure_connect", c->measure_connect, CTL_COUNTER,
+	    "RTT measurements by a TCP connect: IPv6 targets, or no raw socket.");
+	C("syn_retransmits", syn ? syn->syns_sent - syn->probes : 0, CTL_COUNTER,
+	    "SYNs of measurements sent again, each from a new port with a new ISN.");
+	C("syn_skipped", syn ? syn->skipped : 0, CTL_COUNTER,
+	    "SYN-ACKs set aside as maybe the server's retransmission.");
 	C("control_conns", c->control_conns, CTL_GAUGE, "Control connections open.");
 	C("control_errors", c->control_errors, CTL_COUNTER,
 	    "ERROR messages sent on control connections.");

@@ -341,8 +341,11 @@ def test_blackholed_direct_path_goes_through_a_relay(sb, slotd, tags):
 
 
 def test_unreachable_direct_path_is_repaired(sb, slotd, tags):
-    """The router answers client -> server with ICMP host unreachable: the
-    direct probe fails at once, and a relay repairs the path."""
+    """The router answers client -> server with ICMP host unreachable: a
+    relay repairs the path. The direct probe is a bare SYN on a raw socket,
+    which reads no ICMP: it stays silent, and the relay wins as soon as its
+    path beats anything the direct one could still be (relay_before_direct),
+    or at repair_timeout."""
     s = slotd(["relay1"], {"select": {"cache_ttl": 0}})
     rule = ["FORWARD", "-s", sb.ip("client"), "-d", sb.ip("server"), "-p", "tcp",
             "-j", "REJECT", "--reject-with", "icmp-host-unreachable"]
@@ -352,7 +355,8 @@ def test_unreachable_direct_path_is_repaired(sb, slotd, tags):
         r = fetch(sb, tags(), "small", timeout=30)
         d = assert_relayed(sb, s, r, sb.relay("relay1"))
         c1 = s.counters()
-        assert c1["repairs"] - c0["repairs"] >= 1, (slotbed.deltas(c0, c1), d)
+        assert (c1["repairs"] + c1["relay_before_direct"]
+                - c0["repairs"] - c0["relay_before_direct"]) >= 1, (slotbed.deltas(c0, c1), d)
     finally:
         sb.bed.run("router", "iptables", "-w", "-D", *rule, check=False)
 
@@ -548,27 +552,35 @@ def test_cache_early_skips_the_wait_for_pipe_ok(sb, slotd, tags):
         r1.reload({"policy": {"deny_destinations": ""}})
 
 
-def test_relay_does_not_cache_a_probe_slowed_by_a_lost_syn(sb, slotd, tags):
-    # The server drops the first SYN of relay1's measurement: the connect
-    # takes a retransmission timeout (~1 s), which is not the path's RTT.
-    # The relay answers it but does not cache it, so the next connection's
-    # probe measures again and finds the real 40 ms.
+def test_relay_caches_an_exact_measurement_despite_a_lost_syn(sb, slotd, tags):
+    # The server drops the first SYN of relay1's measurement. The relay
+    # sends its SYN again after 1 s from a new port with a new ISN, so the
+    # SYN-ACK names the SYN it answers and the RTT is the path's 40 ms, not
+    # a retransmission timeout: it is cached (probes_uncached stays). The
+    # first connection went direct (the answer came after c_wait); the next
+    # one is relayed on the cached 40 ms, with no new measurement.
     r1 = sb.relay("relay1")
     r1.restart()                         # an RTT cache without the server in it
     s = slotd(["relay1"], {"select": {"cache_ttl": "0"}})
     rule = ["INPUT", "-p", "tcp", "--syn", "-s", r1.ip, "--dport", "80",
             "-m", "statistic", "--mode", "nth", "--every", "100000", "--packet", "0",
             "-j", "DROP"]
-    u0 = r1.counters()["probes_uncached"]
+    c0 = r1.counters()
     sb.bed.run("server", "iptables", "-w", "-I", *rule)
     try:
         a = fetch(sb, tags(), "small")
-        assert_direct(sb, a)             # a 1 s path loses to the 80 ms direct one
-        slotbed.wait_for(lambda: r1.counters()["probes_uncached"] == u0 + 1, 10,
-                         "the uncached measurement")
+        assert_direct(sb, a)             # the relay's answer came after c_wait
+        slotbed.wait_for(lambda: r1.counters()["syn_retransmits"] == c0["syn_retransmits"] + 1,
+                         10, "the measurement's second SYN")
+        slotbed.wait_for(lambda: r1.counters()["probes_answered"] > c0["probes_answered"], 10,
+                         "the relay's answer")
+        c1 = r1.counters()
         b = fetch(sb, tags(), "small")
-        d = assert_relayed(sb, s, b, r1)  # measured again: 40 ms
+        d = assert_relayed(sb, s, b, r1)  # from the cache: 40 ms
         assert d["path_rtt_us"] < 500000, d
+        c2 = r1.counters()
+        assert c2["probes_uncached"] == c0["probes_uncached"], slotbed.deltas(c0, c2)
+        assert c2["measure_syn"] == c1["measure_syn"], slotbed.deltas(c1, c2)
     finally:
         sb.bed.run("server", "iptables", "-w", "-D", *rule, check=False)
 

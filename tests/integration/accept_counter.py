@@ -1,0 +1,53 @@
+"""A fragile server for tests: it handles one connection at a time, logs
+every accept(2) with the peer, answers an HTTP GET with the bytes of a file
+and closes. Run in the server host of a test bed:
+
+    python3 accept_counter.py PORT BODY_FILE LOG_FILE
+
+Log lines: "accept IP PORT", then "served IP PORT" once a request was
+answered, or "dropped IP PORT REASON" (reset, EOF or timeout before a whole
+request: a connection the application saw but that carried nothing)."""
+
+import socket
+import sys
+
+
+def main():
+    port, body_path, log_path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    with open(body_path, "rb") as f:
+        body = f.read()
+    head = ("HTTP/1.0 200 OK\r\nContent-Type: application/octet-stream\r\n"
+            "Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)).encode()
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("0.0.0.0", port))
+    ls.listen(128)
+    log = open(log_path, "a", buffering=1)
+    log.write("listening %d\n" % port)
+    while True:
+        c, (ip, cport) = ls.accept()
+        log.write("accept %s %d\n" % (ip, cport))
+        c.settimeout(10)
+        req = b""
+        why = None
+        try:
+            while b"\r\n\r\n" not in req:
+                b = c.recv(4096)
+                if not b:
+                    why = "eof"
+                    break
+                req += b
+            if why is None:
+                c.sendall(head + body)
+        except socket.timeout:
+            why = "timeout"
+        except OSError as e:
+            why = "error-%d" % (e.errno or 0)
+        finally:
+            c.close()
+        log.write(("served %s %d\n" % (ip, cport)) if why is None
+                  else ("dropped %s %d %s\n" % (ip, cport, why)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Probes the server's application never sees (issue 13).
+
+slotd's direct probe and the relays' RTT measurements are bare SYNs whose
+SYN-ACK the prober's kernel resets: no handshake completes, so the server's
+application accepts nothing but the real connections. The server here is
+accept_counter.py, a one-connection-at-a-time server that logs every
+accept(2). Each test makes many new-server decisions (slotd's cache_ttl 0,
+the relays' rtt_cache_ttl 0: every connection is probed directly and
+measured by every relay), checks every body by sha256, and counts accepts:
+exactly one per transfer, also with loss on the paths, and more than that
+when the daemons lack CAP_NET_RAW and fall back to connect probes (which
+shows the test sees probes when there are any).
+
+    client --80 ms-- server          (direct)
+    client --40-- relay1 --40-- server   path 40 ms: the relay wins
+    client --80-- relay2 --80-- server   no gain
+"""
+
+import os
+import re
+import sys
+
+import pytest
+
+import slotbed
+from slotbed import KiB
+
+RELAYS = {"relay1": (40, 40), "relay2": (80, 80)}
+PORT = 5201                       # hijacked by the bed's slotd config
+BODY = 64 * KiB
+HERE = os.path.dirname(os.path.abspath(__file__))
+NO_NET_RAW = ["setpriv", "--bounding-set", "-net_raw"]
+
+
+@pytest.fixture(scope="module")
+def sb():
+    b = slotbed.SlotBed(RELAYS, direct_rtt=80,
+                        relay_conf={"probe": {"rtt_cache_ttl": "0"}}).up()
+    try:
+        yield b
+    finally:
+        b.down()
+
+
+@pytest.fixture(scope="module")
+def server(sb):
+    """The accept-counting server in the server host: (body sha256, log path)."""
+    body = os.path.join(sb.dir, "accept-body")
+    with open(body, "wb") as f:
+        f.write(os.urandom(BODY))
+    log = os.path.join(sb.dir, "accept.log")
+    p = sb.bed.popen("server", [sys.executable, os.path.join(HERE, "accept_counter.py"),
+                                str(PORT), body, log])
+    slotbed.wait_for(lambda: os.path.exists(log) and "listening" in open(log).read(), 10,
+                     "the accept counter")
+    yield slotbed.sha256_file(body), log
+    p.kill()
+    p.wait()
+
+
+@pytest.fixture
+def slotd(sb, request):
+    started = []
+
+    def start(overrides=None, wrapper=None):
+        s = sb.slotd([sb.relay(n) for n in RELAYS], wrapper=wrapper)
+        s.update({"select": {"cache_ttl": "0"}})
+        s.update(overrides or {})
+        started.append(s)
+        return s.start()
+    yield start
+    for s in started:
+        s.stop()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        for s in started:
+            print("---- slotd %d ----\n%s" % (s.n, s.log()[-8000:]))
+        for r in sb.relays.values():
+            print("---- %s ----\n%s" % (r.host, r.log()[-4000:]))
+    sb.remove_slot_rules()
+
+
+def accepts(log):
+    """[(verb, ip, port)] of the server's log."""
+    out = []
+    for line in open(log).read().splitlines():
+        m = re.match(r"(accept|served|dropped) (\S+) (\d+)", line)
+        if m:
+            out.append((m.group(1), m.group(2), int(m.group(3))))
+    return out
+
+
+def transfers(sb, server, n):
+    """n downloads from the accept counter through slotd, each checked by
+    sha256; returns the server's log lines they caused."""
+    sha, log = server
+    before = len(accepts(log))
+    url = "http://%s:%d/" % (sb.ip("server"), PORT)
+    for i in range(n):
+        r = sb.curl(url + "?n=%d" % i, timeout=60)
+        assert r.rc == 0 and r.status == 200, (r, open(log).read()[-3000:])
+        assert r.size == BODY and r.sha == sha, r
+    # the server logs "served" after its last write: let it catch up
+    slotbed.wait_for(lambda: sum(1 for v, _, _ in accepts(log)[before:] if v == "served") >= n,
+                     10, "the server's log")
+    return accepts(log)[before:]
+
+
+def relay_counters(sb):
+    return {n: sb.relay(n).counters() for n in RELAYS}
+
+
+def check_invisible(sb, server, s, n):
+    c0, r0 = s.counters(), relay_counters(sb)
+    lines = transfers(sb, server, n)
+    c1, r1 = s.counters(), relay_counters(sb)
+    acc = [x for x in lines if x[0] == "accept"]
+    # one accept per transfer: no probe completed a handshake
+    assert len(acc) == n, lines
+    assert not [x for x in lines if x[0] == "dropped"], lines
+    d = slotbed.deltas(c0, c1)
+    assert d["direct_probes"] >= n and d["direct_probes_connect"] == 0, d
+    for name in RELAYS:
+        rd = slotbed.deltas(r0[name], r1[name])
+        assert rd["measure_syn"] >= 1 and rd["measure_connect"] == 0, (name, rd)
+    # the relay that wins did: some transfers went through relay1
+    assert any(ip == sb.relay("relay1").ip for _, ip, _ in acc), acc
+    return d, {n: slotbed.deltas(r0[n], r1[n]) for n in RELAYS}
+
+
+def test_probes_are_never_accepted(sb, server, slotd):
+    s = slotd()
+    d, rd = check_invisible(sb, server, s, 20)
+    assert d["decisions_relay"] >= 15, d
+    print("slotd", d, "relays", rd)
+
+
+def test_probes_are_never_accepted_under_loss(sb, server, slotd):
+    """20% loss each way on the direct path and on relay2's legs, 10% on
+    relay1 - server: SYNs and SYN-ACKs of probes are lost, the probes send
+    theirs again (new port, new ISN), and still no handshake completes."""
+    pairs = [("client", "server", 0.2), ("relay1", "server", 0.1),
+             ("relay2", "server", 0.2)]
+    for a, b, loss in pairs:
+        sb.bed.set_pair(a, b, loss=loss)
+    sb.bed.reload()
+    try:
+        s = slotd({"select": {"hold_timeout": "10s", "repair_timeout": "3s"}})
+        d, rd = check_invisible(sb, server, s, 30)
+        retrans = d["syn_retransmits"] + sum(x["syn_retransmits"] for x in rd.values())
+        assert retrans > 0, (d, rd)
+        print("slotd", d, "relays", rd)
+    finally:
+        for a, b, _ in pairs:
+            sb.bed.set_pair(a, b, loss=0.0)
+        sb.bed.reload()
+
+
+def test_without_cap_net_raw_probes_fall_back_to_connect(sb, server, slotd):
+    """Without CAP_NET_RAW both daemons say so once and probe by connect:
+    transfers still work, and the server's application sees the probes,
+    which is what the tests above would catch."""
+    r1 = sb.relay("relay1")
+    r1.stop()
+    r1.wrapper = NO_NET_RAW
+    try:
+        r1.start()
+        assert "RTT measurements by TCP connect" in r1.log(), r1.log()[-2000:]
+        s = slotd(wrapper=NO_NET_RAW)
+        assert "direct probes by TCP connect" in s.log(), s.log()[-2000:]
+        c0, r0 = s.counters(), r1.counters()
+        lines = transfers(sb, server, 5)
+        d, rd = slotbed.deltas(c0, s.counters()), slotbed.deltas(r0, r1.counters())
+        assert d["direct_probes_connect"] >= 5 and rd["measure_connect"] >= 5, (d, rd)
+        # direct probes and relay1's measurements reach the application
+        assert len([x for x in lines if x[0] == "accept"]) >= 5 + 10, lines
+    finally:
+        r1.stop()
+        r1.wrapper = []
+        r1.start()
