@@ -2,21 +2,19 @@
  * Markov clustering (S. van Dongen, "Graph Clustering by Flow Simulation",
  * 2000) of nodes by RTT. The method is described in include/slot/mcl.h.
  *
- * The matrices are kept transposed: P = M^T is row-stochastic, so that
- * normalising a column of M walks a contiguous row of P, and expansion is
- * (M M)^T = P P. P[j][a] > 0 reads "node j is attracted to a".
+ * The matrices are kept transposed and sparse: P = M^T is row-stochastic,
+ * so that normalising a column of M walks a row of P, and expansion is
+ * (M M)^T = P P. P[j][a] > 0 reads "node j is attracted to a". Rows are
+ * stored compressed (columns ascending, values), and row i of P P is
+ * accumulated in a dense scratch row over the non-zero P[i][k], in
+ * ascending k: each entry is summed in the same order as a dense product
+ * would (zeros add exactly +0.0), so mcl_groups gives bit for bit what the
+ * former dense code gave.
  *
- * Expansion skips zero entries: row i of P P is the sum, over the non-zero
- * P[i][k], of P[i][k] times row k, and row k is walked through its list of
- * non-zero columns when it is sparse, or whole when it is dense. On a
- * complete graph the first rounds are dense (n^3 each); then pruning leaves
- * a few entries per row and a round costs about n^2.
- *
- * Measured on the development machine (2-core AMD EPYC VM, gcc 12 -O2, the
- * defaults, random points in a 1000 x 1000 square, RTT = 1 ms + 0.2 ms per
- * unit of distance, every pair measured): n = 250: 0.016 s (6 groups);
- * n = 1000: 0.78 s (2 groups; 5 dense rounds take nearly all of it). The
- * 250 WonderNetwork servers: about 0.02 s.
+ * A round costs sum over rows i of sum over k in row i of |row k|: n^3 on a
+ * complete graph without a cap, n * max_entries^2 with one. Measured on the
+ * development machine (2-core AMD EPYC VM, gcc 12 -O2), see
+ * docs/directory.md (Sizing) and docs/bench/dird_regroup.md.
  */
 
 #include <math.h>
@@ -37,193 +35,639 @@ mcl_params_default(struct mcl_params *p)
 	p->prune = 1e-5;
 	p->max_iter = 100;
 	p->max_intra_rtt_ms = 0.0;
+	p->max_entries = 0;
 }
 
-/* The RTT of the pair {i, j} (i != j) as the header defines it, NaN when
- * unmeasured. */
-static double
-pair_rtt(const double *rtt, size_t n, size_t i, size_t j)
+/* ---- the graph ---- */
+
+struct hent {
+	uint32_t j;
+	double rtt;
+};
+
+struct mcl_gbuild {
+	struct mcl_gparams p;
+	size_t n;
+	/* keep > 0: a max-heap of each node's keep nearest, worst on top */
+	struct hent *heap;
+	uint32_t *hn;
+	/* keep == 0: every edge, as pairs */
+	uint32_t *ei, *ej;
+	double *er;
+	size_t ne, ecap;
+	uint64_t *wide;
+};
+
+static size_t
+wide_words(size_t n)
 {
-	double a = rtt[i * n + j], b = rtt[j * n + i];
-	int ha = isfinite(a), hb = isfinite(b);
-
-	if (ha && hb)
-		return (a + b) / 2.0;
-	if (ha)
-		return a;
-	return hb ? b : NAN;
+	return (n * n + 63) / 64;
 }
 
-/* Inflates row q (length n, not all zero) in place, normalises it, prunes
- * it and normalises it again. */
+struct mcl_gbuild *
+mcl_gbuild_new(size_t n, const struct mcl_gparams *p, char *err, size_t errlen)
+{
+	struct mcl_gbuild *b;
+
+	if (n == 0) {
+		errbuf_set(err, errlen, "no nodes to cluster");
+		return NULL;
+	}
+	/* Node numbers are uint32_t, and the wide bits n*n. */
+	if (n >= UINT32_MAX || n > SIZE_MAX / n ||
+	    (p->keep > 0 && n > SIZE_MAX / sizeof(struct hent) / p->keep)) {
+		errbuf_set(err, errlen, "%zu nodes: too many", n);
+		return NULL;
+	}
+	if ((b = calloc(1, sizeof(*b))) == NULL)
+		goto nomem;
+	b->p = *p;
+	b->n = n;
+	if (p->keep > 0 && ((b->heap = malloc(n * p->keep * sizeof(*b->heap))) == NULL ||
+	    (b->hn = calloc(n, sizeof(*b->hn))) == NULL))
+		goto nomem;
+	if (p->wide_ms > 0.0 && (b->wide = calloc(wide_words(n), sizeof(*b->wide))) == NULL)
+		goto nomem;
+	return b;
+nomem:
+	mcl_gbuild_free(b);
+	errbuf_set(err, errlen, "out of memory for a graph of %zu nodes", n);
+	return NULL;
+}
+
+void
+mcl_gbuild_free(struct mcl_gbuild *b)
+{
+	if (b == NULL)
+		return;
+	free(b->heap);
+	free(b->hn);
+	free(b->ei);
+	free(b->ej);
+	free(b->er);
+	free(b->wide);
+	free(b);
+}
+
 static void
-inflate_row(double *restrict q, size_t n, double inflation, double prune)
+wide_set(uint64_t *w, size_t n, size_t i, size_t j)
+{
+	w[(i * n + j) / 64] |= 1ull << ((i * n + j) % 64);
+	w[(j * n + i) / 64] |= 1ull << ((j * n + i) % 64);
+}
+
+/* Whether a is a worse neighbour than b: farther, or as far and higher. */
+static int
+worse(const struct hent *a, const struct hent *b)
+{
+	return a->rtt > b->rtt || (a->rtt == b->rtt && a->j > b->j);
+}
+
+/* Offers j at rtt to node i's heap of its keep nearest. */
+static void
+heap_offer(struct mcl_gbuild *b, size_t i, uint32_t j, double rtt)
+{
+	struct hent *h = b->heap + i * b->p.keep, e = { j, rtt };
+	size_t k = b->hn[i], c;
+
+	if (k < b->p.keep) {
+		/* sift up */
+		while (k > 0 && worse(&e, &h[(k - 1) / 2])) {
+			h[k] = h[(k - 1) / 2];
+			k = (k - 1) / 2;
+		}
+		h[k] = e;
+		b->hn[i]++;
+		return;
+	}
+	if (!worse(&h[0], &e))
+		return;
+	/* replace the worst, sift down */
+	k = 0;
+	while ((c = 2 * k + 1) < b->p.keep) {
+		if (c + 1 < b->p.keep && worse(&h[c + 1], &h[c]))
+			c++;
+		if (!worse(&h[c], &e))
+			break;
+		h[k] = h[c];
+		k = c;
+	}
+	h[k] = e;
+}
+
+int
+mcl_gbuild_pair(struct mcl_gbuild *b, size_t i, size_t j, double rtt_ms, char *err,
+    size_t errlen)
+{
+	if (!isfinite(rtt_ms))
+		return 0;
+	if (rtt_ms < 0.0) {
+		errbuf_set(err, errlen, "negative RTT %g ms between nodes %zu and %zu", rtt_ms,
+		    i < j ? i : j, i < j ? j : i);
+		return -1;
+	}
+	if (b->wide != NULL && rtt_ms > b->p.wide_ms)
+		wide_set(b->wide, b->n, i, j);
+	if (rtt_ms > b->p.edge_max_ms)
+		return 0;
+	if (b->p.keep > 0) {
+		heap_offer(b, i, (uint32_t)j, rtt_ms);
+		heap_offer(b, j, (uint32_t)i, rtt_ms);
+		return 0;
+	}
+	if (b->ne == b->ecap) {
+		size_t cap = b->ecap ? 2 * b->ecap : 1024;
+		uint32_t *ei = realloc(b->ei, cap * sizeof(*ei)), *ej;
+		double *er;
+
+		if (ei != NULL)
+			b->ei = ei;
+		ej = realloc(b->ej, cap * sizeof(*ej));
+		if (ej != NULL)
+			b->ej = ej;
+		er = realloc(b->er, cap * sizeof(*er));
+		if (er != NULL)
+			b->er = er;
+		if (ei == NULL || ej == NULL || er == NULL) {
+			errbuf_set(err, errlen, "out of memory for the graph's edges");
+			return -1;
+		}
+		b->ecap = cap;
+	}
+	b->ei[b->ne] = (uint32_t)i;
+	b->ej[b->ne] = (uint32_t)j;
+	b->er[b->ne] = rtt_ms;
+	b->ne++;
+	return 0;
+}
+
+struct nbr_rtt {
+	uint32_t j;
+	double rtt;
+};
+
+static int
+cmp_nbr(const void *x, const void *y)
+{
+	const struct nbr_rtt *a = x, *b = y;
+
+	return a->j < b->j ? -1 : a->j > b->j;
+}
+
+/* Adds the directed edge i -> j to the graph being filled (pos: next slot
+ * of each row). */
+static void
+put(struct mcl_graph *g, size_t *pos, size_t i, uint32_t j, double rtt)
+{
+	g->nbr[pos[i]] = j;
+	g->rtt[pos[i]] = rtt;
+	pos[i]++;
+}
+
+/* Sorts each row by neighbour and drops repeats (a pair both ends kept),
+ * compacting the rows. */
+static int
+sort_rows(struct mcl_graph *g)
+{
+	size_t out = 0, maxdeg = 0;
+	struct nbr_rtt *t;
+
+	for (size_t i = 0; i < g->n; i++)
+		if (g->off[i + 1] - g->off[i] > maxdeg)
+			maxdeg = g->off[i + 1] - g->off[i];
+	if ((t = malloc((maxdeg ? maxdeg : 1) * sizeof(*t))) == NULL)
+		return -1;
+	for (size_t i = 0; i < g->n; i++) {
+		size_t a = g->off[i], d = g->off[i + 1] - a, k = 0;
+		int sorted = 1;
+
+		for (size_t y = 0; y < d; y++) {
+			t[y].j = g->nbr[a + y];
+			t[y].rtt = g->rtt[a + y];
+			if (y > 0 && t[y].j <= t[y - 1].j)
+				sorted = 0;
+		}
+		if (!sorted)
+			qsort(t, d, sizeof(*t), cmp_nbr);
+		g->off[i] = out;
+		for (size_t y = 0; y < d; y++) {
+			if (k > 0 && t[y].j == g->nbr[out - 1])
+				continue;
+			g->nbr[out] = t[y].j;
+			g->rtt[out] = t[y].rtt;
+			out++;
+			k++;
+		}
+	}
+	g->off[g->n] = out;
+	free(t);
+	return 0;
+}
+
+int
+mcl_gbuild_finish(struct mcl_gbuild *b, struct mcl_graph *g, char *err, size_t errlen)
+{
+	size_t n = b->n, total = 0, *pos = NULL;
+
+	memset(g, 0, sizeof(*g));
+	g->n = n;
+	if ((g->off = calloc(n + 1, sizeof(*g->off))) == NULL ||
+	    (pos = malloc(n * sizeof(*pos))) == NULL)
+		goto nomem;
+	/* Degrees, both directions of every kept pair. */
+	if (b->p.keep > 0) {
+		for (size_t i = 0; i < n; i++) {
+			const struct hent *h = b->heap + i * b->p.keep;
+
+			for (size_t y = 0; y < b->hn[i]; y++) {
+				g->off[i + 1]++;
+				g->off[h[y].j + 1]++;
+			}
+		}
+	} else {
+		for (size_t e = 0; e < b->ne; e++) {
+			g->off[b->ei[e] + 1]++;
+			g->off[b->ej[e] + 1]++;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		g->off[i + 1] += g->off[i];
+	total = g->off[n];
+	if ((g->nbr = malloc((total ? total : 1) * sizeof(*g->nbr))) == NULL ||
+	    (g->rtt = malloc((total ? total : 1) * sizeof(*g->rtt))) == NULL)
+		goto nomem;
+	memcpy(pos, g->off, n * sizeof(*pos));
+	if (b->p.keep > 0) {
+		for (size_t i = 0; i < n; i++) {
+			const struct hent *h = b->heap + i * b->p.keep;
+
+			for (size_t y = 0; y < b->hn[i]; y++) {
+				put(g, pos, i, h[y].j, h[y].rtt);
+				put(g, pos, h[y].j, (uint32_t)i, h[y].rtt);
+			}
+		}
+	} else {
+		for (size_t e = 0; e < b->ne; e++) {
+			put(g, pos, b->ei[e], b->ej[e], b->er[e]);
+			put(g, pos, b->ej[e], b->ei[e], b->er[e]);
+		}
+	}
+	if (sort_rows(g) < 0)
+		goto nomem;
+	g->wide = b->wide;
+	g->wide_ms = b->p.wide_ms;
+	b->wide = NULL;
+	free(pos);
+	mcl_gbuild_free(b);
+	return 0;
+nomem:
+	free(pos);
+	mcl_gbuild_free(b);
+	mcl_graph_free(g);
+	errbuf_set(err, errlen, "out of memory for a graph of %zu nodes", n);
+	return -1;
+}
+
+void
+mcl_graph_free(struct mcl_graph *g)
+{
+	free(g->off);
+	free(g->nbr);
+	free(g->rtt);
+	free(g->wide);
+	memset(g, 0, sizeof(*g));
+}
+
+/* Position of j in row i, or -1. */
+static long
+edge_at(const struct mcl_graph *g, size_t i, size_t j)
+{
+	size_t lo = g->off[i], hi = g->off[i + 1];
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (g->nbr[mid] < j)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < g->off[i + 1] && g->nbr[lo] == j ? (long)lo : -1;
+}
+
+double
+mcl_graph_rtt(const struct mcl_graph *g, size_t i, size_t j)
+{
+	long k = edge_at(g, i, j);
+
+	return k >= 0 ? g->rtt[k] : NAN;
+}
+
+bool
+mcl_graph_wide(const struct mcl_graph *g, size_t i, size_t j)
+{
+	size_t b = i * g->n + j;
+
+	return g->wide != NULL && (g->wide[b / 64] >> (b % 64) & 1);
+}
+
+/* ---- the flow ---- */
+
+/* A sparse square matrix, rows compressed, columns ascending. */
+struct smat {
+	size_t *off;		/* n + 1 */
+	uint32_t *col;
+	double *val;
+	size_t cap;
+};
+
+static int
+smat_reserve(struct smat *m, size_t need)
+{
+	size_t cap = m->cap ? m->cap : 1024;
+	uint32_t *c;
+	double *v;
+
+	if (need <= m->cap)
+		return 0;
+	while (cap < need)
+		cap *= 2;
+	if ((c = realloc(m->col, cap * sizeof(*c))) == NULL)
+		return -1;
+	m->col = c;
+	if ((v = realloc(m->val, cap * sizeof(*v))) == NULL)
+		return -1;
+	m->val = v;
+	m->cap = cap;
+	return 0;
+}
+
+static void
+smat_free(struct smat *m)
+{
+	free(m->off);
+	free(m->col);
+	free(m->val);
+}
+
+/* The value at (i, j), 0 if none. */
+static double
+smat_at(const struct smat *m, size_t i, size_t j)
+{
+	size_t lo = m->off[i], hi = m->off[i + 1];
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (m->col[mid] < j)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < m->off[i + 1] && m->col[lo] == j ? m->val[lo] : 0.0;
+}
+
+/* Builds the starting matrix: row-normalised weights with self-loops. */
+static int
+build(const struct mcl_graph *g, struct smat *p)
+{
+	size_t n = g->n;
+
+	if ((p->off = malloc((n + 1) * sizeof(*p->off))) == NULL ||
+	    smat_reserve(p, g->off[n] + n) < 0)
+		return -1;
+	p->off[0] = 0;
+	for (size_t i = 0; i < n; i++) {
+		size_t a = g->off[i], d = g->off[i + 1] - a, o = p->off[i], k = 0;
+		double max = 0.0, sum = 0.0;
+		int self = 0;
+
+		for (size_t y = 0; y <= d; y++) {
+			double w;
+			uint32_t c;
+
+			if (!self && (y == d || g->nbr[a + y] > i)) {
+				self = 1;
+				p->col[o + k] = (uint32_t)i;
+				p->val[o + k++] = -1.0;	/* set below */
+			}
+			if (y == d)
+				break;
+			c = g->nbr[a + y];
+			w = 1.0 / (g->rtt[a + y] < MCL_MIN_RTT_MS ? MCL_MIN_RTT_MS :
+			    g->rtt[a + y]);
+			if (w > max)
+				max = w;
+			p->col[o + k] = c;
+			p->val[o + k++] = w;
+		}
+		for (size_t y = 0; y < k; y++) {
+			if (p->val[o + y] < 0.0)
+				p->val[o + y] = max > 0.0 ? max : 1.0;
+			sum += p->val[o + y];
+		}
+		for (size_t y = 0; y < k; y++)
+			p->val[o + y] /= sum;
+		p->off[i + 1] = o + k;
+	}
+	return 0;
+}
+
+/* Inflates the m entries of one row in place, normalises, prunes and
+ * normalises again; returns the entries left (zeros dropped). */
+static size_t
+inflate_row(uint32_t *col, double *q, size_t m, double inflation, double prune)
 {
 	double sum = 0.0, max = 0.0;
-	size_t imax = 0;
+	size_t imax = 0, k = 0;
 
 	/* Scaled by the row's largest entry first, so that a high inflation
 	 * cannot underflow the whole row to zero. */
-	for (size_t c = 0; c < n; c++)
+	for (size_t c = 0; c < m; c++)
 		if (q[c] > max) {
 			max = q[c];
 			imax = c;
 		}
-	for (size_t c = 0; c < n; c++)
-		if (q[c] != 0.0) {
-			double x = q[c] / max;
+	for (size_t c = 0; c < m; c++) {
+		double x = q[c] / max;
 
-			q[c] = inflation == 2.0 ? x * x : pow(x, inflation);
-			sum += q[c];
-		}
-	for (size_t c = 0; c < n; c++)
+		q[c] = inflation == 2.0 ? x * x : pow(x, inflation);
+		sum += q[c];
+	}
+	for (size_t c = 0; c < m; c++)
 		q[c] /= sum;
 	/* The largest entry stays, so no row can vanish whatever prune is. */
 	sum = 0.0;
-	for (size_t c = 0; c < n; c++) {
+	for (size_t c = 0; c < m; c++) {
 		if (q[c] < prune && c != imax)
 			q[c] = 0.0;
 		sum += q[c];
 	}
-	for (size_t c = 0; c < n; c++)
+	for (size_t c = 0; c < m; c++) {
 		q[c] /= sum;
-}
-
-/* Lists the non-zero columns of each row of p into nz (n per row). */
-static void
-index_rows(const double *p, size_t n, uint32_t *nz, size_t *cnt)
-{
-	for (size_t i = 0; i < n; i++) {
-		const double *row = p + i * n;
-		uint32_t *out = nz + i * n;
-		size_t k = 0;
-
-		for (size_t c = 0; c < n; c++)
-			if (row[c] != 0.0)
-				out[k++] = (uint32_t)c;
-		cnt[i] = k;
+		if (q[c] != 0.0) {
+			col[k] = col[c];
+			q[k++] = q[c];
+		}
 	}
+	return k;
 }
 
-/* Two doubles at a time (SSE2 on x86-64, NEON on arm64): gcc -O2 does not
- * vectorise the dense loop by itself. memcpy keeps the accesses legal at
- * any alignment and compiles to plain unaligned loads and stores. */
-typedef double v2d __attribute__((vector_size(16)));
+struct centry {
+	uint32_t col;
+	double val;
+};
 
-static inline v2d
-v2d_load(const double *s)
+static int
+cmp_col(const void *x, const void *y)
 {
-	v2d v;
+	const struct centry *a = x, *b = y;
 
-	memcpy(&v, s, sizeof(v));
-	return v;
+	return a->col < b->col ? -1 : a->col > b->col;
 }
 
-static inline void
-v2d_store(double *d, v2d v)
+/* Whether a ranks below b: smaller, or as large and a higher column. */
+static int
+below(const struct centry *a, const struct centry *b)
 {
-	memcpy(d, &v, sizeof(v));
+	return a->val < b->val || (a->val == b->val && a->col > b->col);
 }
+
+/* Keeps the cap largest of m entries (ties to the lower column) through a
+ * heap of cap entries, smallest on top; then puts the row in column order,
+ * normalised. t is scratch of cap entries. Returns the entries left. */
+static size_t
+cap_row(uint32_t *col, double *q, size_t m, size_t cap, struct centry *t)
+{
+	size_t k = 0;
+	double sum = 0.0;
+
+	for (size_t c = 0; c < m; c++) {
+		struct centry e = { col[c], q[c] };
+		size_t x, y;
+
+		if (k < cap) {
+			for (x = k++; x > 0 && below(&e, &t[(x - 1) / 2]); x = (x - 1) / 2)
+				t[x] = t[(x - 1) / 2];
+			t[x] = e;
+			continue;
+		}
+		if (!below(&t[0], &e))
+			continue;
+		for (x = 0; (y = 2 * x + 1) < cap; x = y) {
+			if (y + 1 < cap && below(&t[y + 1], &t[y]))
+				y++;
+			if (!below(&t[y], &e))
+				break;
+			t[x] = t[y];
+		}
+		t[x] = e;
+	}
+	qsort(t, k, sizeof(*t), cmp_col);
+	for (size_t c = 0; c < k; c++)
+		sum += t[c].val;
+	for (size_t c = 0; c < k; c++) {
+		col[c] = t[c].col;
+		q[c] = t[c].val / sum;
+	}
+	return k;
+}
+
+static int
+cmp_u32(const void *x, const void *y)
+{
+	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/* Scratch of one expansion: a dense accumulator row and the columns it
+ * touched. */
+struct spa {
+	double *acc;
+	unsigned char *mark;
+	uint32_t *touched;
+	struct centry *tmp;
+};
 
 /*
- * Rows i..i+3 of q = p p. Four rows at a time, so that each row k of p is
- * read once for four rows of q: the dense rounds are bound by reading p,
- * not by arithmetic. An entry P[i][k] of zero adds exactly +0.0, so the
- * result equals a row-by-row sum in the same order of k.
+ * One round: q = inflate(p p), then prune and cap. Returns the largest
+ * change of an entry against p, or -1 out of memory.
  */
-static void
-expand4(const double *restrict p, double *restrict q, size_t n, size_t i,
-    const uint32_t *nz, const size_t *cnt, size_t dense)
+static double
+round_once(const struct smat *p, struct smat *q, size_t n, const struct mcl_params *mp,
+    struct spa *s)
 {
-	double *restrict q0 = q + i * n, *restrict q1 = q0 + n;
-	double *restrict q2 = q1 + n, *restrict q3 = q2 + n;
-	const double *p0 = p + i * n, *p1 = p0 + n, *p2 = p1 + n, *p3 = p2 + n;
+	double change = 0.0;
 
-	memset(q0, 0, 4 * n * sizeof(*q0));
-	for (size_t k = 0; k < n; k++) {
-		double a0 = p0[k], a1 = p1[k], a2 = p2[k], a3 = p3[k];
-		const double *restrict pk = p + k * n;
+	q->off[0] = 0;
+	for (size_t i = 0; i < n; i++) {
+		size_t t = 0, o = q->off[i], m;
 
-		if (a0 == 0.0 && a1 == 0.0 && a2 == 0.0 && a3 == 0.0)
-			continue;
-		if (cnt[k] > dense) {
-			size_t c = 0;
-			v2d b0 = { a0, a0 }, b1 = { a1, a1 };
-			v2d b2 = { a2, a2 }, b3 = { a3, a3 };
+		for (size_t y = p->off[i]; y < p->off[i + 1]; y++) {
+			size_t k = p->col[y];
+			double a = p->val[y];
 
-			for (; c + 2 <= n; c += 2) {
-				v2d v = v2d_load(pk + c);
+			for (size_t z = p->off[k]; z < p->off[k + 1]; z++) {
+				uint32_t c = p->col[z];
 
-				v2d_store(q0 + c, v2d_load(q0 + c) + b0 * v);
-				v2d_store(q1 + c, v2d_load(q1 + c) + b1 * v);
-				v2d_store(q2 + c, v2d_load(q2 + c) + b2 * v);
-				v2d_store(q3 + c, v2d_load(q3 + c) + b3 * v);
-			}
-			for (; c < n; c++) {
-				double v = pk[c];
-
-				q0[c] += a0 * v;
-				q1[c] += a1 * v;
-				q2[c] += a2 * v;
-				q3[c] += a3 * v;
-			}
-		} else {
-			const uint32_t *nzk = nz + k * n;
-
-			for (size_t y = 0; y < cnt[k]; y++) {
-				size_t c = nzk[y];
-				double v = pk[c];
-
-				q0[c] += a0 * v;
-				q1[c] += a1 * v;
-				q2[c] += a2 * v;
-				q3[c] += a3 * v;
+				if (!s->mark[c]) {
+					s->mark[c] = 1;
+					s->acc[c] = 0.0;
+					s->touched[t++] = c;
+				}
+				s->acc[c] += a * p->val[z];
 			}
 		}
-	}
-}
-
-/* Row i of q = p p. */
-static void
-expand1(const double *restrict p, double *restrict q, size_t n, size_t i,
-    const uint32_t *nz, const size_t *cnt, size_t dense)
-{
-	double *restrict qi = q + i * n;
-	const double *pi = p + i * n;
-
-	memset(qi, 0, n * sizeof(*qi));
-	for (size_t k = 0; k < n; k++) {
-		double a = pi[k];
-		const double *restrict pk = p + k * n;
-
-		if (a == 0.0)
-			continue;
-		if (cnt[k] > dense) {
+		if (smat_reserve(q, o + t) < 0)
+			return -1.0;
+		/* Columns ascending: scan the marks when most are touched. A
+		 * capped row is put in order after the cap, on fewer entries
+		 * (its sums then run in the order the columns were reached,
+		 * which depends on the input only). */
+		if (mp->max_entries > 0) {
+			/* as reached */
+		} else if (t > n / 8) {
+			m = 0;
 			for (size_t c = 0; c < n; c++)
-				qi[c] += a * pk[c];
+				if (s->mark[c])
+					s->touched[m++] = (uint32_t)c;
 		} else {
-			const uint32_t *nzk = nz + k * n;
+			qsort(s->touched, t, sizeof(*s->touched), cmp_u32);
+		}
+		m = 0;
+		for (size_t y = 0; y < t; y++) {
+			uint32_t c = s->touched[y];
 
-			for (size_t y = 0; y < cnt[k]; y++)
-				qi[nzk[y]] += a * pk[nzk[y]];
+			s->mark[c] = 0;
+			if (s->acc[c] != 0.0) {
+				q->col[o + m] = c;
+				q->val[o + m++] = s->acc[c];
+			}
+		}
+		m = inflate_row(q->col + o, q->val + o, m, mp->inflation, mp->prune);
+		if (mp->max_entries > 0)
+			m = cap_row(q->col + o, q->val + o, m, mp->max_entries, s->tmp);
+		q->off[i + 1] = o + m;
+
+		/* The change against p's row, over the union of both. */
+		for (size_t a = p->off[i], b = o; a < p->off[i + 1] || b < o + m;) {
+			double d;
+
+			if (b == o + m || (a < p->off[i + 1] && p->col[a] < q->col[b]))
+				d = p->val[a++];
+			else if (a == p->off[i + 1] || q->col[b] < p->col[a])
+				d = q->val[b++];
+			else
+				d = p->val[a++] - q->val[b++];
+			if (fabs(d) > change)
+				change = fabs(d);
 		}
 	}
+	return change;
 }
 
-/* q = p p, walking each row k of p through its list of non-zero columns
- * when it is sparse, or whole when it has more than n/4 entries (there the
- * contiguous loop is cheaper than the indexed one). */
-static void
-expand(const double *p, double *q, size_t n, const uint32_t *nz,
-    const size_t *cnt)
-{
-	size_t i = 0;
-
-	for (; i + 4 <= n; i += 4)
-		expand4(p, q, n, i, nz, cnt, n / 4);
-	for (; i < n; i++)
-		expand1(p, q, n, i, nz, cnt, n / 4);
-}
+/* ---- reading the result, splitting ---- */
 
 static size_t
 uf_find(size_t *parent, size_t x)
@@ -266,36 +710,54 @@ number_groups(const size_t *label, size_t n, uint32_t *group, uint32_t *map)
 }
 
 /* Reads the clusters off the final matrix p into label (a node index per
- * node); parent is scratch. */
+ * node); parent and diag are scratch. */
 static void
-interpret(const double *p, size_t n, size_t *label, size_t *parent)
+interpret(const struct smat *p, size_t n, size_t *label, size_t *parent, double *diag)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		parent[i] = i;
+		diag[i] = smat_at(p, i, i);
+	}
 	for (size_t a = 0; a < n; a++) {
-		if (p[a * n + a] == 0.0)
+		if (diag[a] == 0.0)
 			continue;
-		for (size_t b = 0; b < n; b++)
-			if (b != a && p[a * n + b] != 0.0 && p[b * n + b] != 0.0)
+		for (size_t y = p->off[a]; y < p->off[a + 1]; y++) {
+			size_t b = p->col[y];
+
+			if (b != a && diag[b] != 0.0)
 				uf_union(parent, a, b);
+		}
 	}
 	for (size_t j = 0; j < n; j++) {
-		if (p[j * n + j] != 0.0) {
+		if (diag[j] != 0.0) {
 			label[j] = uf_find(parent, j);
 			continue;
 		}
 		label[j] = j;
-		for (size_t a = 0; a < n; a++)
-			if (p[j * n + a] != 0.0 && p[a * n + a] != 0.0) {
+		for (size_t y = p->off[j]; y < p->off[j + 1]; y++) {
+			size_t a = p->col[y];
+
+			if (diag[a] != 0.0) {
 				label[j] = uf_find(parent, a);
 				break;
 			}
+		}
 	}
 }
 
+/* The RTT of {i, j} for the split: the edge's; +inf for a pair known only
+ * to be wider than the bound; NaN unmeasured. */
+static double
+split_rtt(const struct mcl_graph *g, size_t i, size_t j)
+{
+	double r = mcl_graph_rtt(g, i, j);
+
+	return isnan(r) && mcl_graph_wide(g, i, j) ? INFINITY : r;
+}
+
 struct by_rtt {
-	const double *rtt;
-	size_t n, seed;
+	const struct mcl_graph *g;
+	size_t seed;
 };
 
 /* Orders nodes by RTT to the seed, unmeasured last, then by index. */
@@ -304,8 +766,8 @@ cmp_by_rtt(const void *x, const void *y, void *arg)
 {
 	const struct by_rtt *c = arg;
 	size_t i = *(const size_t *)x, j = *(const size_t *)y;
-	double ri = pair_rtt(c->rtt, c->n, c->seed, i);
-	double rj = pair_rtt(c->rtt, c->n, c->seed, j);
+	double ri = split_rtt(c->g, c->seed, i);
+	double rj = split_rtt(c->g, c->seed, j);
 
 	if (isnan(ri) != isnan(rj))
 		return isnan(ri) ? 1 : -1;
@@ -314,20 +776,18 @@ cmp_by_rtt(const void *x, const void *y, void *arg)
 	return i < j ? -1 : i > j;
 }
 
-/* Largest measured RTT among the s nodes m[]. */
-static double
-max_pair(const double *rtt, size_t n, const size_t *m, size_t s)
+/* Whether some measured pair among the s nodes m[] is wider than bound. */
+static int
+too_wide(const struct mcl_graph *g, double bound, const size_t *m, size_t s)
 {
-	double max = 0.0;
-
 	for (size_t a = 0; a < s; a++)
 		for (size_t b = a + 1; b < s; b++) {
-			double r = pair_rtt(rtt, n, m[a], m[b]);
+			double r = split_rtt(g, m[a], m[b]);
 
-			if (!isnan(r) && r > max)
-				max = r;
+			if (!isnan(r) && r > bound)
+				return 1;
 		}
-	return max;
+	return 0;
 }
 
 /*
@@ -342,11 +802,11 @@ max_pair(const double *rtt, size_t n, const size_t *m, size_t s)
  * cand and cur are scratch of s entries each.
  */
 static void
-split_group(const double *rtt, size_t n, double bound, const size_t *m,
-    size_t s, size_t *label, unsigned char *placed, size_t *cand, size_t *cur)
+split_group(const struct mcl_graph *g, double bound, const size_t *m, size_t s,
+    size_t *label, unsigned char *placed, size_t *cand, size_t *cur)
 {
 	for (size_t a = 0; a < s; a++) {
-		struct by_rtt ctx = { rtt, n, m[a] };
+		struct by_rtt ctx = { g, m[a] };
 		size_t nc = 0, ncur = 0;
 
 		if (placed[m[a]])
@@ -362,7 +822,7 @@ split_group(const double *rtt, size_t n, double bound, const size_t *m,
 			int ok = 1, measured = 0;
 
 			for (size_t y = 0; y < ncur && ok; y++) {
-				double r = pair_rtt(rtt, n, cand[x], cur[y]);
+				double r = split_rtt(g, cand[x], cur[y]);
 
 				if (!isnan(r)) {
 					measured = 1;
@@ -384,30 +844,30 @@ split_group(const double *rtt, size_t n, double bound, const size_t *m,
  * order/start (a counting sort of the nodes by group); scratch holds 2n.
  */
 static void
-split_wide(const double *rtt, size_t n, double bound, const uint32_t *group,
-    size_t ng, size_t *label, size_t *order, size_t *start,
-    unsigned char *placed, size_t *scratch)
+split_wide(const struct mcl_graph *g, double bound, const uint32_t *group, size_t ng,
+    size_t *label, size_t *order, size_t *start, unsigned char *placed, size_t *scratch)
 {
-	for (size_t g = 0; g <= ng; g++)
-		start[g] = 0;
+	size_t n = g->n;
+
+	for (size_t k = 0; k <= ng; k++)
+		start[k] = 0;
 	for (size_t i = 0; i < n; i++)
 		start[group[i] + 1]++;
-	for (size_t g = 0; g < ng; g++)
-		start[g + 1] += start[g];
+	for (size_t k = 0; k < ng; k++)
+		start[k + 1] += start[k];
 	for (size_t i = 0; i < n; i++)
-		order[start[group[i]]++] = i;	/* start[g] moves to g's end */
-	for (size_t g = ng; g > 0; g--)
-		start[g] = start[g - 1];
+		order[start[group[i]]++] = i;	/* start[k] moves to k's end */
+	for (size_t k = ng; k > 0; k--)
+		start[k] = start[k - 1];
 	start[0] = 0;
 	memset(placed, 0, n);
 
-	for (size_t g = 0; g < ng; g++) {
-		const size_t *m = order + start[g];
-		size_t s = start[g + 1] - start[g];
+	for (size_t k = 0; k < ng; k++) {
+		const size_t *m = order + start[k];
+		size_t s = start[k + 1] - start[k];
 
-		if (max_pair(rtt, n, m, s) > bound)
-			split_group(rtt, n, bound, m, s, label, placed, scratch,
-			    scratch + n);
+		if (too_wide(g, bound, m, s))
+			split_group(g, bound, m, s, label, placed, scratch, scratch + n);
 	}
 }
 
@@ -434,51 +894,17 @@ check_params(const struct mcl_params *p, char *err, size_t errlen)
 	return 0;
 }
 
-/* Builds the starting matrix: row-normalised weights with self-loops.
- * Returns 0, or -1 on a negative RTT. */
-static int
-build(const double *rtt, size_t n, double *p, char *err, size_t errlen)
-{
-	for (size_t i = 0; i < n; i++) {
-		double *row = p + i * n, max = 0.0, sum = 0.0;
-
-		for (size_t j = 0; j < n; j++) {
-			double r;
-
-			row[j] = 0.0;
-			if (j == i)
-				continue;
-			r = pair_rtt(rtt, n, i, j);
-			if (isnan(r))
-				continue;
-			if (r < 0.0) {
-				errbuf_set(err, errlen, "negative RTT %g ms between "
-				    "nodes %zu and %zu", r, i, j);
-				return -1;
-			}
-			row[j] = 1.0 / (r < MCL_MIN_RTT_MS ? MCL_MIN_RTT_MS : r);
-			if (row[j] > max)
-				max = row[j];
-		}
-		row[i] = max > 0.0 ? max : 1.0;
-		for (size_t j = 0; j < n; j++)
-			sum += row[j];
-		for (size_t j = 0; j < n; j++)
-			row[j] /= sum;
-	}
-	return 0;
-}
-
 int
-mcl_groups(const double *rtt_ms, size_t n, const struct mcl_params *p,
-    uint32_t *group, size_t *ngroups, char *err, size_t errlen)
+mcl_groups_graph(const struct mcl_graph *g, const struct mcl_params *p, uint32_t *group,
+    size_t *ngroups, char *err, size_t errlen)
 {
 	struct mcl_params def;
-	double *a = NULL, *b = NULL;
-	uint32_t *nz = NULL, *map = NULL;
-	size_t *cnt = NULL, *label = NULL, *parent = NULL, *order = NULL;
-	size_t *scratch = NULL;
+	struct smat a = { 0 }, b = { 0 }, t;
+	struct spa s = { 0 };
+	uint32_t *map = NULL;
+	size_t n = g->n, *label = NULL, *parent = NULL, *order = NULL, *scratch = NULL;
 	unsigned char *placed = NULL;
+	double *diag = NULL;
 	int rc = -1;
 
 	if (p == NULL) {
@@ -491,43 +917,33 @@ mcl_groups(const double *rtt_ms, size_t n, const struct mcl_params *p,
 		errbuf_set(err, errlen, "no nodes to cluster");
 		return -1;
 	}
-	/* Node numbers are uint32_t, and n*n doubles must be addressable. */
-	if (n >= UINT32_MAX || n > SIZE_MAX / sizeof(double) / n) {
+	if (n >= UINT32_MAX) {
 		errbuf_set(err, errlen, "%zu nodes: too many", n);
 		return -1;
 	}
-	a = malloc(n * n * sizeof(*a));
-	b = malloc(n * n * sizeof(*b));
-	nz = malloc(n * n * sizeof(*nz));
-	cnt = malloc(n * sizeof(*cnt));
+	b.off = malloc((n + 1) * sizeof(*b.off));
+	s.acc = malloc(n * sizeof(*s.acc));
+	s.mark = calloc(n, 1);
+	s.touched = malloc(n * sizeof(*s.touched));
+	s.tmp = malloc(n * sizeof(*s.tmp));
 	label = malloc(n * sizeof(*label));
 	parent = malloc((n + 1) * sizeof(*parent));
 	map = malloc(n * sizeof(*map));
 	order = malloc(n * sizeof(*order));
 	scratch = malloc(2 * n * sizeof(*scratch));
 	placed = malloc(n);
-	if (a == NULL || b == NULL || nz == NULL || cnt == NULL ||
-	    label == NULL || parent == NULL || map == NULL || order == NULL ||
-	    scratch == NULL || placed == NULL) {
-		errbuf_set(err, errlen, "out of memory for %zu nodes", n);
-		goto out;
-	}
-	if (build(rtt_ms, n, a, err, errlen) < 0)
-		goto out;
+	diag = malloc(n * sizeof(*diag));
+	if (b.off == NULL || s.acc == NULL || s.mark == NULL || s.touched == NULL ||
+	    s.tmp == NULL || label == NULL || parent == NULL || map == NULL ||
+	    order == NULL || scratch == NULL || placed == NULL || diag == NULL ||
+	    build(g, &a) < 0)
+		goto nomem;
 
 	for (unsigned it = 0; it < p->max_iter; it++) {
-		double change = 0.0, *t;
+		double change = round_once(&a, &b, n, p, &s);
 
-		index_rows(a, n, nz, cnt);
-		expand(a, b, n, nz, cnt);
-		for (size_t i = 0; i < n; i++)
-			inflate_row(b + i * n, n, p->inflation, p->prune);
-		for (size_t i = 0; i < n * n; i++) {
-			double d = fabs(b[i] - a[i]);
-
-			if (d > change)
-				change = d;
-		}
+		if (change < 0.0)
+			goto nomem;
 		t = a;
 		a = b;
 		b = t;
@@ -535,26 +951,78 @@ mcl_groups(const double *rtt_ms, size_t n, const struct mcl_params *p,
 			break;
 	}
 
-	interpret(a, n, label, parent);
+	interpret(&a, n, label, parent, diag);
 	*ngroups = number_groups(label, n, group, map);
 	if (p->max_intra_rtt_ms > 0.0) {
 		/* parent (n + 1 entries) is free again: it holds the group
 		 * offsets, ngroups + 1 <= n + 1 of them. */
-		split_wide(rtt_ms, n, p->max_intra_rtt_ms, group, *ngroups,
-		    label, order, parent, placed, scratch);
+		split_wide(g, p->max_intra_rtt_ms, group, *ngroups, label, order, parent,
+		    placed, scratch);
 		*ngroups = number_groups(label, n, group, map);
 	}
 	rc = 0;
+	goto out;
+nomem:
+	errbuf_set(err, errlen, "out of memory for %zu nodes", n);
 out:
-	free(a);
-	free(b);
-	free(nz);
-	free(cnt);
+	smat_free(&a);
+	smat_free(&b);
+	free(s.acc);
+	free(s.mark);
+	free(s.touched);
+	free(s.tmp);
 	free(label);
 	free(parent);
 	free(map);
 	free(order);
 	free(scratch);
 	free(placed);
+	free(diag);
+	return rc;
+}
+
+int
+mcl_groups(const double *rtt_ms, size_t n, const struct mcl_params *p, uint32_t *group,
+    size_t *ngroups, char *err, size_t errlen)
+{
+	struct mcl_params def;
+	struct mcl_gparams gp = { .keep = 0, .edge_max_ms = INFINITY };
+	struct mcl_gbuild *b;
+	struct mcl_graph g;
+	int rc;
+
+	if (p == NULL) {
+		mcl_params_default(&def);
+		p = &def;
+	}
+	if (check_params(p, err, errlen) < 0)
+		return -1;
+	if (n == 0) {
+		errbuf_set(err, errlen, "no nodes to cluster");
+		return -1;
+	}
+	/* Every edge is kept, and the split reads edges; wide bits would
+	 * only repeat them. */
+	if ((b = mcl_gbuild_new(n, &gp, err, errlen)) == NULL)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = i + 1; j < n; j++) {
+			double x = rtt_ms[i * n + j], y = rtt_ms[j * n + i], r;
+
+			if (isfinite(x) && isfinite(y))
+				r = (x + y) / 2.0;
+			else
+				r = isfinite(x) ? x : y;
+			if (mcl_gbuild_pair(b, i, j, r, err, errlen) < 0) {
+				mcl_gbuild_free(b);
+				return -1;
+			}
+		}
+	if (mcl_gbuild_finish(b, &g, err, errlen) < 0)
+		return -1;
+	def = *p;
+	def.max_entries = 0;
+	rc = mcl_groups_graph(&g, &def, group, ngroups, err, errlen);
+	mcl_graph_free(&g);
 	return rc;
 }

@@ -1,10 +1,11 @@
 /* slot-dird: the directory. Relays register, send heartbeats and their RTTs
  * to each other; client daemons list the relays and their groups. XML-RPC
  * over HTTP (xmlrpc-c's Abyss) on connection threads (dhttp.c); this thread
- * runs a libev loop for signals, expiry, regrouping, snapshots and the
- * counters socket. See docs/directory.md. */
+ * runs a libev loop for signals, expiry, snapshots and the counters socket,
+ * and asks a thread of its own for regroups. See docs/directory.md. */
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "slot/auth.h"
 #include "slot/clock.h"
 #include "slot/ctlsrv.h"
+#include "slot/grpstab.h"
 #include "slot/log.h"
 #include "slot/mcl.h"
 #include "slot/sock.h"
@@ -37,6 +39,11 @@
 #define TICK_S 0.5
 /* Snapshots are written at most this often while things change. */
 #define SNAPSHOT_INTERVAL_US (5ull * 1000000)
+/* The clustering's input keeps each relay's nearest REGROUP_KEEP peers
+ * (within max_intra_rtt), and MCL keeps REGROUP_MAX_ENTRIES per row: memory
+ * and time in n * neighbours (docs/directory.md, Sizing). */
+#define REGROUP_KEEP 32
+#define REGROUP_MAX_ENTRIES 64
 
 struct daemon {
 	struct dird d;			/* shared with the RPC threads */
@@ -50,6 +57,9 @@ struct daemon {
 	int http_fd;
 	ev_signal sig_hup, sig_term, sig_int;
 	ev_timer tick;
+	pthread_t regroup_thread;
+	pthread_cond_t regroup_cv;	/* with d.mu */
+	bool regroup_wake, regroup_stop;	/* under d.mu */
 	uint64_t last_regroup, last_snapshot;	/* monotonic us */
 	bool snapshot_retry;		/* the last write failed */
 	bool snapshot_failing;		/* said so already */
@@ -155,55 +165,112 @@ restore(struct daemon *dm)
 	return s;
 }
 
+/*
+ * One regroup, on the regroup thread: a sparse snapshot of the RTTs under
+ * the lock, then the clustering and the stabilisation without it (calls go
+ * on meanwhile), then the result applied under the lock if the relay set is
+ * still the one clustered (else the regroup is pending again).
+ */
 static void
-regroup(struct daemon *dm)
+regroup_once(struct daemon *dm)
 {
 	struct dird *d = &dm->d;
 	struct mcl_params mp;
-	double *m = NULL;
-	uint32_t *group = NULL;
-	size_t n = 0, ngroups = 0;
-	uint64_t gen;
+	struct mcl_gparams gp = { .keep = REGROUP_KEEP, .edge_max_ms = INFINITY };
+	struct mcl_graph g;
+	uint32_t *old = NULL, *fresh = NULL, *group = NULL;
+	size_t ngroups = 0, changed = 0;
+	uint64_t gen, t0 = clock_mono_us(), took, locked;
 	char err[256] = "", v[DSTATE_VERSION_LEN];
 	int rc, applied = -1;
 
-	dm->last_regroup = clock_mono_us();
 	mcl_params_default(&mp);
+	mp.max_entries = REGROUP_MAX_ENTRIES;
 	pthread_mutex_lock(&d->mu);
 	mp.inflation = d->conf.inflation;
 	mp.max_intra_rtt_ms = d->conf.max_intra_rtt_ms;
-	rc = dstate_rtt_matrix(d->state, &m, &n, &gen);
-	pthread_mutex_unlock(&d->mu);
-	if (rc == -1 || n == 0) {
-		if (rc == -1)
-			log_warnx("regroup: out of memory");
-		free(m);
-		return;
+	if (mp.max_intra_rtt_ms > 0.0) {
+		/* Wider pairs can share no group: they are no edge, only known. */
+		gp.edge_max_ms = mp.max_intra_rtt_ms;
+		gp.wide_ms = mp.max_intra_rtt_ms;
 	}
-	/* The clustering runs without the lock: calls go on meanwhile. */
-	if ((group = calloc(n, sizeof(*group))) == NULL) {
+	rc = dstate_rtt_graph(d->state, &gp, &g, &old, &gen, err, sizeof(err));
+	pthread_mutex_unlock(&d->mu);
+	locked = clock_mono_us() - t0;
+	if (rc == 0 && g.n == 0)
+		return;
+	if (rc == 0 && ((fresh = calloc(g.n, sizeof(*fresh))) == NULL ||
+	    (group = calloc(g.n, sizeof(*group))) == NULL)) {
 		snprintf(err, sizeof(err), "out of memory");
 		rc = -1;
-	} else
-		rc = mcl_groups(m, n, &mp, group, &ngroups, err, sizeof(err));
-	free(m);
+	}
+	if (rc == 0)
+		rc = mcl_groups_graph(&g, &mp, fresh, &ngroups, err, sizeof(err));
+	if (rc == 0)
+		rc = grpstab_apply(&g, old, fresh, mp.max_intra_rtt_ms, NULL, group, &changed,
+		    err, sizeof(err));
+	took = clock_mono_us() - t0;
 	pthread_mutex_lock(&d->mu);
 	if (rc == 0) {
 		d->ctr.regroups++;
-		applied = dstate_apply_groups(d->state, gen, group, n);
+		applied = dstate_apply_groups(d->state, gen, group, g.n);
+		if (applied >= 0) {
+			d->ctr.group_changes += changed;
+			d->ctr.regroup_last_changes = changed;
+		}
+		d->ctr.regroup_last_us = took;
 		dstate_version(d->state, v);
 	} else
 		d->ctr.regroup_errors++;
 	pthread_mutex_unlock(&d->mu);
-	free(group);
 	if (rc == -1)
 		log_warnx("regroup failed, groups unchanged: %s", err);
 	else if (applied == 1)
-		log_info("regrouped: %zu relays in %zu groups, version %s", n, ngroups, v);
+		log_info("regrouped: %zu relays in %zu groups in %.3f s (%.3f s of it holding "
+		    "the lock), %zu changed group, version %s", g.n, ngroups, (double)took / 1e6,
+		    (double)locked / 1e6, changed, v);
 	else if (applied == 0)
-		log_debug("regrouped: %zu relays in %zu groups, unchanged", n, ngroups);
+		log_debug("regrouped: %zu relays in %zu groups in %.3f s (%.3f s of it holding "
+		    "the lock), unchanged", g.n, ngroups, (double)took / 1e6, (double)locked / 1e6);
 	else
 		log_debug("regroup: the relays changed meanwhile; again later");
+	mcl_graph_free(&g);
+	free(old);
+	free(fresh);
+	free(group);
+}
+
+/* The regroup thread: one regroup each time the loop asks, until stopped. */
+static void *
+regroup_main(void *arg)
+{
+	struct daemon *dm = arg;
+	struct dird *d = &dm->d;
+
+	pthread_mutex_lock(&d->mu);
+	for (;;) {
+		while (!dm->regroup_wake && !dm->regroup_stop)
+			pthread_cond_wait(&dm->regroup_cv, &d->mu);
+		if (dm->regroup_stop)
+			break;
+		dm->regroup_wake = false;
+		d->regroup_running = true;
+		pthread_mutex_unlock(&d->mu);
+		regroup_once(dm);
+		pthread_mutex_lock(&d->mu);
+		d->regroup_running = false;
+	}
+	pthread_mutex_unlock(&d->mu);
+	return NULL;
+}
+
+/* Asks the regroup thread for a regroup; called with d->mu held. */
+static void
+regroup_request(struct daemon *dm)
+{
+	dm->last_regroup = clock_mono_us();
+	dm->regroup_wake = true;
+	pthread_cond_signal(&dm->regroup_cv);
 }
 
 static void
@@ -225,11 +292,14 @@ tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 	pthread_mutex_lock(&d->mu);
 	d->ctr.relays_expired += dstate_expire(d->state, now, expired, NULL);
-	pending = dstate_regroup_pending(d->state);
+	/* A regroup asked for or running takes the changes so far; the next
+	 * one waits until it is done and the interval has passed. */
+	pending = dstate_regroup_pending(d->state) && !d->regroup_running &&
+	    !dm->regroup_wake;
 	interval = d->conf.regroup_interval_ms * 1000;
-	pthread_mutex_unlock(&d->mu);
 	if (pending && now - dm->last_regroup >= interval)
-		regroup(dm);
+		regroup_request(dm);
+	pthread_mutex_unlock(&d->mu);
 
 	pthread_mutex_lock(&d->mu);
 	dirty = dstate_dirty(d->state);
@@ -417,7 +487,6 @@ main(int argc, char **argv)
 	}
 
 	d->state = restore(dm);
-	regroup(dm);
 	/* A start that restored the version served last must not let a
 	 * crash hand the same version out again for other contents: mark
 	 * the file unclean before serving. Failing that, a new boot id. */
@@ -448,6 +517,15 @@ main(int argc, char **argv)
 	ev_signal_start(dm->loop, &dm->sig_hup);
 	ev_signal_start(dm->loop, &dm->sig_term);
 	ev_signal_start(dm->loop, &dm->sig_int);
+	/* The first regroup runs on its thread while the restored groups are
+	 * served. */
+	pthread_cond_init(&dm->regroup_cv, NULL);
+	if ((errno = pthread_create(&dm->regroup_thread, NULL, regroup_main, dm)) != 0)
+		fatal("regroup thread");
+	pthread_mutex_lock(&d->mu);
+	if (dstate_regroup_pending(d->state))
+		regroup_request(dm);
+	pthread_mutex_unlock(&d->mu);
 	ev_timer_init(&dm->tick, tick_cb, TICK_S, TICK_S);
 	dm->tick.data = dm;
 	ev_timer_start(dm->loop, &dm->tick);
@@ -467,6 +545,12 @@ main(int argc, char **argv)
 	 * snapshot is then exact, and says so. */
 	dhttp_stop(dm->http);
 	close(dm->http_fd);
+	pthread_mutex_lock(&d->mu);
+	dm->regroup_stop = true;
+	pthread_cond_signal(&dm->regroup_cv);
+	pthread_mutex_unlock(&d->mu);
+	pthread_join(dm->regroup_thread, NULL);
+	pthread_cond_destroy(&dm->regroup_cv);
 	snapshot(dm, true);
 	ctlsrv_stop(dm->ctl);
 	ctlsrv_stop(dm->metrics);
@@ -479,6 +563,7 @@ main(int argc, char **argv)
 	pthread_mutex_unlock(&d->mu);
 	dstate_free(d->state);
 	replay_free(d->replay);
+	dland_free(&d->land);
 	auth_key_wipe(&d->key);
 	pthread_mutex_destroy(&d->mu);
 	ev_loop_destroy(dm->loop);

@@ -2,11 +2,13 @@
 #define SLOT_DIRECTORY_DIRD_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "slot/auth.h"
 #include "slot/replay.h"
 #include "dconf.h"
+#include "dland.h"
 #include "dstate.h"
 
 /*
@@ -25,6 +27,9 @@ struct dird_counters {
 	uint64_t report_entries;	/* entries stored */
 	uint64_t lists_full, lists_unchanged;
 	uint64_t regroups, regroup_errors;
+	uint64_t group_changes;		/* relays whose group a regroup changed */
+	uint64_t regroup_last_changes;	/* gauges: of the last regroup applied */
+	uint64_t regroup_last_us;	/* its time, snapshot to stabilised ids */
 	uint64_t snapshots_written, snapshot_errors;
 };
 
@@ -35,6 +40,8 @@ struct dird {
 	struct replay *replay;
 	struct dstate *state;
 	struct dird_counters ctr;
+	bool regroup_running;		/* the regroup thread is clustering */
+	struct dland land;		/* the landmarks of the version in force (dland.h) */
 };
 
 #endif

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slot/errbuf.h"
+#include "slot/grpstab.h"
 #include "slot/htab.h"
 #include "dstate.h"
 
@@ -30,6 +32,7 @@ struct drelay {
 	char name[EP_STRLEN];
 	uint16_t data_port;
 	uint32_t group;
+	bool grouped;		/* by a regroup or a snapshot, not provisional */
 	uint64_t last_seen;
 	struct drtt *rtt;	/* sorted by peer, no duplicates */
 	size_t nrtt;
@@ -459,6 +462,94 @@ dstate_rtt_matrix(struct dstate *s, double **m, size_t *n, uint64_t *gen)
 	return 0;
 }
 
+/* The index of the relay with this id, searching from lo on (it is there):
+ * galloping, since successive ids of one report are near each other. */
+static size_t
+index_from(const struct dstate *s, size_t lo, uint64_t id)
+{
+	size_t step = 1, hi;
+
+	while (lo + step < s->n && s->v[lo + step]->id <= id) {
+		lo += step;
+		step *= 2;
+	}
+	hi = lo + step < s->n ? lo + step : s->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (s->v[mid]->id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int
+dstate_rtt_graph(struct dstate *s, const struct mcl_gparams *gp, struct mcl_graph *g,
+    uint32_t **old, uint64_t *gen, char *err, size_t errlen)
+{
+	size_t nn = s->n, *cur = NULL;
+	struct mcl_gbuild *b = NULL;
+	uint32_t *o = NULL;
+
+	memset(g, 0, sizeof(*g));
+	*old = NULL;
+	*gen = s->gen;
+	if (nn == 0) {
+		s->regroup_pending = false;
+		return 0;
+	}
+	if ((cur = calloc(nn, sizeof(*cur))) == NULL || (o = malloc(nn * sizeof(*o))) == NULL) {
+		errbuf_set(err, errlen, "out of memory for %zu relays", nn);
+		goto fail;
+	}
+	if ((b = mcl_gbuild_new(nn, gp, err, errlen)) == NULL)
+		goto fail;
+	/*
+	 * Every pair once, as the mean of both reports or the one there is.
+	 * Reports are sorted by the peer's id and relays by id, so while i
+	 * walks up, what it seeks in a peer's report (i's own id) only grows:
+	 * cur[j] walks each report once, and the whole pass is O(reports).
+	 */
+	for (size_t i = 0; i < nn; i++) {
+		const struct drelay *r = s->v[i];
+		size_t j = 0;
+
+		o[i] = r->grouped ? r->group : GRPSTAB_NONE;
+		for (size_t q = 0; q < r->nrtt; q++) {
+			const struct drelay *p;
+			double v = (double)r->rtt[q].rtt_us / 1000.0;
+
+			j = index_from(s, j, r->rtt[q].peer);
+			p = s->v[j];
+			while (cur[j] < p->nrtt && p->rtt[cur[j]].peer < r->id)
+				cur[j]++;
+			if (cur[j] < p->nrtt && p->rtt[cur[j]].peer == r->id) {
+				if (j < i)
+					continue;	/* offered from j's side */
+				v = (v + (double)p->rtt[cur[j]].rtt_us / 1000.0) / 2.0;
+			}
+			if (mcl_gbuild_pair(b, i, j, v, err, errlen) < 0)
+				goto fail;
+		}
+	}
+	free(cur);
+	cur = NULL;
+	if (mcl_gbuild_finish(b, g, err, errlen) < 0) {
+		b = NULL;
+		goto fail;
+	}
+	s->regroup_pending = false;
+	*old = o;
+	return 0;
+fail:
+	mcl_gbuild_free(b);
+	free(cur);
+	free(o);
+	return -1;
+}
+
 int
 dstate_apply_groups(struct dstate *s, uint64_t gen, const uint32_t *group, size_t n)
 {
@@ -472,6 +563,7 @@ dstate_apply_groups(struct dstate *s, uint64_t gen, const uint32_t *group, size_
 		if (s->v[i]->group != group[i])
 			diff = true;
 		s->v[i]->group = group[i];
+		s->v[i]->grouped = true;
 	}
 	s->next_group = 0;
 	for (size_t i = 0; i < n; i++)
@@ -521,9 +613,15 @@ enum dstate_rc
 dstate_restore_relay(struct dstate *s, const struct endpoint *relay, uint16_t data_port,
     uint32_t group, uint64_t last_seen)
 {
+	struct drelay *r;
+
 	if (find(s, relay) != NULL)
 		return DSTATE_LIMIT;
-	return append(s, relay, data_port, group, last_seen) ? DSTATE_OK : DSTATE_NOMEM;
+	if ((r = append(s, relay, data_port, group, last_seen)) == NULL)
+		return DSTATE_NOMEM;
+	/* Its group was served before the restart: keep it stable. */
+	r->grouped = true;
+	return DSTATE_OK;
 }
 
 void

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "slot/addr.h"
+#include "slot/mcl.h"
 
 /*
  * slot-dird's registry: the relays, their RTT reports, their groups and the
@@ -111,12 +112,26 @@ size_t dstate_ngroups(const struct dstate *s);
  * memory; the regroup stays pending).
  *
  * The caller runs the clustering without the lock, then hands the result
- * (group[i] for relay i of the matrix) to dstate_apply_groups. Returns 1 if
+ * (group[i] for relay i of the matrix) to dstate_apply_groups, which also
+ * marks every relay as grouped. Returns 1 if
  * the groups changed (the version moves), 0 if not, -1 if the relay set
  * changed meanwhile (nothing applied; the regroup is pending again).
  */
 bool dstate_regroup_pending(const struct dstate *s);
 int dstate_rtt_matrix(struct dstate *s, double **m, size_t *n, uint64_t *gen);
+
+/*
+ * The same input, sparse, for regrouping many relays: the pairs (RTT as in
+ * dstate_rtt_matrix) go through an mcl_gbuild with gp into g (g->n relays,
+ * registration order; with no relay g->n is 0 and nothing is allocated).
+ * *old (malloc'ed, g->n entries) holds each relay's group as served now, or
+ * UINT32_MAX (GRPSTAB_NONE) for a relay no regroup or snapshot grouped yet.
+ * Clears the pending flag like dstate_rtt_matrix. Time O(n + reports) plus
+ * the builder's; memory that of the graph (see mcl.h). Returns 0, or -1
+ * with the reason in err (the regroup stays pending).
+ */
+int dstate_rtt_graph(struct dstate *s, const struct mcl_gparams *gp, struct mcl_graph *g,
+    uint32_t **old, uint64_t *gen, char *err, size_t errlen);
 int dstate_apply_groups(struct dstate *s, uint64_t gen, const uint32_t *group, size_t n);
 
 /* Something a snapshot would hold changed since dstate_mark_saved. */

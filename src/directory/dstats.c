@@ -12,6 +12,7 @@
 struct snap {
 	struct dird_counters c;
 	size_t nrelays, ngroups;
+	bool regroup_running, regroup_pending;
 	char version[DSTATE_VERSION_LEN];
 	struct ctl_counter v[32];
 	size_t nv;
@@ -25,6 +26,8 @@ take(struct dird *d, const struct dhttp_counters *hc, bool with_listing, struct 
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_lock(&d->mu);
 	s->c = d->ctr;
+	s->regroup_running = d->regroup_running;
+	s->regroup_pending = dstate_regroup_pending(d->state);
 	s->ngroups = dstate_ngroups(d->state);
 	dstate_version(d->state, s->version);
 	if (with_listing)
@@ -66,6 +69,17 @@ take(struct dird *d, const struct dhttp_counters *hc, bool with_listing, struct 
 	C("lists_unchanged", c->lists_unchanged, CTL_COUNTER, "slot.list answered \"unchanged\".");
 	C("regroups", c->regroups, CTL_COUNTER, "Clusterings run.");
 	C("regroup_errors", c->regroup_errors, CTL_COUNTER, "Clusterings that failed.");
+	C("group_changes", c->group_changes, CTL_COUNTER,
+	    "Relays whose group a regroup changed (relays grouped for the first time not "
+	    "counted).");
+	C("regroup_last_changes", c->regroup_last_changes, CTL_GAUGE,
+	    "Relays whose group the last regroup applied changed.");
+	C("regroup_last_ms", c->regroup_last_us / 1000, CTL_GAUGE,
+	    "Milliseconds the last regroup took, snapshot to stable ids.");
+	C("regroup_running", s->regroup_running, CTL_GAUGE,
+	    "1 while the regroup thread clusters.");
+	C("regroup_pending", s->regroup_pending, CTL_GAUGE,
+	    "1 while changes wait for a regroup.");
 	C("snapshots_written", c->snapshots_written, CTL_COUNTER, "State snapshots written.");
 	C("snapshot_errors", c->snapshot_errors, CTL_COUNTER, "State snapshots that failed.");
 #undef C

@@ -549,6 +549,73 @@ def test_grouping_two_sites(dirds):
     assert d.list(got["version"])["changed"] is False
 
 
+def write_ring_state(path, n, per_site=5, keep=32):
+    """A state file of n relays at sites of per_site along a ring of 400 ms,
+    each having reported its keep nearest (RTT: the distance along the ring
+    + 0.2 ms), every relay in a group of its own: a long first regroup."""
+    now = int(time.time() * 1e6)
+    nsites = n // per_site
+    pos = [400.0 * (i // per_site) / nsites + 0.05 * (i % per_site) for i in range(n)]
+    addr = ["10.%d.%d.%d:7600" % (1 + (i >> 16), (i >> 8) & 255, i & 255) for i in range(n)]
+    out = ["slot-dird-state 1", "boot 0123456789abcdef", "counter 1", "clean 0",
+           "saved %d" % now]
+    out += ["relay %s 7601 %d %d" % (addr[i], i, now) for i in range(n)]
+    nrtt = 0
+    for i in range(n):
+        for k in range(1, keep // 2 + 1):
+            for j in ((i + k) % n, (i - k) % n):
+                x = abs(pos[i] - pos[j])
+                out.append("rtt %s %s %d" % (addr[i], addr[j], int((min(x, 400 - x) + 0.2) * 1000)))
+                nrtt += 1
+    out.append("end %d %d" % (n, nrtt))
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def test_list_answers_during_regroup(dirds):
+    # 20,000 relays restored from the state file: the first regroup runs on
+    # its thread while slot.list is called over and over. The calls that
+    # start and end while it runs (the counters say so before and after)
+    # must be many, none held for a good part of the regroup, and typically
+    # as quick as the same call once the regroup is over: a regroup that
+    # held the lock would leave one call waiting for all of it.
+    d = dirds({"groups": {"regroup_interval": "1h"}}, start=False)
+    write_ring_state(d.state, 20000)
+    d.start()
+    v = json.loads(d._ctl(b"status json\n"))["listing_version"]
+
+    def timed_list(version):
+        t = time.monotonic()
+        r = d.list(version)
+        return r, time.monotonic() - t
+    during = []
+    while True:
+        c0 = d.counters()
+        if c0["regroups"] + c0["regroup_errors"] > 0:
+            break
+        r, dt = timed_list(v)
+        c1 = d.counters()
+        if c0["regroup_running"] and c1["regroup_running"] and c1["regroups"] == 0:
+            assert r["changed"] is False
+            during.append(dt)
+    c = d.counters()
+    assert c["regroups"] == 1 and c["regroup_errors"] == 0, c
+    took = c["regroup_last_ms"] / 1000.0
+    v = d.list()["version"]
+    after = [timed_list(v)[1] for _ in range(5)]
+    print("regroup of 20000 relays %.3f s; %d list calls during it, median %.4f s, "
+          "slowest %.4f s; after it median %.4f s" % (
+              took, len(during), sorted(during or [0])[len(during) // 2],
+              max(during, default=0), sorted(after)[2]))
+    assert len(during) >= 3, (during, took)
+    assert max(during) < took / 2, (during, took)
+    assert sorted(during)[len(during) // 2] <= 2 * sorted(after)[2] + took / 20, \
+        (during, after, took)
+    # Relays from the same site share a group.
+    g = [r["group"] for r in d.list()["relays"]]
+    assert g[0] == g[1] == g[4] and len(set(g)) < 20000 / 2
+
+
 # ---- the state file ----
 
 def test_restart_keeps_state(dirds):

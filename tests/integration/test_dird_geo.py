@@ -128,15 +128,20 @@ def populate(d, c, lone=False):
         for i in range(0, len(rtts), CHUNK):
             part = rtts[i:i + CHUNK]
             assert d.report(a, part) == {"ok": True, "accepted": len(part)}
-    # The counters socket is served by the thread that clusters, so no
-    # regroup runs while it answers: every regroup counted after r0 started
-    # after the last report. One may already have run since the reports and
-    # left nothing pending; repeating one entry (same value) makes sure
-    # another follows.
+    # Regroups run on a thread of their own. One may have been running
+    # while the reports came in: wait until one has finished since r0 with
+    # nothing pending and none running (under the directory's lock, so
+    # the last one saw every report). Repeating one entry (same value) makes
+    # sure a regroup follows.
     r0 = d.counters()["regroups"]
     a, b = c.addrs[0], c.addrs[1]
     assert d.report(a, [(b, c.rep[(a, b)])])["accepted"] == 1
-    wait_for(lambda: d.counters()["regroups"] > r0, timeout=10, what="a regroup")
+
+    def settled():
+        ctr = d.counters()
+        return (ctr["regroups"] > r0 and not ctr["regroup_pending"]
+                and not ctr["regroup_running"])
+    wait_for(settled, timeout=10, what="a regroup")
     listing = d.list()
     ctr = d.counters()
     assert ctr["regroup_errors"] == 0 and ctr["report_entries"] >= len(c.rep), ctr

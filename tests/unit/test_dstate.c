@@ -17,6 +17,7 @@
 #include <sodium.h>
 
 #include "slot/mcl.h"
+#include "slot/rng.h"
 #include "../../src/directory/dsnap.h"
 #include "../../src/directory/dstate.h"
 
@@ -207,6 +208,62 @@ test_matrix(void **state)
 	assert_true(isnan(m[1 * 3 + 2]) && isnan(m[2 * 3 + 1]));
 	assert_true(m[0] == 0.0 && m[4] == 0.0 && m[8] == 0.0);
 	free(m);
+	dstate_free(s);
+}
+
+/* The sparse input holds the same pairs as the matrix, whatever reported
+ * what, and says which relays were never grouped. */
+static void
+test_graph(void **state)
+{
+	enum { N = 12 };
+	struct dstate *s = new_state();
+	struct mcl_gparams gp = { .keep = 0, .edge_max_ms = INFINITY, .wide_ms = 40.0 };
+	struct mcl_graph g;
+	struct rng r;
+	double *m;
+	size_t n;
+	uint64_t gen, gen2;
+	uint32_t *old, grp[N];
+	char err[128];
+	(void)state;
+
+	rng_seed(&r, 9);
+	for (int i = 1; i <= N; i++)
+		reg(s, i, 0);
+	for (int i = 1; i <= N; i++)
+		for (int j = 1; j <= N; j++)
+			if (i != j && rng_below(&r, 3) != 0)
+				report(s, i, j, 1000 + (uint32_t)rng_below(&r, 80000));
+	assert_int_equal(dstate_rtt_matrix(s, &m, &n, &gen), 0);
+	assert_int_equal(dstate_rtt_graph(s, &gp, &g, &old, &gen2, err, sizeof(err)), 0);
+	assert_int_equal(gen, gen2);
+	assert_false(dstate_regroup_pending(s));
+	assert_int_equal(g.n, n);
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(old[i], UINT32_MAX);
+		for (size_t j = 0; j < n; j++) {
+			double e = mcl_graph_rtt(&g, i, j);
+
+			if (i == j || isnan(m[i * n + j]))
+				assert_true(isnan(e));
+			else
+				assert_true(e == m[i * n + j]);
+			assert_int_equal(mcl_graph_wide(&g, i, j),
+			    i != j && !isnan(m[i * n + j]) && m[i * n + j] > 40.0);
+		}
+	}
+	free(m);
+	free(old);
+	mcl_graph_free(&g);
+	/* Once grouped, the groups come back as old. */
+	for (size_t i = 0; i < n; i++)
+		grp[i] = (uint32_t)(i / 3);
+	assert_int_equal(dstate_apply_groups(s, gen, grp, n), 1);
+	assert_int_equal(dstate_rtt_graph(s, &gp, &g, &old, &gen2, err, sizeof(err)), 0);
+	assert_memory_equal(old, grp, n * sizeof(*old));
+	free(old);
+	mcl_graph_free(&g);
 	dstate_free(s);
 }
 
@@ -553,6 +610,7 @@ main(void)
 		cmocka_unit_test(test_unknown_and_limit),
 		cmocka_unit_test(test_report_merges),
 		cmocka_unit_test(test_matrix),
+		cmocka_unit_test(test_graph),
 		cmocka_unit_test(test_groups_apply),
 		cmocka_unit_test(test_expiry),
 		cmocka_unit_test(test_two_sites_group),
