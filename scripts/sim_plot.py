@@ -80,7 +80,7 @@ def save(fig, imgdir, name):
 
 
 def plot_main(cs, data, imgdir, prefix, k):
-    want = ["Optimal-1", "Select-All", "Random-%d" % k, "RandGroup-%d" % k]
+    want = ["Optimal-1", "Select-All", "Cover-%d" % k, "Random-%d" % k, "RandGroup-%d" % k]
     got = [cs[w] for w in want if w in cs]
     if not got:
         return
@@ -109,7 +109,8 @@ def plot_family(cs, kind, name, fig_no, data, imgdir, prefix):
     for i, c in enumerate(keep):
         step(ax, c, label="%s-%d" % (name, c[1]), color=cmap(i / max(1, len(keep) - 1)))
     step(ax, cs["Select-All"], label="Select-All", color="k", linewidth=2)
-    cdf_axes(ax, "%s-k against Select-All (cf. Slot paper Fig. %d)\n%s" % (name, fig_no, data),
+    cf = " (cf. Slot paper Fig. %d)" % fig_no if fig_no else ""
+    cdf_axes(ax, "%s-k against Select-All%s\n%s" % (name, cf, data),
              xmax_of(keep + [cs["Select-All"]]))
     save(fig, imgdir, prefix + name.lower() + "_k.png")
 
@@ -118,15 +119,16 @@ def plot_sweep(summary, data, imgdir, prefix):
     ref = next((r for r in summary if r["kind"] == "select-all"), None)
     pts = {}
     for r in summary:
-        if r["kind"] in ("random", "randgroup") and r["frac_select_all_reduction"]:
+        if r["kind"] in ("random", "randgroup", "cover") and r["frac_select_all_reduction"]:
             pts.setdefault(r["kind"], {})[int(r["k"])] = (
                 float(r["frac_select_all_reduction"]), float(r["frac_select_all_benefit"]),
                 float(r["probes_per_decision"]))
     if ref is None or not any(len(v) > 1 for v in pts.values()):
         return
     fig, ax = plt.subplots(figsize=(7, 4.8))
-    names = {"random": "Random-k", "randgroup": "RandGroup-k"}
-    for kind, col in (("random", "tab:blue"), ("randgroup", "tab:orange")):
+    names = {"random": "Random-k", "randgroup": "RandGroup-k", "cover": "Cover-k"}
+    for kind, col in (("random", "tab:blue"), ("randgroup", "tab:orange"),
+                      ("cover", "tab:green")):
         if kind not in pts:
             continue
         ks = sorted(pts[kind])
@@ -182,7 +184,7 @@ def main():
     ap.add_argument("imgdir", help="where the PNG files go")
     ap.add_argument("--data", default="", help="the data set, for the titles")
     ap.add_argument("--prefix", default="", help="file name prefix")
-    ap.add_argument("-k", type=int, default=50, help="k of the main run (default 50)")
+    ap.add_argument("-k", type=int, default=20, help="k of the main run (default 20)")
     a = ap.parse_args()
     summary = read(os.path.join(a.dir, "summary.csv"))
     cdf = read(os.path.join(a.dir, "gain_cdf.csv"))
@@ -193,6 +195,7 @@ def main():
     plot_main(cs, a.data, a.imgdir, a.prefix, a.k)
     plot_family(cs, "random", "Random", 8, a.data, a.imgdir, a.prefix)
     plot_family(cs, "randgroup", "RandGroup", 9, a.data, a.imgdir, a.prefix)
+    plot_family(cs, "cover", "Cover", 0, a.data, a.imgdir, a.prefix)
     plot_sweep(summary, a.data, a.imgdir, a.prefix)
     plot_multihop(cs, read(os.path.join(a.dir, "phi_cdf.csv")), a.data, a.imgdir, a.prefix)
 

@@ -49,13 +49,18 @@ typedef uint32_t (*cover_rtt_fn)(void *arg, size_t i, size_t j);
 
 /* Picks up to max landmarks among n nodes by farthest-point sampling (each
  * next landmark is the node farthest from the landmarks so far), starting
- * from the most central node, so that every region of the overlay has one
+ * from the best measured node (the first of equals, so that jitter does not
+ * move it), so that every region of the overlay has one
  * near it. Nodes with fewer than half of their RTTs known are not taken (a
  * relay that has just joined). Each node then counts towards its nearest
- * landmark: weight[l] = how many nodes it stands for. Writes node indexes
+ * landmark: weight[l] = how many nodes it stands for. prefer (NULL: none)
+ * marks the landmarks of last time: one of them is taken instead of the
+ * farthest node when it is within a tenth as far, so that near-equal nodes
+ * (two machines of a site) do not swap roles with every jitter of RTTs.
+ * Writes node indexes
  * into out (room for max), increasing by choice order. Deterministic.
  * Returns 0, or -1 out of memory. */
-int cover_landmarks(size_t n, cover_rtt_fn rtt, void *arg, size_t max, uint32_t *out,
-    float *weight, size_t *nout);
+int cover_landmarks(size_t n, cover_rtt_fn rtt, void *arg, size_t max,
+    const bool *prefer, uint32_t *out, float *weight, size_t *nout);
 
 #endif

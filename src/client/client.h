@@ -36,6 +36,7 @@ struct client_counters {
 	unsigned long long pipes_ok, pipes_failed, pipes_timeout;
 	unsigned long long early_verdicts;	/* cache_early: released before PIPE_OK */
 	unsigned long long early_failures;	/* ...and the pipe then failed */
+	unsigned long long early_unreached;	/* hits that waited: the relay had not reached the port */
 	unsigned long long hold_timeouts;	/* released direct when hold_timeout passed */
 	unsigned long long held_overflow;	/* released direct: max_held reached */
 	unsigned long long reloads, reload_failures, rules_applied;
@@ -50,6 +51,8 @@ struct crelay {
 	uint64_t quarantine_until_us;	/* monotonic; sits out of samples until then */
 	unsigned long long pipes_ok, pipes_failed, probes;
 	uint32_t rtt_us;		/* RTT(client, relay) of its last probe reply; 0: none */
+	uint32_t rtt_est_us;		/* what the ranking took for RTT(client, relay); 0: none */
+	uint32_t rank;			/* in the cover ranking (rank.h); SEL_NO_RANK: none */
 };
 
 #define RECENT_MAX 256
@@ -64,6 +67,7 @@ struct decision {
 	uint64_t decide_us;		/* SYN to the verdict (pipe set up included) */
 	uint32_t probes;
 	bool cached;
+	bool early;			/* released before PIPE_OK (a warm hit) */
 };
 
 struct hconn;
@@ -110,6 +114,9 @@ struct slotd {
 	struct ctlsrv *metrics;		/* HTTP; NULL: no metrics_listen */
 	ev_signal sig_hup, sig_term, sig_int;
 	bool stopping;
+
+	ev_timer rank_timer;		/* rank.h */
+	size_t ranked, rank_greedy;	/* relays ranked; of them by the landmarks */
 };
 
 #endif

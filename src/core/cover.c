@@ -111,13 +111,13 @@ out:
 #define SAMPLE 64
 
 int
-cover_landmarks(size_t n, cover_rtt_fn rtt, void *arg, size_t max, uint32_t *out,
-    float *weight, size_t *nout)
+cover_landmarks(size_t n, cover_rtt_fn rtt, void *arg, size_t max, const bool *prefer,
+    uint32_t *out, float *weight, size_t *nout)
 {
 	float *dmin = malloc((n ? n : 1) * sizeof(*dmin));
 	bool *ok = calloc(n ? n : 1, sizeof(*ok));
 	size_t ns = n < SAMPLE ? n : SAMPLE, k = 0, first = SIZE_MAX;
-	double best_mean = INFINITY;
+	size_t best_known = 0;
 
 	if (dmin == NULL || ok == NULL) {
 		free(dmin);
@@ -126,7 +126,6 @@ cover_landmarks(size_t n, cover_rtt_fn rtt, void *arg, size_t max, uint32_t *out
 	}
 	for (size_t i = 0; i < n; i++) {
 		size_t known = 0, asked = 0;
-		double sum = 0;
 
 		for (size_t s = 0; s < ns; s++) {
 			size_t j = s * n / ns;
@@ -135,26 +134,26 @@ cover_landmarks(size_t n, cover_rtt_fn rtt, void *arg, size_t max, uint32_t *out
 			if (j == i)
 				continue;
 			asked++;
-			if ((v = rtt(arg, i, j)) != COVER_NONE) {
+			if ((v = rtt(arg, i, j)) != COVER_NONE)
 				known++;
-				sum += v;
-			}
 		}
 		ok[i] = 2 * known >= asked;
-		if (ok[i] && known > 0 && sum / (double)known < best_mean) {
-			best_mean = sum / (double)known;
+		/* The best measured node first, the earlier of equals: a start
+		 * that does not move with the jitter of RTTs, so that the same
+		 * overlay keeps its landmarks. */
+		if (ok[i] && (first == SIZE_MAX || known > best_known ||
+		    (known == best_known && prefer && prefer[i] && !prefer[first]))) {
+			best_known = known;
 			first = i;
 		}
-		if (ok[i] && first == SIZE_MAX)
-			first = i;
 		dmin[i] = INFINITY;
 	}
 	for (size_t next = first; next != SIZE_MAX && k < max; ) {
 		out[k++] = (uint32_t)next;
 		ok[next] = false;
 		dmin[next] = -1;
-		float far = -1;
-		size_t fi = SIZE_MAX;
+		float far = -1, pfar = -1;
+		size_t fi = SIZE_MAX, pi = SIZE_MAX;
 		for (size_t j = 0; j < n; j++) {
 			uint32_t v = j == next ? COVER_NONE : rtt(arg, next, j);
 
@@ -164,8 +163,12 @@ cover_landmarks(size_t n, cover_rtt_fn rtt, void *arg, size_t max, uint32_t *out
 				far = dmin[j];
 				fi = j;
 			}
+			if (ok[j] && prefer && prefer[j] && dmin[j] > pfar) {
+				pfar = dmin[j];
+				pi = j;
+			}
 		}
-		next = fi;
+		next = pi != SIZE_MAX && pfar >= 0.9f * far ? pi : fi;
 	}
 	for (size_t l = 0; l < k; l++)
 		weight[l] = 0;

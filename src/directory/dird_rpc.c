@@ -687,7 +687,7 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	/* Landmark RTTs move with reports, which do not move the version:
 	 * a new version when they have moved, so that clients fetch them. */
 	if (d->conf.landmarks > 0) {
-		rc = dland_compute(d->state, d->conf.landmarks, &land);
+		rc = dland_compute(d->state, d->conf.landmarks, &d->land, &land);
 		if (rc == 0 && dland_moved(&d->land, &land)) {
 			struct dland keep;
 

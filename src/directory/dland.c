@@ -1,3 +1,4 @@
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,16 @@ reported(const struct dstate *s, size_t i, size_t j, size_t nrtt)
 	return COVER_NONE;
 }
 
+static uint64_t
+fnv(uint64_t h, const void *p, size_t len)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
 struct lookup {
 	const struct dstate *s;
 	size_t *nrtt;
@@ -45,39 +56,63 @@ rtt_of(void *arg, size_t i, size_t j)
 	return (uint32_t)(((uint64_t)a + b) / 2);
 }
 
-static uint64_t
-fnv(uint64_t h, const void *p, size_t len)
-{
-	const uint8_t *b = p;
 
-	for (size_t i = 0; i < len; i++)
-		h = (h ^ b[i]) * 0x100000001b3ull;
-	return h;
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
 }
 
 int
-dland_compute(const struct dstate *s, size_t max, struct dland *out)
+dland_compute(const struct dstate *s, size_t max, const struct dland *prev,
+    struct dland *out)
 {
-	size_t n = dstate_count(s);
+	size_t n = dstate_count(s), np = prev ? prev->nland : 0;
 	struct lookup k = { s, calloc(n ? n : 1, sizeof(size_t)) };
+	uint64_t *keys = calloc(n ? n : 1, sizeof(*keys));
+	uint64_t *old = malloc((np ? np : 1) * sizeof(*old));
+	bool *prefer = calloc(n ? n : 1, sizeof(*prefer));
 
 	memset(out, 0, sizeof(*out));
-	if (k.nrtt == NULL)
-		return -1;
+	if (k.nrtt == NULL || keys == NULL || old == NULL || prefer == NULL)
+		goto fail;
 	if (max > n)
 		max = n;
 	out->land = malloc((max ? max : 1) * sizeof(*out->land));
+	out->key = malloc((max ? max : 1) * sizeof(*out->key));
 	out->weight = malloc((max ? max : 1) * sizeof(*out->weight));
-	if (out->land == NULL || out->weight == NULL)
+	if (out->land == NULL || out->key == NULL || out->weight == NULL)
 		goto fail;
+	if (np > 0)
+		memcpy(old, prev->key, np * sizeof(*old));
+	qsort(old, np, sizeof(*old), cmp_u64);
 	for (size_t i = 0; i < n; i++) {
 		struct dstate_relay_view v;
 
 		dstate_relay_at(s, i, &v);
 		k.nrtt[i] = v.nrtt;
+		keys[i] = fnv(0xcbf29ce484222325ull, v.relay, strlen(v.relay));
+		prefer[i] = np > 0 && bsearch(&keys[i], old, np, sizeof(*old), cmp_u64);
 	}
-	if (cover_landmarks(n, rtt_of, &k, max, out->land, out->weight, &out->nland) < 0)
+	if (cover_landmarks(n, rtt_of, &k, max, prefer, out->land, out->weight,
+	    &out->nland) < 0)
 		goto fail;
+	/* In relay order: the order they were picked in means nothing to a
+	 * client, and would make a reshuffle look like news. */
+	for (size_t l = 1; l < out->nland; l++)
+		for (size_t m = l; m > 0 && out->land[m - 1] > out->land[m]; m--) {
+			uint32_t t = out->land[m];
+			float w = out->weight[m];
+
+			out->land[m] = out->land[m - 1];
+			out->weight[m] = out->weight[m - 1];
+			out->land[m - 1] = t;
+			out->weight[m - 1] = w;
+		}
+	for (size_t l = 0; l < out->nland; l++)
+		out->key[l] = keys[out->land[l]];
 	out->nrelay = n;
 	out->rtt = malloc((n * out->nland > 0 ? n * out->nland : 1) * sizeof(*out->rtt));
 	if (out->rtt == NULL)
@@ -85,20 +120,25 @@ dland_compute(const struct dstate *s, size_t max, struct dland *out)
 	for (size_t i = 0; i < n; i++)
 		for (size_t l = 0; l < out->nland; l++) {
 			uint32_t v = i == out->land[l] ? 0 : rtt_of(&k, i, out->land[l]);
-			uint64_t u = v == COVER_NONE ? DLAND_NONE :
-			    ((uint64_t)v + DLAND_UNIT_US / 2) / DLAND_UNIT_US;
+			uint64_t u = ((uint64_t)v + DLAND_UNIT_US / 2) / DLAND_UNIT_US;
 
-			out->rtt[i * out->nland + l] = u >= DLAND_NONE ? DLAND_NONE - 1 :
-			    (uint16_t)u;
+			out->rtt[i * out->nland + l] = v == COVER_NONE ? DLAND_NONE :
+			    u >= DLAND_NONE ? DLAND_NONE - 1 : (uint16_t)u;
 		}
 	uint64_t h = 0xcbf29ce484222325ull;
 	h = fnv(h, &n, sizeof(n));
 	h = fnv(h, out->land, out->nland * sizeof(*out->land));
 	out->digest = h;
 	free(k.nrtt);
+	free(keys);
+	free(old);
+	free(prefer);
 	return 0;
 fail:
 	free(k.nrtt);
+	free(keys);
+	free(old);
+	free(prefer);
 	dland_free(out);
 	return -1;
 }
@@ -147,13 +187,16 @@ dland_dup(const struct dland *l, struct dland *out)
 
 	*out = *l;
 	out->land = malloc(L * sizeof(*out->land));
+	out->key = malloc(L * sizeof(*out->key));
 	out->weight = malloc(L * sizeof(*out->weight));
 	out->rtt = malloc((n > 0 ? n : 1) * sizeof(*out->rtt));
-	if (out->land == NULL || out->weight == NULL || out->rtt == NULL) {
+	if (out->land == NULL || out->key == NULL || out->weight == NULL ||
+	    out->rtt == NULL) {
 		dland_free(out);
 		return -1;
 	}
 	memcpy(out->land, l->land, l->nland * sizeof(*out->land));
+	memcpy(out->key, l->key, l->nland * sizeof(*out->key));
 	memcpy(out->weight, l->weight, l->nland * sizeof(*out->weight));
 	memcpy(out->rtt, l->rtt, n * sizeof(*out->rtt));
 	return 0;
@@ -163,6 +206,7 @@ void
 dland_free(struct dland *l)
 {
 	free(l->land);
+	free(l->key);
 	free(l->weight);
 	free(l->rtt);
 	memset(l, 0, sizeof(*l));

@@ -24,15 +24,18 @@ struct dland {
 	size_t nrelay;		/* rows, in dstate index order (the listing's) */
 	size_t nland;
 	uint32_t *land;		/* relay index of landmark l */
+	uint64_t *key;		/* landmark l's identity (a hash of its endpoint) */
 	float *weight;		/* relays landmark l stands for */
 	uint16_t *rtt;		/* nrelay x nland, DLAND_UNIT_US units */
 	uint64_t digest;	/* of the relay count and the landmarks */
 };
 
-/* Computes the landmarks of s's relays (at most max). RTT(i,j) is the mean
- * of what i and j reported of each other, or the one reported. Returns 0
- * or -1 (out of memory). */
-int dland_compute(const struct dstate *s, size_t max, struct dland *out);
+/* Computes the landmarks of s's relays (at most max), keeping those of prev
+ * (NULL: none) where others are not clearly better (cover_landmarks).
+ * RTT(i,j) is the mean of what i and j reported of each other, or the one
+ * reported. Returns 0 or -1 (out of memory). */
+int dland_compute(const struct dstate *s, size_t max, const struct dland *prev,
+    struct dland *out);
 
 /* Whether clients holding old should fetch new: other landmarks or
  * relays, or an RTT that moved by more than a tenth (and 1 ms), so that

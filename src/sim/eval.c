@@ -176,7 +176,7 @@ cover_sim_init(const struct eval_ctx *ctx, struct cover_sim *cs)
 	cs->cr = malloc((n ? n : 1) * sizeof(*cs->cr));
 	cs->rank = malloc((n ? n : 1) * sizeof(*cs->rank));
 	if (cs->land == NULL || cs->weight == NULL || cs->cr == NULL || cs->rank == NULL ||
-	    cover_landmarks(n, relay_rtt, (void *)(uintptr_t)ctx, max, cs->land, cs->weight,
+	    cover_landmarks(n, relay_rtt, (void *)(uintptr_t)ctx, max, NULL, cs->land, cs->weight,
 	    &cs->nland) < 0)
 		goto fail;
 	cs->rl = malloc((n * cs->nland > 0 ? n * cs->nland : 1) * sizeof(*cs->rl));

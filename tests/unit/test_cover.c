@@ -191,30 +191,33 @@ test_landmarks_spread_and_weights(void **state)
 	size_t n;
 	(void)state;
 
-	assert_int_equal(cover_landmarks(8, line_rtt, NULL, 3, lm, w, &n), 0);
+	assert_int_equal(cover_landmarks(8, line_rtt, NULL, 3, NULL, lm, w, &n), 0);
 	assert_int_equal(n, 3);
-	/* The most central first (node 3 at 50), then the far ends. */
-	assert_int_equal(lm[0], 3);
-	bool left = false, right = false;
-	for (size_t l = 1; l < n; l++) {
-		left |= lm[l] <= 2;
-		right |= lm[l] >= 5;
-	}
-	assert_true(left && right);
+	/* The best measured first (all equal: node 0), then the farthest
+	 * from it (202), then the middle: one per cluster. */
+	assert_int_equal(lm[0], 0);
+	assert_int_equal(lm[1], 7);
+	assert_true(lm[2] == 3 || lm[2] == 4);
 	float sum = 0;
 	for (size_t l = 0; l < n; l++)
 		sum += w[l];
 	assert_true(sum == 8.0f);
-	assert_true(w[0] == 2.0f);	/* 50 and 51 */
+	assert_true(w[0] == 3.0f && w[1] == 3.0f && w[2] == 2.0f);
+	/* Last time's landmarks are kept over nodes hardly farther: node 6
+	 * (201) over 7 (202), node 1 over 0 (all equally measured). */
+	bool prefer[8] = { false, true, false, false, false, false, true, false };
+	assert_int_equal(cover_landmarks(8, line_rtt, NULL, 3, prefer, lm, w, &n), 0);
+	assert_int_equal(lm[0], 1);
+	assert_int_equal(lm[1], 6);
 	/* More than there are nodes: every node, each for itself. */
-	assert_int_equal(cover_landmarks(8, line_rtt, NULL, 20, lm, w, &n), 0);
+	assert_int_equal(cover_landmarks(8, line_rtt, NULL, 20, NULL, lm, w, &n), 0);
 	assert_int_equal(n, 8);
 	for (size_t l = 0; l < n; l++)
 		assert_true(w[l] == 1.0f);
 	/* A node nobody has measured is never a landmark, and counts for none. */
 	bool unmeasured[8] = { false };
 	unmeasured[7] = true;
-	assert_int_equal(cover_landmarks(8, line_rtt, unmeasured, 20, lm, w, &n), 0);
+	assert_int_equal(cover_landmarks(8, line_rtt, unmeasured, 20, NULL, lm, w, &n), 0);
 	assert_int_equal(n, 7);
 	sum = 0;
 	for (size_t l = 0; l < n; l++) {
@@ -222,7 +225,7 @@ test_landmarks_spread_and_weights(void **state)
 		sum += w[l];
 	}
 	assert_true(sum == 7.0f);
-	assert_int_equal(cover_landmarks(0, line_rtt, NULL, 4, lm, w, &n), 0);
+	assert_int_equal(cover_landmarks(0, line_rtt, NULL, 4, NULL, lm, w, &n), 0);
 	assert_int_equal(n, 0);
 }
 
