@@ -51,15 +51,22 @@ void ctlsrv_stop(struct ctlsrv *s);
 /* ---- requests ---- */
 
 #define CTL_CMD_MAX 32
+#define CTL_ARG_MAX 64
 
 struct ctl_req {
 	char cmd[CTL_CMD_MAX];	/* letters, digits, '_' and '-' */
+	char arg[CTL_ARG_MAX];	/* ctl_req_parse_arg: "<cmd> <arg>"; "" if none */
 	bool json;		/* "<cmd> json" */
 };
 
 /* Parses "<cmd>" or "<cmd> json" (blanks around are fine). Returns 0, or -1
  * for anything else. */
 int ctl_req_parse(const char *line, struct ctl_req *r);
+
+/* The same for a command that may take one argument: "<cmd>", "<cmd> json",
+ * "<cmd> <arg>" or "<cmd> <arg> json"; the argument is printable ASCII
+ * without blanks, shorter than CTL_ARG_MAX. Returns 0, or -1. */
+int ctl_req_parse_arg(const char *line, struct ctl_req *r);
 
 /* A refusal: "error: " and the message, then a newline. */
 void ctl_error(struct ctl_out *o, const char *fmt, ...)

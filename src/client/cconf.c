@@ -44,6 +44,9 @@ cconf_defaults(struct cconf *c)
 	c->establish_timeout_ms = 3000;
 	c->cache_ttl_ms = 10 * 60 * 1000;
 	c->cache_size = 65536;
+	/* Warm hits connect early, but only to a port the relay has reached
+	 * (hold.c): cold decisions keep the paper's connect() meaning. */
+	c->cache_early = true;
 	c->max_held = 4096;
 	c->seed = 0;
 

@@ -58,7 +58,8 @@ struct cconf {
 	uint64_t establish_timeout_ms;	/* PIPE_ESTABLISH answer */
 	uint64_t cache_ttl_ms;
 	uint64_t cache_size;
-	bool cache_early;		/* cache hit: verdict without waiting for PIPE_OK */
+	bool cache_early;		/* a hit on a port its relay reached: verdict
+					 * without waiting for PIPE_OK */
 	uint64_t max_held;		/* connections held at once; more go direct */
 	uint64_t seed;			/* 0: from the system's random source */
 

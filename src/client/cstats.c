@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include "slot/clock.h"
+#include "slot/log.h"
 #include "slot/synprobe.h"
 #include "cstats.h"
 #include "dirsync.h"
@@ -11,7 +12,7 @@
 #include "relays.h"
 #include "rules.h"
 
-#define COMMANDS "status, pipes, cache, relays, rules, counters, metrics, json"
+#define COMMANDS "status, pipes, cache, flush, relays, rules, counters, metrics, json"
 
 size_t
 cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
@@ -71,6 +72,9 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	    "Cache hits released before PIPE_OK (cache_early).");
 	C("early_failures", c->early_failures, CTL_COUNTER,
 	    "Early verdicts whose pipe then failed.");
+	C("early_unreached", c->early_unreached, CTL_COUNTER,
+	    "Cache hits that waited for PIPE_OK although cache_early is on: the relay "
+	    "had not reached that server port in the entry's lifetime.");
 	C("hold_timeouts", c->hold_timeouts, CTL_COUNTER, "SYNs released direct at hold_timeout.");
 	C("held_overflow", c->held_overflow, CTL_COUNTER,
 	    "SYNs sent direct because max_held were held.");
@@ -142,13 +146,14 @@ json(struct slotd *d, struct ctl_out *o)
 			snprintf(relay, sizeof(relay), "\"%s\"", ep_fmt(&x->relay, r));
 		ctl_printf(o, "%s{\"client\":\"%s\",\"server\":\"%s\",\"verdict\":\"%s\","
 		    "\"relay\":%s,\"why\":\"%s\",\"rtt_direct_us\":%u,\"path_rtt_us\":%u,"
-		    "\"select_us\":%llu,\"decide_us\":%llu,\"probes\":%u,\"cached\":%s}",
+		    "\"select_us\":%llu,\"decide_us\":%llu,\"probes\":%u,\"cached\":%s,"
+		    "\"early\":%s}",
 		    i ? "," : "",
 		    ep_fmt(&x->client, a), ep_fmt(&x->server, b),
 		    x->relayed ? "relay" : "direct", relay, x->why, x->rtt_direct_us,
 		    x->path_rtt_us, (unsigned long long)x->select_us,
 		    (unsigned long long)x->decide_us, x->probes,
-		    x->cached ? "true" : "false");
+		    x->cached ? "true" : "false", x->early ? "true" : "false");
 	}
 	ctl_printf(o, "]}\n");
 }
@@ -224,43 +229,93 @@ static const struct ctl_col cache_cols[] = {
 	{ "path_rtt", CTL_RTT, NULL },
 	{ "age", CTL_DUR, NULL },
 	{ "ttl", CTL_DUR, NULL },
+	{ "reached", CTL_STR, NULL },
+	{ "why", CTL_STR, NULL },
 };
 
 struct cache_walk {
 	struct ctl_table *t;
-	uint64_t now, ttl;
+	uint64_t now;
 };
 
+static const char *
+cache_why(enum selc_why w)
+{
+	switch (w) {
+	case SELC_SELECTED:
+		return "selected";
+	case SELC_REFUSED:
+		return "refused";
+	case SELC_POLICY_PORT:
+		return "policy-port";
+	}
+	return "unknown";
+}
+
 static void
-cache_row(void *arg, const struct addr *server, const struct selc_entry *e)
+cache_row(void *arg, const struct endpoint *key, const struct selc_entry *e)
 {
 	struct cache_walk *w = arg;
-	char b[EP_STRLEN];
+	char b[EP_STRLEN], ports[SELC_REACHED_MAX * 6 + 1];
+	size_t n = 0;
 
 	/* Expired entries wait for their next lookup to go: not in force. */
 	if (w->now >= e->expires_us)
 		return;
-	uint64_t left = e->expires_us - w->now;
-	ctl_cell_str(w->t, addr_fmt(server, b));
+	/* An address's entry is for every port; a port's names its port. */
+	ctl_cell_str(w->t, key->port ? ep_fmt(key, b) : addr_fmt(&key->addr, b));
 	ctl_cell_str(w->t, e->choice == SELC_RELAY ? "relay" : "direct");
 	ctl_cell_str(w->t, e->choice == SELC_RELAY ? ep_fmt(&e->relay, b) : NULL);
-	ctl_cell_us(w->t, e->path_rtt_us);
-	ctl_cell_us(w->t, w->ttl > left ? w->ttl - left : 0);
-	ctl_cell_us(w->t, left);
+	if (e->path_rtt_us)
+		ctl_cell_us(w->t, e->path_rtt_us);
+	else
+		ctl_cell_none(w->t);
+	ctl_cell_us(w->t, w->now > e->made_us ? w->now - e->made_us : 0);
+	ctl_cell_us(w->t, e->expires_us - w->now);
+	ports[0] = '\0';
+	for (size_t i = 0; i < SELC_REACHED_MAX && e->reached[i]; i++)
+		n += (size_t)snprintf(ports + n, sizeof(ports) - n, "%s%u", i ? "," : "",
+		    e->reached[i]);
+	ctl_cell_str(w->t, ports[0] ? ports : NULL);
+	ctl_cell_str(w->t, cache_why(e->why));
 }
 
 static void
 cache(struct slotd *d, bool json_out, struct ctl_out *o)
 {
 	struct ctl_table t;
-	/* Every entry is put with the TTL in force (a reload that changes
-	 * it makes a new cache), so its age is that TTL minus what is left. */
-	struct cache_walk w = { &t, clock_mono_us(), d->conf.cache_ttl_ms * 1000 };
+	struct cache_walk w = { &t, clock_mono_us() };
 
 	ctl_answer_table_begin(&t, o, json_out, &d->ident, "cache", cache_cols, CTL_NCOLS(cache_cols));
 	if (d->cache)
 		selc_walk(d->cache, cache_row, &w);
 	ctl_table_end(&t);
+}
+
+/* Empties the selection cache, or forgets one server (its address's entry
+ * and its ports'): the next connection chooses afresh. */
+static void
+flush(struct slotd *d, const struct ctl_req *q, struct ctl_out *o)
+{
+	struct ctl_kv kv = { o, q->json };
+	struct addr a;
+	size_t n;
+
+	if (q->arg[0] && addr_parse(q->arg, &a) == -1) {
+		ctl_error(o, "flush: \"%s\" is not an IP address", q->arg);
+		return;
+	}
+	n = d->cache ? selc_flush(d->cache, q->arg[0] ? &a : NULL) : 0;
+	if (n)
+		log_info("control: flushed %zu cache entr%s (%s)", n, n == 1 ? "y" : "ies",
+		    q->arg[0] ? q->arg : "all");
+	if (q->json)
+		ctl_json_open(o, &d->ident);
+	ctl_kv_str(&kv, "server", q->arg[0] ? q->arg : NULL);
+	ctl_kv_uint(&kv, "flushed", n);
+	ctl_kv_uint(&kv, "cache_entries", d->cache ? selc_count(d->cache) : 0);
+	if (q->json)
+		ctl_json_close(o);
 }
 
 /* The first nine columns are the first version's, which scripts parse. */
@@ -352,11 +407,18 @@ cstats_handle(void *user, const char *line, struct ctl_out *out)
 	struct ctl_req q;
 	size_t n;
 
-	if (ctl_req_parse(line, &q) == -1) {
+	if (ctl_req_parse_arg(line, &q) == -1) {
 		ctl_error(out, "bad request (expected a command, then \"json\" or nothing)");
 		return;
 	}
-	if (strcmp(q.cmd, "status") == 0) {
+	if (q.arg[0] && strcmp(q.cmd, "flush") != 0) {
+		ctl_error(out, "\"%s\" takes no argument (only flush does: flush [SERVER])",
+		    q.cmd);
+		return;
+	}
+	if (strcmp(q.cmd, "flush") == 0) {
+		flush(d, &q, out);
+	} else if (strcmp(q.cmd, "status") == 0) {
 		status(d, q.json, out);
 	} else if (strcmp(q.cmd, "pipes") == 0) {
 		pipes(d, q.json, out);

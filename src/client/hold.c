@@ -19,6 +19,10 @@
 #define LINGER_US (70ull * 1000000)
 #define LINGER_MAX 65536
 #define LINGER_TICK 1.
+/* A refused port is remembered this long at most (cache_ttl if shorter):
+ * long enough to spare the relay a burst of retries, short enough for a
+ * service that is starting to be relayed soon. */
+#define REFUSAL_TTL_US (30ull * 1000000)
 
 struct hprobe {
 	struct hnode node;	/* in d->probes by id */
@@ -157,6 +161,7 @@ record(struct slotd *d, const struct hconn *c, uint64_t now)
 	x->select_us = (c->selected_us ? c->selected_us : now) - c->t0_us;
 	x->probes = c->nprobes;
 	x->cached = c->cached;
+	x->early = c->early;
 	d->recent_next = (d->recent_next + 1) % RECENT_MAX;
 	if (d->nrecent < RECENT_MAX)
 		d->nrecent++;
@@ -213,18 +218,139 @@ conn_release(struct hconn *c, struct crelay *via, const char *why)
 		conn_free(TAILQ_FIRST(&d->linger));
 }
 
-static void
-cache_put(struct slotd *d, const struct hconn *c, struct crelay *via)
+/* The key of the server's address (every port). */
+static struct endpoint
+addr_key(const struct hconn *c)
 {
-	struct selc_entry e = { .choice = via ? SELC_RELAY : SELC_DIRECT };
+	struct endpoint k = c->server;
 
-	if (d->conf.cache_ttl_ms == 0 || d->cache == NULL)
+	k.port = 0;
+	return k;
+}
+
+static bool
+cache_on(const struct slotd *d)
+{
+	return d->cache != NULL && d->conf.cache_ttl_ms > 0;
+}
+
+/* A selection's outcome, for every port of the server: through via, or
+ * direct (NULL). */
+static void
+cache_decision(struct slotd *d, const struct hconn *c, struct crelay *via)
+{
+	struct selc_entry e = { .choice = via ? SELC_RELAY : SELC_DIRECT, .why = SELC_SELECTED };
+	struct endpoint k = addr_key(c);
+
+	if (!cache_on(d))
 		return;
 	if (via)
 		e.relay = via->conf.control;
 	e.path_rtt_us = via ? c->path_rtt_us : c->rtt_direct_us;
-	(void)selc_put(d->cache, &c->server.addr, &e, clock_mono_us(),
-	    d->conf.cache_ttl_ms * 1000);
+	(void)selc_put(d->cache, &k, &e, clock_mono_us(), d->conf.cache_ttl_ms * 1000);
+}
+
+/* What one port said: it goes direct for ttl_us (at most cache_ttl); the
+ * address's other ports keep their entry. */
+static void
+cache_port(struct slotd *d, const struct hconn *c, enum selc_why why, uint64_t ttl_us)
+{
+	struct selc_entry e = { .choice = SELC_DIRECT, .why = why };
+
+	if (!cache_on(d) || c->server.port == 0)
+		return;
+	if (ttl_us > d->conf.cache_ttl_ms * 1000)
+		ttl_us = d->conf.cache_ttl_ms * 1000;
+	(void)selc_put(d->cache, &c->server, &e, clock_mono_us(), ttl_us);
+}
+
+/* Forgets the address's entry if it still goes through via. */
+static void
+cache_forget(struct slotd *d, const struct hconn *c, const struct crelay *via)
+{
+	struct endpoint k = addr_key(c);
+
+	if (d->cache && via)
+		(void)selc_invalidate(d->cache, &k, &via->conf.control);
+}
+
+/* PIPE_OK through via: a cold decision is cached (only one that worked),
+ * and the port counts as reached, which lets later hits go early. A hit's
+ * PIPE_OK leaves the entry's lifetime alone: the choice is made again after
+ * cache_ttl, as the paper's DNS TTL would have it. */
+static void
+learn_ok(struct slotd *d, const struct hconn *c, struct crelay *via)
+{
+	if (!c->cached)
+		cache_decision(d, c, via);
+	if (cache_on(d))
+		(void)selc_mark_reached(d->cache, &c->server, &via->conf.control,
+		    clock_mono_us());
+}
+
+/* What a failed PIPE_ESTABLISH says, and about what (docs/slotd.md, "What
+ * the cache learns"): m is the answer, NULL if the link went down; via is
+ * NULL once the relay left the set. Returns the reason, for the log and
+ * the decision (static text). */
+static const char *
+learn_failure(struct slotd *d, const struct hconn *c, struct crelay *via,
+    const struct proto_msg *m)
+{
+	uint8_t r = m && m->type == PROTO_PIPE_FAIL ? m->u.fail.reason : 0;
+	const char *why, *then;
+	char cb[EP_STRLEN], sb[EP_STRLEN], rb[EP_STRLEN];
+
+	switch (r) {
+	case FAIL_REFUSED:
+		/* The server answered, for this port only: the host is up and
+		 * its other ports are relayed as before. */
+		cache_port(d, c, SELC_REFUSED, REFUSAL_TTL_US);
+		why = "PIPE_FAIL: the server refused the port";
+		then = "this port goes direct for a while";
+		break;
+	case FAIL_POLICY_PORT:
+		cache_port(d, c, SELC_POLICY_PORT, d->conf.cache_ttl_ms * 1000);
+		why = "PIPE_FAIL: the relay's policy refuses the port";
+		then = "this port goes direct";
+		break;
+	case FAIL_UNREACHABLE:
+	case FAIL_TIMEOUT:
+	case FAIL_POLICY_ADDR:
+		/* The address, through this relay: choose again next time.
+		 * The direct path may well work, but caching "direct" would
+		 * be a guess. */
+		cache_forget(d, c, via);
+		why = r == FAIL_UNREACHABLE ? "PIPE_FAIL: server unreachable from the relay" :
+		    r == FAIL_TIMEOUT ? "PIPE_FAIL: the relay's connect timed out" :
+		    "PIPE_FAIL: the relay's policy refuses the address";
+		then = "the server's choice is made again";
+		break;
+	case FAIL_CLIENT_LIMIT:
+	case FAIL_DUPLICATE:
+		/* This client's own burst, which clears as its pending pipes
+		 * join: nothing learned about the server or the relay. */
+		why = r == FAIL_CLIENT_LIMIT ?
+		    "PIPE_FAIL: this client's pending pipes at the relay's limit" :
+		    "PIPE_FAIL: a pending pipe with this client endpoint";
+		then = "the cache is unchanged";
+		break;
+	default:
+		/* The relay's own trouble (at its limits, draining, internal
+		 * error, ERROR, lost link): it sits out for a while. */
+		why = r == FAIL_LIMIT ? "PIPE_FAIL: the relay is at its pipe limit" :
+		    r == FAIL_SHUTTING_DOWN ? "PIPE_FAIL: the relay is draining" :
+		    r != 0 ? "PIPE_FAIL: the relay's internal error" :
+		    m ? "relay answered ERROR" : "relay link lost";
+		cache_forget(d, c, via);
+		if (via)
+			relay_quarantine(d, via, why);
+		then = "the relay sits out";
+		break;
+	}
+	log_info("%s -> %s: via %s: %s%s; %s", ep_fmt(&c->client, cb), ep_fmt(&c->server, sb),
+	    via ? ep_fmt(&via->conf.control, rb) : "a relay that left",
+	    why, c->early ? " (early: the relay resets the connection)" : "", then);
+	return why;
 }
 
 static void establish_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents);
@@ -236,14 +362,13 @@ early_answer(struct hconn *c, const struct proto_msg *m)
 {
 	struct slotd *d = c->d;
 	struct crelay *via = c->via;	/* NULL once the relay left the set */
-	char cb[EP_STRLEN], sb[EP_STRLEN];
 
 	c->req_id = 0;
 	if (m && m->type == PROTO_PIPE_OK) {
 		d->ctr.pipes_ok++;
 		if (via) {
 			via->pipes_ok++;
-			cache_put(d, c, via);
+			learn_ok(d, c, via);
 		}
 		return;
 	}
@@ -251,14 +376,7 @@ early_answer(struct hconn *c, const struct proto_msg *m)
 	d->ctr.early_failures++;
 	if (via)
 		via->pipes_failed++;
-	if (d->cache)
-		selc_invalidate(d->cache, &c->server.addr);
-	uint8_t r = m && m->type == PROTO_PIPE_FAIL ? m->u.fail.reason : 0;
-	if (via && (r == 0 || r == FAIL_LIMIT || r == FAIL_SHUTTING_DOWN || r == FAIL_INTERNAL))
-		relay_quarantine(d, via, "early pipe failed");
-	log_warnx("%s -> %s: early pipe failed (%s); the relay resets the connection",
-	    ep_fmt(&c->client, cb), ep_fmt(&c->server, sb),
-	    r ? proto_fail_str(r) : m ? "relay answered ERROR" : "relay link lost");
+	(void)learn_failure(d, c, via, m);
 }
 
 /* The relay's answer to PIPE_ESTABLISH (NULL: its link went down). */
@@ -268,7 +386,6 @@ establish_answer(void *req, const struct proto_msg *m)
 	struct hconn *c = req;
 	struct slotd *d = c->d;
 	struct crelay *via = c->via;
-	char b[128];
 
 	if (c->state != HC_ESTABLISHING) {
 		if (c->early && c->req_id)
@@ -279,37 +396,13 @@ establish_answer(void *req, const struct proto_msg *m)
 	if (m && m->type == PROTO_PIPE_OK) {
 		d->ctr.pipes_ok++;
 		via->pipes_ok++;
-		cache_put(d, c, via);
+		learn_ok(d, c, via);
 		conn_release(c, via, c->why);
 		return;
 	}
 	d->ctr.pipes_failed++;
 	via->pipes_failed++;
-	if (m && m->type == PROTO_PIPE_FAIL) {
-		uint8_t r = m->u.fail.reason;
-		snprintf(b, sizeof(b), "relay %s", proto_fail_str(r));
-		if (r == FAIL_REFUSED || r == FAIL_POLICY_ADDR || r == FAIL_POLICY_PORT) {
-			/* The server or the relay's policy says no: the
-			 * direct path is the one for this server. */
-			cache_put(d, c, NULL);
-		} else {
-			if (d->cache)
-				selc_invalidate(d->cache, &c->server.addr);
-			/* The relay's own trouble keeps it out for a while;
-			 * not this client's burst (CLIENT_LIMIT, DUPLICATE),
-			 * which clears as its pending pipes join. */
-			if (r == FAIL_LIMIT || r == FAIL_SHUTTING_DOWN || r == FAIL_INTERNAL)
-				relay_quarantine(d, via, b);
-		}
-	} else {
-		snprintf(b, sizeof(b), "%s", m ? "relay answered ERROR" : "relay link lost");
-		if (d->cache)
-			selc_invalidate(d->cache, &c->server.addr);
-		relay_quarantine(d, via, b);
-	}
-	/* The why must outlive this frame: use the static texts. */
-	conn_release(c, NULL, m == NULL ? "relay link lost" :
-	    m->type == PROTO_PIPE_FAIL ? "PIPE_FAIL" : "relay answered ERROR");
+	conn_release(c, NULL, learn_failure(d, c, via, m));
 }
 
 static void
@@ -345,8 +438,7 @@ establish_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)revents;
 
 	d->ctr.pipes_timeout++;
-	if (d->cache)
-		selc_invalidate(d->cache, &c->server.addr);
+	cache_forget(d, c, c->via);
 	relay_quarantine(d, c->via, "PIPE_ESTABLISH not answered in time");
 	conn_release(c, NULL, "PIPE_ESTABLISH timed out");
 }
@@ -380,9 +472,12 @@ evaluate(struct hconn *c)
 		return;
 	}
 	case SEL_GO_DIRECT:
-		/* Only a measured direct path is worth remembering. */
+		/* Only a measured direct path is worth remembering; a
+		 * refusal is about its port alone. */
 		if (c->direct == SEL_DIRECT_OK)
-			cache_put(d, c, NULL);
+			cache_decision(d, c, NULL);
+		else if (c->direct == SEL_DIRECT_REFUSED)
+			cache_port(d, c, SELC_REFUSED, REFUSAL_TTL_US);
 		conn_release(c, NULL, res.why);
 		return;
 	case SEL_GO_RELAY: {
@@ -682,11 +777,14 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 	ev_init(&c->timer, decide_timer_cb);
 	c->timer.data = c;
 
-	if (d->cache && d->conf.cache_ttl_ms > 0 && selc_get(d->cache, &c->server.addr, now, &e)) {
+	if (cache_on(d) && selc_get(d->cache, &c->server, now, &e)) {
 		if (e.choice == SELC_DIRECT) {
 			d->ctr.cache_hits++;
 			c->cached = true;
-			conn_release(c, NULL, "cached: direct is best");
+			conn_release(c, NULL, e.why == SELC_REFUSED ?
+			    "cached: the server refused the port" :
+			    e.why == SELC_POLICY_PORT ? "cached: the relay's policy refuses the port" :
+			    "cached: direct is best");
 			return;
 		}
 		struct crelay *r = relay_find(d, &e.relay);
@@ -694,20 +792,27 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 			d->ctr.cache_hits++;
 			c->cached = true;
 			establish(c, r, e.path_rtt_us, "cached decision");
-			if (d->conf.cache_early && c->state == HC_ESTABLISHING) {
-				/* The request stays outstanding past the verdict:
-				 * the relay holds the early data connection until
-				 * its connect to the server is done. */
-				uint32_t req = c->req_id;
-				c->req_id = 0;
-				conn_release(c, r, "cached decision, early");
-				c->req_id = req;
-				c->early = true;
-				d->ctr.early_verdicts++;
+			if (!d->conf.cache_early || c->state != HC_ESTABLISHING)
+				return;
+			if (!selc_reached(&e, c->server.port)) {
+				/* connect() keeps its meaning until this relay
+				 * has connected to this port of the server. */
+				d->ctr.early_unreached++;
+				return;
 			}
+			/* The request stays outstanding past the verdict: the
+			 * relay holds the early data connection until its
+			 * connect to the server is done. */
+			uint32_t req = c->req_id;
+			c->req_id = 0;
+			c->early = true;
+			conn_release(c, r, "cached decision, early");
+			c->req_id = req;
+			d->ctr.early_verdicts++;
 			return;
 		}
-		selc_invalidate(d->cache, &c->server.addr);
+		struct endpoint k = addr_key(c);
+		(void)selc_invalidate(d->cache, &k, NULL);
 	}
 	d->ctr.cache_misses++;
 	start_probing(d, c);

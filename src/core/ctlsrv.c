@@ -510,8 +510,14 @@ is_cmd_char(char ch)
 	return isalnum((unsigned char)ch) || ch == '_' || ch == '-';
 }
 
-int
-ctl_req_parse(const char *line, struct ctl_req *r)
+static bool
+is_arg_char(char ch)
+{
+	return ch > ' ' && ch < 0x7f;
+}
+
+static int
+req_parse(const char *line, struct ctl_req *r, bool with_arg)
 {
 	const char *p = line, *w;
 	size_t n;
@@ -525,15 +531,38 @@ ctl_req_parse(const char *line, struct ctl_req *r)
 	if (n == 0 || n >= sizeof(r->cmd))
 		return -1;
 	memcpy(r->cmd, w, n);
-	while (*p == ' ' || *p == '\t')
-		p++;
-	if (strncmp(p, "json", 4) == 0) {
-		r->json = true;
-		p += 4;
+	for (int words = 0; words < 2; words++) {
 		while (*p == ' ' || *p == '\t')
 			p++;
+		for (w = p; is_arg_char(*p); p++)
+			;
+		n = (size_t)(p - w);
+		if (n == 0)
+			break;
+		if (n == 4 && strncmp(w, "json", 4) == 0 && !r->json) {
+			r->json = true;
+			continue;
+		}
+		/* The argument comes before "json", once. */
+		if (!with_arg || r->json || r->arg[0] || n >= sizeof(r->arg))
+			return -1;
+		memcpy(r->arg, w, n);
 	}
+	while (*p == ' ' || *p == '\t')
+		p++;
 	return *p == '\0' ? 0 : -1;
+}
+
+int
+ctl_req_parse(const char *line, struct ctl_req *r)
+{
+	return req_parse(line, r, false);
+}
+
+int
+ctl_req_parse_arg(const char *line, struct ctl_req *r)
+{
+	return req_parse(line, r, true);
 }
 
 void

@@ -1,6 +1,6 @@
 /* slotctl: asks a slot daemon (slotd, slot-relayd, slot-dird) over its unix
  * control socket and prints the answer. The daemon formats the answer, text
- * or JSON; slotctl picks the socket, sends "<command>" or "<command> json"
+ * or JSON; slotctl picks the socket, sends "<command> [argument] [json]"
  * and maps the outcome to an exit status (docs/slotctl.md). One file, no
  * library: it must run on any host, next to any of the daemons. */
 
@@ -29,6 +29,7 @@ enum {
 };
 
 #define CMD_MAX 31		/* the daemons take commands up to this long */
+#define ARG_MAX 63		/* ...and arguments up to this long */
 #define ANSWER_TIMEOUT_S 15	/* a daemon cuts its clients at 5 s; this is the backstop */
 
 static const struct {
@@ -44,7 +45,7 @@ static void
 usage(FILE *f)
 {
 	fprintf(f,
-	    "usage: slotctl [-s socket | -d daemon] [-j] command\n"
+	    "usage: slotctl [-s socket | -d daemon] [-j] command [address]\n"
 	    "  -s, --socket socket  the daemon's control socket\n"
 	    "  -d, --daemon name    slotd, relayd or dird: that daemon's default socket\n"
 	    "                       (/run/slot/slotd.sock, relayd.sock, dird.sock);\n"
@@ -57,6 +58,8 @@ usage(FILE *f)
 	    "  cache     slotd: selection cache; relayd: RTTs  x     x\n"
 	    "  relays    relays, health, RTT, group            x     x      x\n"
 	    "  rules     slotd's iptables rules and counters   x\n"
+	    "  flush     slotd: empty the selection cache;     x\n"
+	    "            \"flush ADDRESS\": forget that server only\n"
 	    "  counters  every counter, \"name value\"           x     x      x\n"
 	    "  metrics   counters, Prometheus text format      x     x      x\n"
 	    "exit status: 0 ok, 1 the daemon refused the command, 2 usage,\n"
@@ -74,6 +77,28 @@ valid_command(const char *s)
 		return false;
 	for (; *s; s++)
 		if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-')
+			return false;
+	return true;
+}
+
+/* Commands that take an argument: any other gets none, so that two
+ * commands in a row stay a usage error. */
+static bool
+takes_argument(const char *cmd)
+{
+	return strcmp(cmd, "flush") == 0;
+}
+
+/* An argument is one printable word: the daemon judges the rest. */
+static bool
+valid_argument(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > ARG_MAX)
+		return false;
+	for (; *s; s++)
+		if (*s <= ' ' || *s >= 0x7f)
 			return false;
 	return true;
 }
@@ -122,14 +147,15 @@ write_all(int fd, const char *p, size_t n)
 
 /* Sends the request and copies the answer out. Returns the exit status. */
 static int
-ask(int fd, const char *path, const char *cmd, bool json)
+ask(int fd, const char *path, const char *cmd, const char *arg, bool json)
 {
-	char buf[65536], line[64];
+	char buf[65536], line[CMD_MAX + ARG_MAX + 16];
 	size_t got = 0;
 	bool refused = false, decided = false;
 	ssize_t n;
 
-	snprintf(line, sizeof(line), "%s%s\n", cmd, json ? " json" : "");
+	snprintf(line, sizeof(line), "%s%s%s%s\n", cmd, arg ? " " : "", arg ? arg : "",
+	    json ? " json" : "");
 	if (!write_all(fd, line, strlen(line))) {
 		fprintf(stderr, "slotctl: %s: %s\n", path, strerror(errno));
 		return EX_CONNECT;
@@ -180,7 +206,7 @@ main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *path = NULL, *cmd;
+	const char *path = NULL, *cmd, *arg = NULL;
 	bool json = false;
 	int ch, fd = -1, rc;
 
@@ -225,7 +251,7 @@ main(int argc, char **argv)
 			return EX_USAGE;
 		}
 	}
-	if (optind + 1 != argc) {
+	if (optind == argc || argc - optind > 2) {
 		usage(stderr);
 		return EX_USAGE;
 	}
@@ -233,6 +259,17 @@ main(int argc, char **argv)
 	if (!valid_command(cmd)) {
 		fprintf(stderr, "slotctl: \"%s\" is no command (see slotctl -h)\n", cmd);
 		return EX_USAGE;
+	}
+	if (argc - optind == 2) {
+		arg = argv[optind + 1];
+		if (!takes_argument(cmd)) {
+			usage(stderr);
+			return EX_USAGE;
+		}
+		if (!valid_argument(arg)) {
+			fprintf(stderr, "slotctl: \"%s\" is no argument of %s\n", arg, cmd);
+			return EX_USAGE;
+		}
 	}
 
 	if (path) {
@@ -253,7 +290,7 @@ main(int argc, char **argv)
 			return EX_CONNECT;
 		}
 	}
-	rc = ask(fd, path, cmd, json);
+	rc = ask(fd, path, cmd, arg, json);
 	close(fd);
 	return rc;
 }

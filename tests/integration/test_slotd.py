@@ -43,7 +43,7 @@ COUNTERS = ("syn_received syn_retransmits_dropped syn_malformed conns_held cache
             "held_overflow relays_up relays_configured reloads reload_failures "
             "rules_applied").split()
 DECISION_KEYS = {"client", "server", "verdict", "relay", "why", "rtt_direct_us", "path_rtt_us",
-                 "decide_us", "probes", "cached"}
+                 "decide_us", "probes", "cached", "early"}
 RELAY_KEYS = {"control", "data_port", "group", "mark", "state", "quarantined"}
 
 
@@ -550,6 +550,214 @@ def test_cache_early_skips_the_wait_for_pipe_ok(sb, slotd, tags):
         assert_direct(sb, c)
     finally:
         r1.reload({"policy": {"deny_destinations": ""}})
+
+
+# ---------------------------------------------------------------- 8b: what the cache learns, flush, warm hits
+
+def ctl(s, *args):
+    """slotctl on slotd's socket."""
+    return subprocess.run([os.path.join(slotbed.BUILD, "slotctl"), "-s", s.sock, *args],
+                          capture_output=True, text=True, timeout=30)
+
+
+def cache_rows(s):
+    """slotctl cache --json, by server ("addr" for an address's entry,
+    "addr:port" for a port's)."""
+    r = ctl(s, "cache", "--json")
+    assert r.returncode == 0, r
+    return {row["server"]: row for row in json.loads(r.stdout)["cache"]}
+
+
+def kv_lines(text):
+    return dict(l.split(None, 1) for l in text.splitlines() if l.strip())
+
+
+def test_refused_port_keeps_the_server_relayed(sb, slotd, tags):
+    """Issue 13: a refusal on one port (RST) is about that port. A cached
+    relay for the server stays for its other ports (not "direct is best"
+    for the whole address); the refused port alone goes direct, for 30 s at
+    most. Warm (the relay refuses) and cold (the direct probe refuses)."""
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"], {"hijack": {"ports": "80, 5201, 8080"}})
+    srv = sb.ip("server")
+    refused_ep = "%s:5201" % srv
+    a = fetch(sb, tags(), "small")
+    assert assert_relayed(sb, s, a, r1)["cached"] is False
+    c0 = s.counters()
+    # Nothing listens on 5201: the relay's connect is refused, and the
+    # application sees a refusal, as it would without slotd (5201 was never
+    # reached through the relay, so the hit waited for the relay's answer).
+    r = sb.curl("http://%s:5201/" % srv, timeout=20)
+    assert r.rc == 7, r
+    d = s.decision(server=refused_ep)
+    assert d["verdict"] == "direct" and d["cached"] is True and d["early"] is False, d
+    assert d["why"] == "PIPE_FAIL: the server refused the port", d
+    dc = slotbed.deltas(c0, s.counters())
+    assert dc["pipes_failed"] == 1 and dc["early_unreached"] == 1, dc
+    assert dc["early_verdicts"] == 0 and dc["early_failures"] == 0, dc
+    rows = cache_rows(s)
+    assert rows[srv]["choice"] == "relay" and rows[srv]["relay"] == r1.control, rows
+    assert rows[refused_ep]["choice"] == "direct" and rows[refused_ep]["why"] == "refused", rows
+    assert 0 < rows[refused_ep]["ttl_s"] <= 30, rows
+    # The server's other ports go on through the relay: one never used...
+    b = fetch(sb, tags(), "small", port=8080)
+    assert assert_relayed(sb, s, b, r1, port=8080)["cached"] is True
+    # ...and the one that worked.
+    c = fetch(sb, tags(), "big")
+    assert assert_relayed(sb, s, c, r1)["cached"] is True
+    # The refused port again: direct from the cache, with the true reason.
+    p0 = r1.counters()["pipes_failed"]
+    r = sb.curl("http://%s:5201/" % srv, timeout=20)
+    assert r.rc == 7, r
+    d = s.decision(server=refused_ep)
+    assert d["why"] == "cached: the server refused the port" and d["cached"] is True, d
+    assert r1.counters()["pipes_failed"] == p0       # the relay was not asked
+    assert "direct is best" not in s.log()
+
+    # Cold: the direct probe is refused. Only the port is remembered; the
+    # next connection to the server's good port probes and takes the relay.
+    assert ctl(s, "flush").returncode == 0
+    r = sb.curl("http://%s:5201/" % srv, timeout=20)
+    assert r.rc == 7, r
+    d = s.decision(server=refused_ep)
+    assert d["verdict"] == "direct" and d["cached"] is False, d
+    assert set(cache_rows(s)) == {refused_ep}, cache_rows(s)
+    e = fetch(sb, tags(), "small")
+    de = assert_relayed(sb, s, e, r1)
+    assert de["cached"] is False and de["probes"] >= 1, de
+    assert "direct is best" not in s.log()
+
+
+def test_slotctl_flush(sb, slotd, tags):
+    """slotctl flush SERVER forgets one server (its address's entry and its
+    ports'), slotctl flush every entry; both say how many went, in text and
+    JSON; the next connection probes again."""
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"])
+    srv, other = sb.ip("server"), sb.ip("relay2")
+    assert_relayed(sb, s, fetch(sb, tags(), "small"), r1)
+    for host in (srv, other):                     # nothing listens on 5201
+        assert sb.curl("http://%s:5201/" % host, timeout=20).rc == 7
+    want = {srv, srv + ":5201", other + ":5201"}
+    assert set(cache_rows(s)) == want, cache_rows(s)
+    assert s.counters()["cache_entries"] == 3
+
+    r = ctl(s, "flush", srv)
+    assert r.returncode == 0 and r.stderr == "", r
+    kv = kv_lines(r.stdout)
+    assert kv["server"] == srv and kv["flushed"] == "2" and kv["cache_entries"] == "1", r.stdout
+    assert set(cache_rows(s)) == {other + ":5201"}
+    text = ctl(s, "cache")
+    assert text.returncode == 0 and not any(l.split()[0] in (srv, srv + ":5201")
+                                            for l in text.stdout.splitlines()[1:]), text.stdout
+    r = ctl(s, "flush", srv, "--json")
+    assert r.returncode == 0, r
+    assert json.loads(r.stdout) == {"daemon": "slotd", "server": srv, "flushed": 0,
+                                    "cache_entries": 1}, r.stdout
+
+    # The server probes again, and is cached again.
+    p0 = s.counters()["probes_sent"]
+    d = assert_relayed(sb, s, fetch(sb, tags(), "small"), r1)
+    assert d["cached"] is False and s.counters()["probes_sent"] > p0, d
+    assert set(cache_rows(s)) == {other + ":5201", srv}
+
+    r = ctl(s, "--json", "flush")
+    assert r.returncode == 0, r
+    assert json.loads(r.stdout) == {"daemon": "slotd", "server": None, "flushed": 2,
+                                    "cache_entries": 0}, r.stdout
+    assert cache_rows(s) == {} and s.counters()["cache_entries"] == 0
+    r = ctl(s, "flush")
+    assert r.returncode == 0 and kv_lines(r.stdout) == {"server": "-", "flushed": "0",
+                                                        "cache_entries": "0"}, r.stdout
+    d = assert_relayed(sb, s, fetch(sb, tags(), "small"), r1)
+    assert d["cached"] is False, d
+
+    # Errors: not an address (the daemon refuses: 1); usage (2).
+    r = ctl(s, "flush", "server.example")
+    assert r.returncode == 1 and "not an IP address" in r.stderr, r
+    assert ctl(s, "flush", srv, other).returncode == 2
+    assert ctl(s, "status", srv).returncode == 2
+    assert ctl(s, "flush", "a\tb").returncode == 2
+    ans = slotbed.unix_request(s.sock, b"status " + srv.encode() + b"\n")
+    assert ans.startswith("error:") and "no argument" in ans, ans
+    assert len(cache_rows(s)) == 1
+
+
+def test_warm_hits_go_early_only_to_reached_ports(sb, slotd, tags):
+    """cache_early is on by default, but a hit goes early only to a port the
+    cached relay has reached (PIPE_OK) since the decision: the first
+    connection to another port waits for PIPE_OK, as a cold one does.
+    cache_early = no makes every hit wait."""
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"], {"hijack": {"ports": "80, 8080"}})
+    assert "cache_early" not in s.text()
+    srv = sb.ip("server")
+    c0 = s.counters()
+    a = assert_relayed(sb, s, fetch(sb, tags(), "small"), r1)
+    assert a["cached"] is False and a["early"] is False, a
+    assert cache_rows(s)[srv]["reached"] == "80"
+    b = assert_relayed(sb, s, fetch(sb, tags(), "big"), r1)
+    assert b["cached"] is True and b["early"] is True, b
+    assert b["why"] == "cached decision, early", b
+    c = assert_relayed(sb, s, fetch(sb, tags(), "small", port=8080), r1, port=8080)
+    assert c["cached"] is True and c["early"] is False and c["why"] == "cached decision", c
+    assert cache_rows(s)[srv]["reached"] == "8080,80"
+    e = assert_relayed(sb, s, fetch(sb, tags(), "small", port=8080), r1, port=8080)
+    assert e["cached"] is True and e["early"] is True, e
+    # An early verdict does not wait for the relay (40 ms away, and its
+    # connect to the server 40 ms more); a waiting one does.
+    assert b["decide_us"] < 20000 and e["decide_us"] < 20000, (b, e)
+    assert c["decide_us"] >= 40000, c
+    dc = slotbed.deltas(c0, s.counters())
+    assert dc["early_verdicts"] == 2 and dc["early_unreached"] == 1, dc
+    assert dc["early_failures"] == 0 and dc["cache_hits"] == 3, dc
+    slotbed.wait_for(lambda: slotbed.deltas(c0, s.counters())["pipes_ok"] == 4, 10,
+                     "the PIPE_OKs")
+
+    s.update({"select": {"cache_early": "no"}})
+    s.hup()
+    c1 = s.counters()
+    f = assert_relayed(sb, s, fetch(sb, tags(), "small"), r1)
+    assert f["cached"] is True and f["early"] is False and f["decide_us"] >= 40000, f
+    dc = slotbed.deltas(c1, s.counters())
+    assert dc["early_verdicts"] == 0 and dc["early_unreached"] == 0, dc
+
+
+def test_refusal_on_a_warm_early_connection_is_a_reset(sb, slotd, tags):
+    """A warm early connection has connected before the relay knows the
+    server's answer: when the server now refuses, the application sees a
+    reset (as behind HAProxy), slotd(8). The refusal is about that port: the
+    next connection goes direct and sees the refusal itself."""
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"])
+    srv = sb.ip("server")
+    assert_relayed(sb, s, fetch(sb, tags(), "small"), r1)
+    assert assert_relayed(sb, s, fetch(sb, tags(), "small"), r1)["early"] is True
+    rule = ["INPUT", "-p", "tcp", "--dport", "80", "-j", "REJECT", "--reject-with", "tcp-reset"]
+    c0 = s.counters()
+    sb.bed.run("server", "iptables", "-w", "-I", *rule)
+    try:
+        r = sb.curl(sb.nginx.url("small", query="id=" + tags()), timeout=20)
+        assert r.rc in (52, 55, 56), r                # reset (no refusal: connect() succeeded)
+        assert r.rc != 56 or "reset" in r.err.lower(), r
+        d = s.decision(server=server_ep(sb))
+        assert d["verdict"] == "relay" and d["early"] is True, d
+        slotbed.wait_for(lambda: slotbed.deltas(c0, s.counters())["early_failures"] == 1, 10,
+                         "the early failure")
+        rows = cache_rows(s)
+        assert rows[srv + ":80"]["why"] == "refused", rows
+        assert rows[srv]["choice"] == "relay" and rows[srv]["reached"] is None, rows
+        # Now a refusal, as without slotd.
+        r = sb.curl(sb.nginx.url("small", query="id=" + tags()), timeout=20)
+        assert r.rc == 7, r
+        d = s.decision(server=server_ep(sb))
+        assert d["why"] == "cached: the server refused the port", d
+    finally:
+        sb.bed.run("server", "iptables", "-w", "-D", *rule, check=False)
+    # The port is remembered as refused for 30 s at most; a flush ends that.
+    assert_direct(sb, fetch(sb, tags(), "small"))
+    assert ctl(s, "flush", srv).returncode == 0
+    assert_relayed(sb, s, fetch(sb, tags(), "small"), r1)
 
 
 def test_relay_caches_an_exact_measurement_despite_a_lost_syn(sb, slotd, tags):

@@ -94,6 +94,7 @@ test_defaults(void **state)
 	assert_int_equal(c.establish_timeout_ms, 3000);
 	assert_int_equal(c.cache_ttl_ms, 600000);
 	assert_int_equal(c.cache_size, 65536);
+	assert_true(c.cache_early);
 	assert_int_equal(c.max_held, 4096);
 	assert_int_equal(c.seed, 0);
 	assert_int_equal(c.keepalive_interval_ms, 30000);
@@ -145,6 +146,7 @@ test_example_is_defaults(void **state)
 	assert_int_equal(c.establish_timeout_ms, d.establish_timeout_ms);
 	assert_int_equal(c.cache_ttl_ms, d.cache_ttl_ms);
 	assert_int_equal(c.cache_size, d.cache_size);
+	assert_int_equal(c.cache_early, d.cache_early);
 	assert_int_equal(c.max_held, d.max_held);
 	assert_int_equal(c.seed, d.seed);
 	assert_int_equal(c.keepalive_interval_ms, d.keepalive_interval_ms);

@@ -843,6 +843,46 @@ test_req_parse(void **state)
 	}
 }
 
+/* A command with one argument (slotd's "flush SERVER"). */
+static void
+test_req_parse_arg(void **state)
+{
+	static const struct {
+		const char *line; int rc; const char *cmd, *arg; bool json;
+	} cases[] = {
+		{ "flush", 0, "flush", "", false },
+		{ "flush json", 0, "flush", "", true },
+		{ "flush 10.0.0.1", 0, "flush", "10.0.0.1", false },
+		{ " flush\t2001:db8::1  json ", 0, "flush", "2001:db8::1", true },
+		{ "flush 012345678901234567890123456789012345678901234567890123456789012", 0,
+		    "flush", "012345678901234567890123456789012345678901234567890123456789012",
+		    false },
+		{ "flush 0123456789012345678901234567890123456789012345678901234567890123", -1,
+		    NULL, NULL, false },
+		{ "flush json 10.0.0.1", -1, NULL, NULL, false },
+		{ "flush a b", -1, NULL, NULL, false },
+		{ "flush a json json", -1, NULL, NULL, false },
+		{ "flush a\x01", -1, NULL, NULL, false },
+		{ "flush a\xc3\xa9", -1, NULL, NULL, false },
+		{ "", -1, NULL, NULL, false },
+	};
+	struct ctl_req r;
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = ctl_req_parse_arg(cases[i].line, &r);
+		if (rc != cases[i].rc)
+			fail_msg("\"%s\": rc %d", cases[i].line, rc);
+		if (rc == 0) {
+			assert_string_equal(r.cmd, cases[i].cmd);
+			assert_string_equal(r.arg, cases[i].arg);
+			assert_int_equal(r.json, cases[i].json);
+		}
+	}
+	/* Commands without one refuse it. */
+	assert_int_equal(ctl_req_parse("flush 10.0.0.1", &r), -1);
+}
+
 static void
 test_error_and_json_str(void **state)
 {
@@ -1104,6 +1144,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_http_full_server_evicts_oldest_sender,
 		    setup_http, teardown_http),
 		cmocka_unit_test(test_req_parse),
+		cmocka_unit_test(test_req_parse_arg),
 		cmocka_unit_test(test_error_and_json_str),
 		cmocka_unit_test(test_fmt_dur),
 		cmocka_unit_test(test_table_text),
