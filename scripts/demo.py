@@ -29,8 +29,10 @@ What runs, in order (the whole deployment, nothing faked):
   5. slotd in the client, knowing nothing but the directory's URL; it
      hijacks connections to port 80 only;
   6. per server: curl to port 8080 (not hijacked: the direct path), then curl
-     to port 80 (hijacked: slotd probes the direct path and one relay per
-     group, picks the relay with the smallest max(RTT client-relay,
+     to port 80 (hijacked: slotd probes the direct path and the first 20
+     relays of its ranking, made from its own RTT to each relay and the
+     relays' RTTs to the directory's landmarks; it picks the relay with the
+     smallest max(RTT client-relay,
      RTT relay-server) and steers the connection there). Every file is
      checked by sha256, and nginx's log shows who connected: the relay, or
      the client;
@@ -65,8 +67,8 @@ RELAYS = ["Hong Kong", "Singapore", "Malaysia", "Jakarta", "Manila", "Taipei", "
           "Osaka", "Seoul", "Ho Chi Minh City", "Phnom Penh", "Bangkok", "Chennai", "Perth",
           "Melbourne", "Sydney", "Auckland", "Dubai", "Frankfurt", "London", "Amsterdam",
           "New York", "Los Angeles", "Johannesburg", "Sao Paulo"]
-# Three relays in three groups (more than 50 ms apart), so that RandGroup-k
-# probes them all and the choice is known: Shanghai via Hong Kong, Adelaide
+# Three relays in three groups (more than 50 ms apart), fewer than k, so that
+# slotd probes them all and the choice is known: Shanghai via Hong Kong, Adelaide
 # via Perth.
 QUICK_SERVERS = ["Shanghai", "Adelaide"]
 QUICK_RELAYS = ["Hong Kong", "Perth", "Frankfurt"]
@@ -656,10 +658,9 @@ def main(argv=None):
             if r["best_relay"] in r["probed"]:
                 why = "it was probed, but measured no better"
             else:
-                others = [x for x in r["best_relay_group"] if x in r["probed"]]
-                why = ("slotd probes one random relay per group (RandGroup-k), and from %s's "
-                       "group it drew %s instead" % (r["best_relay"],
-                                                     others[0] if others else "another"))
+                why = ("it was not among the relays slotd ranked first and probed (%d of "
+                       "%d), judged by the landmarks the directory sent"
+                       % (len(r["probed"]), len(plan.relays)))
             notes.append("%s: the best relay in the data is %s (%.0f ms); %s."
                          % (r["server"], r["best_relay"], r["best_path_configured_ms"], why))
         for n in notes:

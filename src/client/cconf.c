@@ -349,7 +349,7 @@ set_key(void *user, const char *section, const char *name, const char *value,
 		break;
 	case K_STRATEGY:
 		if (sel_strategy_parse(value, dst) == -1) {
-			snprintf(sub, sizeof(sub), "expected all, random or randgroup");
+			snprintf(sub, sizeof(sub), "expected cover, all, random or randgroup");
 			rc = -1;
 		}
 		break;

@@ -5,6 +5,7 @@
 
 #include "slot/clock.h"
 #include "slot/log.h"
+#include "slot/select.h"
 #include "slot/synprobe.h"
 #include "cstats.h"
 #include "dirsync.h"
@@ -96,6 +97,10 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	C("dir_fetches_failed", ds.fetches_failed, CTL_COUNTER,
 	    "Directory fetches no URL answered.");
 	C("dir_relays", ds.relays, CTL_GAUGE, "Relays of the set from the directory.");
+	C("relays_ranked", d->ranked, CTL_GAUGE,
+	    "Relays in the cover ranking (strategy cover).");
+	C("relays_ranked_by_landmarks", d->rank_greedy, CTL_GAUGE,
+	    "Of them, chosen for the landmarks they cover (the rest: nearest first).");
 	C("dir_cache_loaded", ds.cache_loaded, CTL_GAUGE,
 	    "1 if slotd started with the relays of its cache file.");
 #undef C
@@ -331,6 +336,8 @@ static const struct ctl_col relay_cols[] = {
 	{ "source", CTL_STR, NULL },
 	{ "rtt", CTL_RTT, NULL },
 	{ "quarantine", CTL_DUR, NULL },
+	{ "rank", CTL_UINT, NULL },
+	{ "rtt_est", CTL_RTT, NULL },
 };
 
 static void
@@ -359,6 +366,14 @@ relays(struct slotd *d, bool json_out, struct ctl_out *o)
 			ctl_cell_none(&t);
 		if (quarantined)
 			ctl_cell_us(&t, x->quarantine_until_us - now);
+		else
+			ctl_cell_none(&t);
+		if (x->rank != SEL_NO_RANK)
+			ctl_cell_uint(&t, x->rank);
+		else
+			ctl_cell_none(&t);
+		if (x->rtt_est_us)
+			ctl_cell_us(&t, x->rtt_est_us);
 		else
 			ctl_cell_none(&t);
 	}

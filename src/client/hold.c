@@ -639,6 +639,7 @@ start_probing(struct slotd *d, struct hconn *c)
 		for (size_t i = 0; i < n; i++) {
 			cands[i].group = d->relays[i]->conf.group;
 			cands[i].usable = relay_usable(d, d->relays[i], now);
+			cands[i].rank = d->relays[i]->rank;
 		}
 		if (sel_sample(&d->conf.sel, cands, n, &d->rng, idx, &k) == -1)
 			goto oom;

@@ -468,10 +468,11 @@ def test_slotd_cache_relays_rules(bed, daemons):
     assert j["why"] == "selected" and j["reached"] == "80", j
     assert abs(j["age_s"] + j["ttl_s"] - 600) < 1, j
 
-    # relays: the first version's columns first, then RTT and quarantine
+    # relays: the first version's columns first, then RTT and quarantine,
+    # then the cover ranking's
     head, rows = table(ok(sd, "relays"))
     assert head == ["relay", "data", "group", "state", "fails", "probes", "pipes", "failed",
-                    "source", "rtt", "quarantine"], head
+                    "source", "rtt", "quarantine", "rank", "rtt_est"], head
     by = {x["relay"]: x for x in rows}
     assert set(by) == {r1.control, r2.control}
     for rel in (r1, r2):

@@ -85,8 +85,8 @@ test_defaults(void **state)
 	assert_true(excluded(&c, "fd00::1"));
 	assert_false(excluded(&c, "8.8.8.8"));
 	assert_false(excluded(&c, "2001:db8::1"));
-	assert_int_equal(c.sel.strategy, SEL_RANDGROUP_K);
-	assert_int_equal(c.sel.k, 50);
+	assert_int_equal(c.sel.strategy, SEL_COVER);
+	assert_int_equal(c.sel.k, 20);
 	assert_true(c.sel.c_wait == 1.25);
 	assert_true(c.sel.min_gain == 1.1);
 	assert_int_equal(c.sel.repair_timeout_us, 3000000);
@@ -436,7 +436,7 @@ test_errors_name_the_line(void **state)
 	bad("[hijack]\nports = 80-70\n", ":2: [hijack] ports");
 	bad("[hijack]\nports = 443\ninclude = 10.0.0.1/8\n", ":3: [hijack] include");
 	bad("[hijack]\nports = 443\nexclude = 10.0.0.0/8,\n", ":3: [hijack] exclude");
-	bad("[select]\nstrategy = best\n", ":2: [select] strategy = best: expected all");
+	bad("[select]\nstrategy = best\n", ":2: [select] strategy = best: expected cover");
 	bad("[select]\nk = 0\n", ":2: [select] k = 0:");
 	bad("[select]\nk = 100001\n", ":2:");
 	bad("[select]\nc_wait = 0.9\n", ":2: [select] c_wait");
