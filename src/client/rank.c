@@ -144,6 +144,17 @@ rank_start(struct slotd *d)
 }
 
 void
+rank_soon(struct slotd *d)
+{
+	if (d->loop == NULL || !ev_is_active(&d->rank_timer) ||
+	    ev_timer_remaining(d->loop, &d->rank_timer) <= RANK_SOON_S)
+		return;
+	ev_timer_stop(d->loop, &d->rank_timer);
+	ev_timer_set(&d->rank_timer, RANK_SOON_S, RANK_INTERVAL_S);
+	ev_timer_start(d->loop, &d->rank_timer);
+}
+
+void
 rank_stop(struct slotd *d)
 {
 	ev_timer_stop(d->loop, &d->rank_timer);

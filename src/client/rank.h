@@ -18,6 +18,9 @@ void rank_update(struct slotd *d);
  * after start (links come up within a round trip). */
 #define RANK_INTERVAL_S 10.0
 void rank_start(struct slotd *d);
+/* Within RANK_SOON_S seconds, not later than the timer would. */
+#define RANK_SOON_S 0.2
+void rank_soon(struct slotd *d);
 void rank_stop(struct slotd *d);
 
 #endif

@@ -29,6 +29,10 @@ link_state_cb(void *user, struct rlink *l, enum rlink_state st)
 	/* Cached choices through a relay we cannot reach are worthless. */
 	if (st == RL_DOWN && d->cache)
 		(void)selc_invalidate_relay(d->cache, rlink_endpoint(l));
+	/* A link up brings its RTT: rank with it soon (links come up in a
+	 * burst at start, hence soon and not now). */
+	if (st == RL_UP && l != NULL)
+		rank_soon(d);
 }
 
 struct crelay *

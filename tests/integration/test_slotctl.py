@@ -487,7 +487,10 @@ def test_slotd_cache_relays_rules(bed, daemons):
     j = {x["relay"]: x for x in ok_json(sd, "relays")["relays"]}
     assert set(j[r1.control]) == {"relay", "data_port", "group", "state", "failures", "probes",
                                   "pipes_ok", "pipes_failed", "source", "rtt_us",
-                                  "quarantine_s"}, j
+                                  "quarantine_s", "rank", "rtt_est_us"}, j
+    # Static relays, no landmarks: ranked nearest first from the RTTs of
+    # the control connections (relay1 is the nearer here).
+    assert j[r1.control]["rank"] is not None and j[r1.control]["rtt_est_us"] > 0, j
     assert j[r1.control]["quarantine_s"] is None and 38000 <= j[r1.control]["rtt_us"] <= 60000
 
     # rules: what the kernel holds, with its counters
