@@ -12,9 +12,13 @@ shortens every loop to a far server by 3-6x.
 
 The whole deployment runs: slot-relayd in every relay city registers with
 slot-dird (host "dir"), the relays measure each other and report, the
-directory groups them (Markov clustering), and slotd in the client knows
-only the directory's URL: relays and groups come from it, and it picks a
-relay for each server with RandGroup-50 (one random relay of each group).
+directory groups them and sends with its listing the relays' RTTs to a set of
+landmarks, and slotd in the client knows only the directory's URL: with its
+product default, strategy cover with k = 20, it ranks its relays from its own
+control-link RTTs and those relay-to-landmark rows (src/client/rank.c,
+src/core/cover.c), and for every new server probes the first k usable relays
+of that ranking, the same set whatever the server (the ranking is made before
+any server is known).
 
 Per server, side by side, all at once in each repetition (15 transfers: the
 paths are loss-limited at a few Mbit/s, far below the access links, so they
@@ -237,7 +241,7 @@ class Geo:
             "slotd": {"log_level": "info"},
             "hijack": {"ports": str(PORT_SLOT)},
             # A fresh choice in every repetition (the TTL is shorter than a
-            # repetition), so the figures sample RandGroup's random picks.
+            # repetition): probes and the ranking as they are then.
             "select": {"cache_ttl": "%dms" % self.ttl_ms},
             "directory": {"urls": self.dird.url, "refresh": "2s", "retry": "500ms",
                           "cache_file": os.path.join(self.sb.dir, "slotd.relays")}})
@@ -353,34 +357,30 @@ class Geo:
                 raise v
         return out
 
-    def groups(self):
-        """slotd's relay groups now (from the directory): a tuple of sorted
-        tuples of relay cities (hashable, to count groupings)."""
+    def rank_snapshot(self):
+        """slotd's relays now ("relays json"): {relay city: {"rank": 0-based
+        rank in the cover ranking or None, "est": RTT(client, relay) in ms the
+        ranking took or None, "state": up/connecting/down/quarantine,
+        "probes": probes sent to it so far}}."""
+        t = json.loads(slotbed.unix_request(self.slotd.sock, b"relays json\n"))
         ctl = {self.sb.relay(self.host[r]).control: r for r in RELAYS}
         out = {}
-        for x in self.slotd.json()["relays"]:
-            if x["control"] in ctl:
-                out.setdefault(x["group"], []).append(ctl[x["control"]])
-        return tuple(sorted(tuple(sorted(v)) for v in out.values()))
-
-    def odds(self, server, groups):
-        """RandGroup-50 with these groups (fewer than 50: every group probed,
-        one uniformly random member each), by the data's path RTTs:
-        {relay city or None (direct): probability slotd takes it}. Every
-        answer assumed in time (they come well within c_wait here)."""
-        direct = self.rtt(CLIENT, server)
-        out = {}
-        for gi, members in enumerate(groups):
-            for r in members:
-                pr = self.path(r, server)
-                p = 1.0 / len(members)
-                for gj, other in enumerate(groups):
-                    if gj != gi:
-                        p *= sum(1 for o in other if (self.path(o, server), o) > (pr, r)) / len(other)
-                if p:
-                    who = r if direct >= MIN_GAIN * pr else None
-                    out[who] = out.get(who, 0) + p
+        for x in t["relays"]:
+            if x.get("relay") in ctl:
+                est = x.get("rtt_est_us")
+                out[ctl[x["relay"]]] = {"rank": x.get("rank"),
+                                        "est": est / 1000 if est else None,
+                                        "state": x.get("state"),
+                                        "probes": x.get("probes") or 0}
         return out
+
+    def status(self):
+        """slotd's "status json" and counters: strategy, k, relays ranked."""
+        st = json.loads(slotbed.unix_request(self.slotd.sock, b"status json\n"))
+        c = self.slotd.counters()
+        return {"strategy": st.get("strategy"), "k": st.get("k"),
+                "ranked": c.get("relays_ranked"),
+                "by_landmarks": c.get("relays_ranked_by_landmarks")}
 
     def cache_snapshot(self):
         """{(relay city, server city): RTT in ms} from every relay's RTT cache
@@ -401,7 +401,8 @@ class Geo:
     def sample_choices(self, rounds):
         """slotd again with a 1 s cache: `rounds` more choices per server
         (short curls, all servers at once): {server: [(relay city or None,
-        slotd's groups then)]}."""
+        slotd's relays just before (rank_snapshot), {relay city: probes sent
+        to it during the round, all servers' choices}, the decision)]}."""
         self.slotd.stop()
         self.slotd.update({"select": {"cache_ttl": "1s"}})
         self.slotd.start(wait=False)
@@ -415,15 +416,16 @@ class Geo:
                             "http://%s:%d/f/big" % (self.sb.ip(self.host[s]), PORT_SLOT),
                             check=False, timeout=30)
         for _ in range(rounds):
-            groups = self.groups()
+            snap = self.rank_snapshot()
             ths = [threading.Thread(target=one, args=(s,)) for s in SERVERS]
             for th in ths:
                 th.start()
             for th in ths:
                 th.join()
+            probed = probed_between(snap, self.rank_snapshot())
             time.sleep(1.1)                 # the choices expire
             for s, ds in self.new_decisions().items():
-                out[s] += [(d["relay_city"], groups) for d in ds]
+                out[s] += [(d["relay_city"], snap, probed, d) for d in ds]
         return out
 
     def new_decisions(self):
@@ -444,6 +446,22 @@ class Geo:
 
 
 # ---------------------------------------------------------------- report
+
+def expected_probed(snap, k):
+    """The relays cover-k probes with this ranking: the first k usable (state
+    up) relays by rank (fewer ranked: random unranked ones make up k, shown as
+    None)."""
+    up = [r for r, x in snap.items() if x["state"] == "up"]
+    ranked = sorted((snap[r]["rank"], r) for r in up if snap[r]["rank"] is not None)
+    out = [r for _, r in ranked[:k]]
+    return tuple(sorted(out)) + ((None,) * (min(k, len(up)) - len(out)))
+
+
+def probed_between(before, after):
+    """{relay city: probes sent to it} between two rank snapshots."""
+    return {r: after[r]["probes"] - before[r]["probes"] for r in after
+            if r in before and after[r]["probes"] > before[r]["probes"]}
+
 
 def chosen_path(g, d, s):
     """Path RTT (data) of a decision: via its relay, or direct."""
@@ -467,19 +485,38 @@ def inflated(g, caches):
 
 
 def all_choices(g, decs, sampled, s):
-    """[(relay city or None, slotd's groups at the time)]: the choices of the
-    transfers, then the sampled ones."""
-    return [(d[s]["relay_city"], d["_groups"]) for d in decs] + list(sampled.get(s, []))
+    """[(relay city or None, slotd's relays just before (rank_snapshot),
+    {relay city: probes sent to it in that round}, the decision)]: the
+    choices of the transfers, then the sampled ones."""
+    return [(d[s]["relay_city"], d["_snap"], d["_probed"], d[s]) for d in decs] + \
+        list(sampled.get(s, []))
+
+
+def best_of(g, s, relays):
+    """What slotd takes from the answers of these relays if every one came in
+    time and told the data's path: the best path, if the direct RTT is at
+    least min_gain times it; else None (direct)."""
+    cand = sorted((g.path(r, s), r) for r in relays if r)
+    if cand and g.rtt(CLIENT, s) >= MIN_GAIN * cand[0][0]:
+        return cand[0][1]
+    return None
+
+
+def rank_of(snap, relay):
+    """1-based rank of a relay in slotd's cover ranking, or None (unranked)."""
+    x = snap.get(relay)
+    return x["rank"] + 1 if x and x["rank"] is not None else None
 
 
 def expected(g, s, choices):
-    """(P(best relay), mean path RTT) by RandGroup's odds, averaged over the
-    groupings slotd had at each choice."""
+    """(share of choices whose probes included the best relay, mean path RTT
+    of the best of the probed relays by the data): what slotd would have got
+    from the relays it probed if every answer came in time and true."""
     pb, mp = [], []
-    for _, groups in choices:
-        o = g.odds(s, groups)
-        pb.append(o.get(g.best[s], 0))
-        mp.append(sum(p * (g.path(c, s) if c else g.rtt(CLIENT, s)) for c, p in o.items()))
+    for _, _, probed, _ in choices:
+        pb.append(1.0 if g.best[s] in probed else 0.0)
+        b = best_of(g, s, probed)
+        mp.append(g.path(b, s) if b else g.rtt(CLIENT, s))
     return statistics.mean(pb), statistics.mean(mp)
 
 
@@ -533,7 +570,8 @@ def plot_paths(g, decs, sampled, path):
     meas = [med([d[s]["path_rtt_us"] / 1000 for d in decs]) for s in SERVERS]
     ax.plot(xs, meas, "k_", markersize=18, mew=2, label="slotd's measured path RTT (median)")
     exp = [expected(g, s, all_choices(g, decs, sampled, s))[1] for s in SERVERS]
-    ax.plot(xs, exp, "rD", markersize=6, label="RandGroup's odds: mean path RTT of its choice")
+    ax.plot(xs, exp, "rD", markersize=6,
+            label="best of the relays slotd probed (data): mean path RTT")
     for i, s in enumerate(SERVERS):
         names = [d[s]["relay_city"] or "direct" for d in decs]
         top = max(set(names), key=names.count)
@@ -570,11 +608,19 @@ def report(g, res, decs, args, info):
         "Jakarta (112 ms) and Moscow (140 ms) are near, so each far server is 3-6x closer, in "
         "loop length, through one of them. The whole deployment runs: slot-dird in host `dir` "
         "(%d ms from everybody, no loss), every relay registers with it, measures the others and "
-        "reports (list every 1 s, measure every 4 s), and the directory grouped the %d relays "
-        "into %d groups (Markov clustering) by the time slotd started; slotd in the client has no "
-        "static relay, only the "
-        "directory's URL, hijacks port %d and picks with RandGroup-50 (one random relay of each "
-        "group, c_wait 1.25, min_gain 1.1), its cache TTL %g s so that every repetition gets a "
+        "reports (list every 1 s, measure every 4 s), and the directory sends with its listing "
+        "landmarks: relays picked by farthest point over the reported RTTs, each weighted by "
+        "the relays it stands for, and every relay's RTT to each (it also groups the %d relays, "
+        "%d groups when slotd started, which this strategy does not use). slotd in the client "
+        "has no static relay, only the directory's URL, hijacks port %d and runs its default "
+        "selection, strategy %s with k = %s: every 10 s it ranks its relays from its own "
+        "control links' RTTs and the landmark rows (greedy: the next relay is the one that adds "
+        "most to the weighted path-RTT reduction over the landmarks, then the rest nearest "
+        "first; %s of the %d relays ranked, %s of them by the landmarks, when the transfers "
+        "began), and for every new server it probes the direct path and the first k usable "
+        "relays of that ranking, the same set whatever the server, waits for the answers until "
+        "all are in or c_wait 1.25 x the direct RTT, and takes the best path if the direct RTT "
+        "is at least min_gain 1.1 x it. Its cache TTL is %g s so that every repetition gets a "
         "fresh choice. Peer: HAProxy (mode tcp, splice) in the best relay for each server by "
         "the data (min over the %d relays of max(RTT(client, r), RTT(r, server))), statically "
         "set up for that server: what a sysadmin who knew the whole RTT matrix would do. Each "
@@ -588,6 +634,8 @@ def report(g, res, decs, args, info):
         "behind when their reset is lost, as 0.5%% of packets are.)"
         % (info["hosts"], CLIENT, len(RELAYS), ", ".join(RELAYS), ", ".join(SERVERS),
            LOSS * 100, RATE, RMEM, DIR_RTT, len(RELAYS), info["groups"], PORT_SLOT,
+           info["status"]["strategy"], info["status"]["k"], info["status"]["ranked"],
+           len(RELAYS), info["status"]["by_landmarks"],
            g.ttl_ms / 1000, len(RELAYS), args.reps, FILE_MIB, args.seconds))
     out.append("")
     out.append("| server | direct RTT ms | direct Mbit/s | slot Mbit/s | slot / direct | "
@@ -605,57 +653,103 @@ def report(g, res, decs, args, info):
     out.append("![throughput per server](img/%s)\n" % os.path.basename(info["png_tp"]))
     sampled = info.get("sampled") or {}
     nmore = max([len(v) for v in sampled.values()] or [0])
-    snaps = [d["_groups"] for d in decs] + [x[1] for v in sampled.values() for x in v]
+    k = info["status"]["k"] or 20
+    # One entry per round of choices (all servers at once): the ranking just
+    # before, and the relays that got probes during it.
+    rounds = [(d["_snap"], d["_probed"]) for d in decs]
+    seen_ids = set()
+    for v in sampled.values():
+        for _, snap, probed, _ in v:
+            if id(snap) not in seen_ids:
+                seen_ids.add(id(snap))
+                rounds.append((snap, probed))
+    sets = [tuple(sorted(p)) for _, p in rounds]
+    match = sum(1 for snap, p in rounds if tuple(sorted(p)) == expected_probed(snap, k))
+    first = decs[0]["_snap"]
+    order = sorted((x["rank"], r) for r, x in first.items() if x["rank"] is not None)
+    out.append("slotd's ranking when the transfers began (\"relays json\": rank, and rtt_est, "
+               "the RTT to the relay the ranking took; data: the data set's RTT(client, relay)); "
+               "the first k = %d are the relays it probes for every new server, **bold**: the "
+               "best relay for some server:\n" % k)
+    bests = set(g.best.values())
+    out.append(", ".join(
+        "%d %s (%s / %.0f ms)" % (
+            rk + 1, ("**%s**" % r) if r in bests else r,
+            "%.0f" % first[r]["est"] if first[r]["est"] else "-", g.rtt(CLIENT, r))
+        for rk, r in order[:k]) + ("; then %s." % ", ".join(
+            "%d %s" % (rk + 1, ("**%s**" % r) if r in bests else r) for rk, r in order[k:])
+            if order[k:] else "."))
+    out.append("")
+    common = max(set(sets), key=sets.count)
+    others = [x for x in sorted(set(sets), key=lambda x: -sets.count(x)) if x != common]
+    out.append("Over the %d rounds of choices (%d with the transfers, %d after; all servers at "
+               "once in each), slotd probed %d different sets of relays: the same %d relays in "
+               "%d rounds%s; the set was the first k usable relays of the ranking read just "
+               "before the round in %d of the %d rounds (probes counted per relay, slotd's "
+               "\"probes\" column, before and after each round; a round whose ranking moved "
+               "between its choices shows the union)."
+               % (len(rounds), len(decs), len(rounds) - len(decs), len(set(sets)), len(common),
+                  sets.count(common),
+                  "".join(", %s in %d" % (" ".join(
+                      ["+" + r for r in sorted(set(x) - set(common))] +
+                      ["-" + r for r in sorted(set(common) - set(x))]) or "the same",
+                      sets.count(x)) for x in others),
+                  match, len(rounds)))
+    out.append("")
     out.append("The relay slotd chose against the best one possible. Path RTT = max(RTT(client, "
                "relay), RTT(relay, server)) from the data (the test bed reproduces it to within "
                "a millisecond); rank among the %d relays by that path RTT (1 = best). slotd chose "
                "once per repetition (the transfers above), and about %d more times per server "
-               "after them (slotd restarted with a 1 s cache, short downloads). \"Odds\": what "
-               "RandGroup-50 gives, by the data, with the groups slotd had at each choice (read "
-               "just before each round of choices; one uniformly random member of each group "
-               "probed, every answer in time): the chance of the best relay and "
-               "the mean path RTT of the choice. The directory regroups as the relays' RTT "
-               "reports come in (every 4 s here), and its Markov clustering does not settle on "
-               "one grouping when relays are nearly equidistant: slotd saw %d different "
-               "groupings over its %d choices; the best relay's groups are listed with how many "
-               "choices each covered. slotd's own figures come from its probes (a TCP connect "
-               "to the server for the direct RTT, the relay's answer for the path), across the "
-               "same lossy links; select: SYN to choice.\n"
-               % (len(RELAYS), nmore, len(set(snaps)), len(snaps)))
-    out.append("| server | best relay: path ms | its group (choices) | slotd's choices in the "
-               "transfers | their path ms (data), rank | choices after | best taken: all "
-               "choices / odds | mean path ms: all choices / odds | slotd measured direct / "
-               "path ms | select ms |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
+               "after them (slotd restarted with a 1 s cache, short downloads). \"Best probed\": "
+               "in how many choices the best relay was among the relays slotd probed; \"best of "
+               "probed\": the mean path RTT of the best of the probed relays by the data, what "
+               "slotd takes if every answer comes in time and tells the data's RTTs. slotd's own "
+               "figures come from its probes (a TCP connect to the server for the direct RTT, "
+               "the relay's answer for the path), across the same lossy links; select: SYN to "
+               "choice.\n" % (len(RELAYS), nmore))
+    out.append("| server | best relay: path ms (next best) | its rank in slotd's ranking | best "
+               "probed: all choices | slotd's choices in the transfers | their path ms (data), "
+               "rank | choices after | best taken: transfers, all choices | mean path ms: all "
+               "choices / best of probed | slotd measured direct / path ms | select ms |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for s in SERVERS:
         ds = [d[s] for d in decs]
         names = [d["relay_city"] or "direct" for d in ds]
         counts = sorted(set(names), key=lambda n: (-names.count(n), n))
         ranks = [rank(g, d, s) for d in ds if d["relay_city"]]
         allc = all_choices(g, decs, sampled, s)
-        bg = [next(m for m in grp if g.best[s] in m) for _, grp in allc]
-        bgc = sorted(set(bg), key=lambda m: -bg.count(m))
-        more = [c or "direct" for c, _ in sampled.get(s, [])]
+        more = [c or "direct" for c, _, _, _ in sampled.get(s, [])]
         mcounts = sorted(set(more), key=lambda n: (-more.count(n), n))
         pbest, mpath = expected(g, s, allc)
+        branks = [rank_of(snap, g.best[s]) for _, snap, _, _ in allc]
         pth = lambda c: g.path(c, s) if c else g.rtt(CLIENT, s)
-        out.append("| %s | %s: %.0f | %s | %s | %s, %s | %s | %d/%d / %.2f | %.0f / %.0f | "
-                   "%s / %s | %s |" % (
-                       s, g.best[s], g.ranking(s)[0][0],
-                       ", ".join("{%s} %d" % (", ".join(m), bg.count(m)) for m in bgc),
+        nxt = g.ranking(s)[1]
+        out.append("| %s | %s: %.0f (%s %.0f) | %s | %d/%d | %s | %s, %s | %s | %d/%d, %d/%d | "
+                   "%.0f / %.0f | %s / %s | %s |" % (
+                       s, g.best[s], g.ranking(s)[0][0], nxt[1], nxt[0],
+                       fmt_range([x for x in branks if x], "%d") +
+                       ("" if all(branks) else " (unranked in %d)" % sum(
+                           1 for x in branks if not x)),
+                       round(pbest * len(allc)), len(allc),
                        ", ".join("%s %d" % (n, names.count(n)) for n in counts),
                        fmt_range([chosen_path(g, d, s) for d in ds], "%.0f"),
                        fmt_range(ranks, "%d") if ranks else "-",
                        ", ".join("%s %d" % (n, more.count(n)) for n in mcounts) or "-",
-                       sum(1 for c, _ in allc if c == g.best[s]), len(allc), pbest,
-                       statistics.mean(pth(c) for c, _ in allc), mpath,
+                       sum(1 for d in ds if d["relay_city"] == g.best[s]), len(ds),
+                       sum(1 for c, _, _, _ in allc if c == g.best[s]), len(allc),
+                       statistics.mean(pth(c) for c, _, _, _ in allc), mpath,
                        fmt_range([d["rtt_direct_us"] / 1000 for d in ds if d["rtt_direct_us"]],
                                  "%.0f") + ("" if all(d["rtt_direct_us"] for d in ds) else
-                                            " (%d unanswered)" % sum(
+                                            " (%d decided before it answered)" % sum(
                                                 1 for d in ds if not d["rtt_direct_us"])),
                        fmt_range([d["path_rtt_us"] / 1000 for d in ds], "%.0f"),
                        fmt_range([d["select_us"] / 1000 for d in ds], "%.0f")))
     out.append("")
+    if info.get("reused"):
+        out.append("Bookkeeping: slotd's recent decisions held no new choice for %s, though "
+                   "the relays' probe counters show that round's choices were made; the table "
+                   "counts the repetition before's choice again there.\n" % "; ".join(
+                       "%s in repetition %d" % x for x in info["reused"]))
     out.append("![path RTT chosen vs best](img/%s)\n" % os.path.basename(info["png_paths"]))
     infl = inflated(g, info["caches"])
     nent = len(set(k for c in info["caches"] for k in c))
@@ -663,7 +757,7 @@ def report(g, res, decs, args, info):
         out.append("The relays' own RTTs to the servers (each relay measures with a TCP connect "
                    "and caches the result for `rtt_cache_ttl`, 5 min), read from their caches "
                    "after each repetition and at the end (%d snapshots, %d relay-server "
-                   "entries): %s\n" % (
+                   "entries): %s" % (
                        len(info["caches"]), nent,
                        ("%d %s inflated by more than half its RTT, all by about a "
                         "second, the initial retransmission timeout of a lost SYN or SYN-ACK: "
@@ -675,7 +769,11 @@ def report(g, res, decs, args, info):
                                     r, sv, mx, g.rtt(r, sv), n, len(info["caches"]),
                                     ", the best relay for %s" % sv if g.best[sv] == r else "")
                                 for (r, sv), (mx, n) in sorted(infl.items())))
-                        if infl else "none was inflated (no connect probe lost its SYN)")))
+                        if infl else "none was inflated.")) +
+                   (" Measurements the relays answered but did not cache (a retransmitted SYN, "
+                    "whose time holds a retransmission timeout; relays' probes_uncached counter "
+                    "at the end): %s." % (", ".join("%s %d" % (r, n) for r, n in sorted(
+                        info.get("uncached", {}).items())) or "none")) + "\n")
 
     gains = {s: med([r[("slot", s)] / r[("direct", s)] for r in res]) for s in SERVERS}
     vs_h = {s: [r[("slot", s)] / r[("haproxy", s)] for r in res] for s in SERVERS}
@@ -685,36 +783,84 @@ def report(g, res, decs, args, info):
             if d[s]["relay_city"] == g.best[s]]
     other = [r[("slot", s)] / r[("haproxy", s)] for r, d in zip(res, decs) for s in SERVERS
              if d[s]["relay_city"] != g.best[s]]
-    out.append("Targets:\n")
-    out.append("- **slot >= HAProxy's relay: %s** (median of the per-repetition ratios over all "
-               "servers %.2f; per server %s%s). Split by slotd's choice: %s; %s." % (
-                   "met" if not below else "not met", med(allh),
+    n_taken = sum(1 for d in decs for s in SERVERS if d[s]["relay_city"] == g.best[s])
+    n_dec = len(decs) * len(SERVERS)
+    want_taken = round(20 * n_dec / 25)
+    all_taken = sum(1 for s in SERVERS for c, _, _, _ in all_choices(g, decs, sampled, s)
+                    if c == g.best[s])
+    all_n = sum(len(all_choices(g, decs, sampled, s)) for s in SERVERS)
+    out.append("Targets (issue 13; a ratio target is met when the median of the per-repetition "
+               "ratios, to the two decimals shown, is at least the bound):\n")
+    out.append("- **slot / HAProxy on the best relay, median >= 0.95: %s** (median of the %d "
+               "per-repetition ratios over all servers %.2f; per server %s). Split by slotd's "
+               "choice: %s; %s. (Issue 7's slot >= HAProxy's relay, median >= 1: %s.)" % (
+                   "met" if round(med(allh), 2) >= 0.95 else "not met", len(allh), med(allh),
                    ", ".join("%s %.2f" % (s, med(vs_h[s])) for s in SERVERS),
-                   "; below 1 for %s" % ", ".join(below) if below else "",
                    "with the best relay %s over %d transfers" % (fmt_range(same), len(same))
                    if same else "never the best relay",
                    "with another relay %s over %d" % (fmt_range(other), len(other))
-                   if other else "never another relay"))
+                   if other else "never another relay",
+                   "met" if round(med(allh), 2) >= 1.0 else
+                   "not met, below 1 for %s" % ", ".join(below) if below else "not met"))
+    out.append("- **best relay taken in >= %d of %d choices: %s** (%d of %d in the transfers; "
+               "per server %s; over all %d choices, the sampled ones included, %d, %.0f%%)." % (
+                   want_taken, n_dec, "met" if n_taken >= want_taken else "not met",
+                   n_taken, n_dec, ", ".join("%s %d/%d" % (
+                       s, sum(1 for d in decs if d[s]["relay_city"] == g.best[s]), len(decs))
+                       for s in SERVERS),
+                   all_n, all_taken, 100.0 * all_taken / max(1, all_n)))
     out.append("- Gain of slot over direct, median per server: %s (min %.2fx, max %.2fx).\n" % (
         ", ".join("%s %.2fx" % (s, gains[s]) for s in SERVERS), min(gains.values()),
         max(gains.values())))
     out.append(info["meaning"] + "\n")
     out.append("Reproduce: `make bench` (root), or `/usr/bin/python3 scripts/bench/e2e_geo.py "
                "--reps %d --seconds %g` after `make all` (this run: %.0f s, of which %.0f s "
-               "setting up the %d namespaces, the directory and slotd).\n"
-               % (args.reps, args.seconds, info["elapsed"], info["setup_s"], info["hosts"]))
+               "setting up the %d namespaces, the directory and slotd; binaries built from "
+               "%s).\n"
+               % (args.reps, args.seconds, info["elapsed"], info["setup_s"], info["hosts"],
+                  info.get("tree", "unknown")))
     return "\n".join(out) + "\n"
+
+
+def misses(g, decs, info):
+    """The choices (transfers and sampled) that did not take the best relay,
+    sorted by cause: {"unprobed": [(server, rank of the best relay or None,
+    its state)], "tie": [(server, taken, its data path, slotd's measured
+    path)], "other": [(server, taken or None, data path, measured path)]}.
+    A tie: slotd measured the relay it took at or below the best relay's
+    data path, or the two data paths are within 10% of each other."""
+    sampled = info.get("sampled") or {}
+    k = info["status"]["k"] or 20
+    out = {"cold": [], "unprobed": [], "tie": [], "other": []}
+    for s in SERVERS:
+        bp = g.ranking(s)[0][0]
+        for c, snap, probed, d in all_choices(g, decs, sampled, s):
+            if c == g.best[s]:
+                continue
+            if None in expected_probed(snap, k):
+                # Fewer than k ranked: slotd draws the rest at random, a draw
+                # per choice, so the round's probes are a union of draws.
+                out["cold"].append((s, c, sum(1 for x in snap.values()
+                                              if x["rank"] is not None)))
+                continue
+            if g.best[s] not in probed:
+                x = snap.get(g.best[s], {})
+                out["unprobed"].append((s, rank_of(snap, g.best[s]), x.get("state")))
+                continue
+            dp = g.path(c, s) if c else g.rtt(CLIENT, s)
+            mp = d["path_rtt_us"] / 1000 if d and d.get("path_rtt_us") else None
+            if c and ((mp is not None and mp <= bp) or dp <= 1.1 * bp):
+                out["tie"].append((s, c, dp, mp))
+            else:
+                out["other"].append((s, c, dp, mp))
+    return out
 
 
 def meaning(g, res, decs, info):
     n = len(decs) * len(SERVERS)
     best_n = sum(1 for d in decs for s in SERVERS if d[s]["relay_city"] == g.best[s])
     gains = [med([r[("slot", s)] / r[("direct", s)] for r in res]) for s in SERVERS]
-    worse = {}
-    for d in decs:
-        for s in SERVERS:
-            if d[s]["relay_city"] != g.best[s]:
-                worse.setdefault(s, []).append(d[s]["relay_city"] or "direct")
+    k = info["status"]["k"] or 20
     parts = ["What it means: with loss on every pair a cubic flow's rate falls with its RTT, "
              "so cutting each loop from %.0f-%.0f ms to the %.0f-%.0f ms of the best relays pays: "
              "slot moved %.2f-%.2fx the direct rate (medians per server)." % (
@@ -722,44 +868,84 @@ def meaning(g, res, decs, info):
                  min(g.ranking(s)[0][0] for s in SERVERS),
                  max(g.ranking(s)[0][0] for s in SERVERS), min(gains), max(gains))]
     sampled = info.get("sampled") or {}
-    odds = {s: expected(g, s, all_choices(g, decs, sampled, s))[0] for s in SERVERS}
-    taken = {s: sum(1 for c, _ in all_choices(g, decs, sampled, s) if c == g.best[s])
-             for s in SERVERS}
-    tot = {s: len(all_choices(g, decs, sampled, s)) for s in SERVERS}
+    allc = {s: all_choices(g, decs, sampled, s) for s in SERVERS}
+    taken = {s: sum(1 for c, _, _, _ in allc[s] if c == g.best[s]) for s in SERVERS}
+    probed = {s: sum(1 for _, _, p, _ in allc[s] if g.best[s] in p) for s in SERVERS}
+    tot = {s: len(allc[s]) for s in SERVERS}
+    first = decs[0]["_snap"]
     parts.append("slotd took the best relay in %d of its %d choices during the transfers, and "
-                 "over all its choices %s, against RandGroup's odds with the groups it had of "
-                 "%s." % (best_n, n, ", ".join("%s %d/%d" % (s, taken[s], tot[s]) for s in SERVERS),
-                          ", ".join("%.2f" % odds[s] for s in SERVERS)))
-    if worse:
-        parts.append("The others (%s) are mostly RandGroup-50 at work: it probes one "
-                     "random relay of each of the directory's groups (%d at the end), not all %d "
-                     "relays, so "
-                     "when the best relay shares its group with others slotd sees it only in "
-                     "some choices and otherwise takes the best of what it sampled (compare the "
-                     "choices with the odds in the table); docs/evaluation.md measures that price on the "
-                     "whole data set. HAProxy's column is an oracle's static choice of the best "
-                     "relay, so slot's ratio to it is 1 at best where slotd took the same relay "
-                     "(up to the noise of loss-limited transfers, wide at these rates: min-max "
-                     "columns) and below 1 where it took a worse one." % (
-                         "; ".join("%s: %s" % (s, ", ".join(v)) for s, v in worse.items()),
-                         len(g.groups_at_end), len(RELAYS)))
+                 "over all its choices %s. Cover-%d probes the first %d relays of one ranking "
+                 "for every server, so what matters is whether each server's best relay is in "
+                 "that prefix: %s; it was among the relays probed in %s of the choices." % (
+                     best_n, n, ", ".join("%s %d/%d" % (s, taken[s], tot[s]) for s in SERVERS),
+                     k, k, ", ".join("%s ranked %s" % (
+                         r, rank_of(first, r) or "not at all")
+                         for r in sorted(set(g.best.values()),
+                                         key=lambda r: rank_of(first, r) or 999)),
+                     ", ".join("%s %d/%d" % (s, probed[s], tot[s]) for s in SERVERS)))
+    m = misses(g, decs, info)
+    if m["cold"]:
+        parts.append("In %d choice(s) slotd's ranking was not ready (%s): fewer than k relays "
+                     "ranked, so cover made up the k probes with relays drawn at random, a "
+                     "draw per choice; %d of them in the transfers, the others right after "
+                     "slotd restarted for the sampled choices (with all %d relays up). A "
+                     "relay is ranked only once its control link has an RTT, so a freshly "
+                     "started slotd probes at random until a ranking has seen the links' "
+                     "RTTs." % (
+                         len(m["cold"]), "; ".join("%s: took %s, %d ranked" % (
+                             s, c or "direct", n) for s, c, n in m["cold"]),
+                         sum(1 for d in decs for s in SERVERS
+                             if d[s]["relay_city"] != g.best[s] and
+                             None in expected_probed(d["_snap"], k)), len(RELAYS)))
+    if m["unprobed"]:
+        parts.append("In %d choice(s) the best relay was not probed (%s): outside the first k "
+                     "usable relays of the ranking, or not usable then (its control link not "
+                     "up)." % (len(m["unprobed"]), "; ".join(
+                         "%s: rank %s, %s" % (s, rk if rk else "none", st or "?")
+                         for s, rk, st in m["unprobed"])))
+    if m["tie"]:
+        parts.append("In %d choice(s) slotd probed the best relay and took one whose path is "
+                     "about as short (%s): with paths a few ms apart, which one wins depends "
+                     "on the probes, slotd's RTT to the relay over its probe and the relay's "
+                     "connect to the server, each a few ms off the data, and the rate "
+                     "difference between the two is small." % (len(m["tie"]), "; ".join(
+                         "%s: %s, path %.0f ms by the data%s against %.0f" % (
+                             s, c, dp, ", measured %.0f" % mp if mp else "",
+                             g.ranking(s)[0][0]) for s, c, dp, mp in m["tie"])))
+    if m["other"]:
         hidden = {sv: v for (r, sv), v in inflated(g, info["caches"]).items()
                   if g.best[sv] == r}
-        if hidden:
-            parts.append("And some are not chance: %s. A relay measures its RTT to a server "
-                         "as the time its connect takes and caches it for 5 minutes, so one "
-                         "lost SYN (0.5%% of packets here) makes it report about a second more "
-                         "and hides it for that long; the kernel's own RTT sample (TCP_INFO, "
-                         "with timestamps), or measuring again when the SYN was retransmitted, "
-                         "would not be fooled." % "; ".join(
-                             "for %s the best relay, %s, had cached %.0f ms instead of %.0f "
-                             "(in %d of %d snapshots)" % (sv, g.best[sv], mx, g.rtt(g.best[sv], sv),
-                                                         n, len(info["caches"]))
-                             for sv, (mx, n) in sorted(hidden.items())))
-    else:
-        parts.append("Where slot and HAProxy use the same relay they should move the same "
-                     "bytes, so their ratio shows the spread of loss-limited transfers more "
-                     "than any difference of the middle boxes.")
+        parts.append("In %d choice(s) slotd probed the best relay but took a clearly worse "
+                     "path (%s): the best relay's answer was missing at the deadline (c_wait "
+                     "1.25 x the direct RTT; its probe or reply lost, or the relay's connect to "
+                     "the server retransmitted its SYN, 0.5%% loss per packet) or reported a "
+                     "longer path than it is.%s" % (len(m["other"]), "; ".join(
+                         "%s: %s, path %.0f ms by the data%s against %.0f" % (
+                             s, c or "direct", dp, ", measured %.0f" % mp if mp else "",
+                             g.ranking(s)[0][0]) for s, c, dp, mp in m["other"]),
+                         (" The relays' caches show the best relay's entry inflated for %s."
+                          % "; ".join("%s (%s: %.0f ms instead of %.0f, %d of %d snapshots)" % (
+                              sv, g.best[sv], mx, g.rtt(g.best[sv], sv), cnt,
+                              len(info["caches"])) for sv, (mx, cnt) in sorted(hidden.items())))
+                         if hidden else ""))
+    if not (m["unprobed"] or m["tie"] or m["other"]):
+        parts.append("slotd took the best relay in every choice.")
+    sel = [decs[i][s]["select_us"] / 1000 for i in range(len(decs)) for s in SERVERS]
+    early = sum(1 for d in decs for s in SERVERS if not d[s]["rtt_direct_us"])
+    pr0 = decs[0]["_probed"]
+    if pr0:
+        slow = max(pr0, key=lambda r: g.rtt(CLIENT, r))
+        parts.append("The wait: slotd chose in a median %.0f ms (%.0f - %.0f) from the SYN "
+                     "in the transfers, before its direct probe answered in %d of %d choices "
+                     "(with the direct probe pending, a relay wins once every probed relay "
+                     "has answered and min_gain x its path has passed), so the choice waits "
+                     "for the slowest of the k probed relays: %s, %.0f ms from the client, "
+                     "ranked %s." % (med(sel), min(sel), max(sel), early, n, slow,
+                                     g.rtt(CLIENT, slow), rank_of(decs[0]["_snap"], slow)))
+    parts.append("HAProxy's column is an oracle's static choice of the best relay, so slot's "
+                 "ratio to it is 1 at best where slotd took the same relay (up to the noise of "
+                 "loss-limited transfers, wide at these rates: min-max columns) and below 1 "
+                 "where it took a worse one.")
     return " ".join(parts)
 
 
@@ -795,10 +981,15 @@ def main():
     slotbed, topo = sbmod, topomod
 
     t0 = time.monotonic()
+    tree = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip() or "unknown"
+    if subprocess.run(["git", "-C", ROOT, "diff", "--quiet", "HEAD", "--", "src", "include"],
+                      capture_output=True).returncode != 0:
+        tree += " + local changes in src/ or include/"
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     g = Geo(args)
-    info = {"caches": []}
+    info = {"caches": [], "tree": tree, "reused": []}
     res, decs = [], []
     try:
         g.up()
@@ -811,9 +1002,11 @@ def main():
         time.sleep(g.ttl_ms / 1000)         # the warm-up's choices expire
         info["setup_s"] = time.monotonic() - t0
         last = {}
+        info["status"] = g.status()
         for rep in range(args.reps):
-            groups = g.groups()
+            snap = g.rank_snapshot()
             r = g.round(args.seconds)
+            probed = probed_between(snap, g.rank_snapshot())
             nd = g.new_decisions()
             d = {}
             for s in SERVERS:
@@ -825,13 +1018,17 @@ def main():
                 elif s in last:
                     d[s] = last[s]
                     log("warning: %s: no new choice in repetition %d" % (s, rep + 1))
+                    info["reused"].append((s, rep + 1))
                 else:
                     raise RuntimeError("no choice of slotd for %s: %r" % (s, g.slotd.recent()))
-            d["_groups"] = groups
+            d["_snap"], d["_probed"] = snap, probed
             info["caches"].append(g.cache_snapshot())
             last = d
             res.append(r)
             decs.append(d)
+            log("rep %d: probed %d relays (%s)" % (rep + 1, len(probed), ", ".join(
+                "%s %d" % (c, n) for c, n in sorted(probed.items(), key=lambda x: (
+                    snap[x[0]]["rank"] if snap[x[0]]["rank"] is not None else 999, x[0])))))
             log("rep %d: " % (rep + 1) + "; ".join(
                 "%s %.2f/%.2f(%s)/%.2f" % (s, r[("direct", s)], r[("slot", s)],
                                           d[s]["relay_city"], r[("haproxy", s)])
@@ -844,7 +1041,16 @@ def main():
                     "%s %s" % (s, {c: [x[0] for x in v].count(c) for c in set(x[0] for x in v)})
                     for s, v in info["sampled"].items())))
         info["caches"].append(g.cache_snapshot())
-        g.groups_at_end = g.groups()
+        info["status_end"] = g.status()
+        info["uncached"] = {}
+        for rc in RELAYS:
+            try:
+                n = g.sb.relay(g.host[rc]).counters().get("probes_uncached", 0)
+            except (OSError, ValueError):
+                continue
+            if n:
+                info["uncached"][rc] = n
+        info["snap_end"] = g.rank_snapshot()
     finally:
         g.down()
     info["elapsed"] = time.monotonic() - t0
