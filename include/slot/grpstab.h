@@ -32,7 +32,8 @@
 
 struct grpstab_params {
 	double margin;		/* >= 0; 0.25 */
-	double slack_ms;	/* >= 0; 1.0 */
+	double slack_ms;	/* >= 0; 10 (a fifth of the default 50 ms bound:
+				 * two sites a few ms apart are one place) */
 };
 
 void grpstab_params_default(struct grpstab_params *p);

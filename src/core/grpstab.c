@@ -17,7 +17,7 @@ void
 grpstab_params_default(struct grpstab_params *p)
 {
 	p->margin = 0.25;
-	p->slack_ms = 1.0;
+	p->slack_ms = 10.0;
 }
 
 /* Members of each group, by id: the relays sorted by id, and each relay's

@@ -523,6 +523,9 @@ main(int argc, char **argv)
 	if ((errno = pthread_create(&dm->regroup_thread, NULL, regroup_main, dm)) != 0)
 		fatal("regroup thread");
 	pthread_mutex_lock(&d->mu);
+	/* Start counts as a regroup for regroup_interval, as when it ran
+	 * here: the first registrations wait for the interval too. */
+	dm->last_regroup = clock_mono_us();
 	if (dstate_regroup_pending(d->state))
 		regroup_request(dm);
 	pthread_mutex_unlock(&d->mu);
