@@ -41,7 +41,9 @@ struct dird {
 	struct dstate *state;
 	struct dird_counters ctr;
 	bool regroup_running;		/* the regroup thread is clustering */
-	struct dland land;		/* the landmarks of the version in force (dland.h) */
+	struct dland land;
+	char land_version[DSTATE_VERSION_LEN];	/* the version d->land was checked at */
+	uint64_t land_at_us;			/* when, monotonic */		/* the landmarks of the version in force (dland.h) */
 };
 
 #endif

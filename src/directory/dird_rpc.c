@@ -583,6 +583,9 @@ out:
 	return res;
 }
 
+/* How often slot.list computes the landmarks again while the version stays. */
+#define LAND_REFRESH_US (10ull * 1000000)
+
 /* The landmarks member of slot.list's answer (dland.h). */
 static xmlrpc_value *
 land_answer(xmlrpc_env *env, const struct dland *l)
@@ -685,21 +688,29 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		goto out;
 	pthread_mutex_lock(&d->mu);
 	/* Landmark RTTs move with reports, which do not move the version:
-	 * a new version when they have moved, so that clients fetch them. */
-	if (d->conf.landmarks > 0) {
+	 * a new version when they have moved, so that clients fetch them.
+	 * Computed again only when the version moved or LAND_REFRESH_US
+	 * passed (it costs O(n L log n) under the lock); in between, the
+	 * landmarks of the version are served. */
+	dstate_version(d->state, cur);
+	uint64_t now = clock_mono_us();
+	if (d->conf.landmarks > 0 && (d->land.nrelay != dstate_count(d->state) ||
+	    strcmp(cur, d->land_version) != 0 || now - d->land_at_us >= LAND_REFRESH_US)) {
 		rc = dland_compute(d->state, d->conf.landmarks, &d->land, &land);
 		if (rc == 0 && dland_moved(&d->land, &land)) {
-			struct dland keep;
-
-			if ((rc = dland_dup(&land, &keep)) == 0) {
-				if (d->land.nrelay > 0)
-					dstate_bump(d->state);
-				dland_free(&d->land);
-				d->land = keep;
-			}
+			if (d->land.nrelay > 0 && strcmp(cur, d->land_version) == 0)
+				dstate_bump(d->state);
+			dland_free(&d->land);
+			d->land = land;
+			memset(&land, 0, sizeof(land));
+			dstate_version(d->state, cur);
 		}
+		dland_free(&land);
+		memcpy(d->land_version, cur, sizeof(d->land_version));
+		d->land_at_us = now;
 	}
-	dstate_version(d->state, cur);
+	if (rc == 0 && d->conf.landmarks > 0 && strcmp(cur, version) != 0)
+		rc = dland_dup(&d->land, &land);
 	changed = strcmp(cur, version) != 0;
 	if (changed && rc == 0)
 		rc = dstate_listing(d->state, clock_mono_us(), &e, &n);
