@@ -36,6 +36,8 @@ const char *ep_fmt(const struct endpoint *e, char *buf);
 
 bool addr_eq(const struct addr *a, const struct addr *b);
 bool ep_eq(const struct endpoint *a, const struct endpoint *b);
+/* A total order (family, address bytes, port), for sorting and searching. */
+int ep_cmp(const struct endpoint *a, const struct endpoint *b);
 
 /* Keyed hash (SipHash via libsodium), so remote peers cannot aim entries at
  * one bucket. key is 16 bytes, drawn once per table with addr_hash_key(). */

@@ -65,18 +65,6 @@ struct cand {
 };
 
 static int
-ep_cmp(const struct endpoint *a, const struct endpoint *b)
-{
-	int c;
-
-	if (a->addr.family != b->addr.family)
-		return a->addr.family < b->addr.family ? -1 : 1;
-	if ((c = memcmp(a->addr.bytes, b->addr.bytes, sizeof(a->addr.bytes))) != 0)
-		return c;
-	return a->port < b->port ? -1 : a->port > b->port;
-}
-
-static int
 cand_cmp(const void *x, const void *y)
 {
 	const struct cand *a = x, *b = y;

@@ -14,21 +14,9 @@ struct row {
 };
 
 static int
-ep_order(const struct endpoint *a, const struct endpoint *b)
-{
-	int c;
-
-	if (a->addr.family != b->addr.family)
-		return a->addr.family < b->addr.family ? -1 : 1;
-	if ((c = memcmp(a->addr.bytes, b->addr.bytes, sizeof(a->addr.bytes))) != 0)
-		return c;
-	return a->port < b->port ? -1 : a->port > b->port;
-}
-
-static int
 cmp_row(const void *x, const void *y)
 {
-	return ep_order(((const struct row *)x)->ep, ((const struct row *)y)->ep);
+	return ep_cmp(((const struct row *)x)->ep, ((const struct row *)y)->ep);
 }
 
 /* slotd's RTT to r now: the control link's, else its last probe reply. */

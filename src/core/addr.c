@@ -180,6 +180,18 @@ addr_eq(const struct addr *a, const struct addr *b)
 	    memcmp(a->bytes, b->bytes, sizeof(a->bytes)) == 0;
 }
 
+int
+ep_cmp(const struct endpoint *a, const struct endpoint *b)
+{
+	int c;
+
+	if (a->addr.family != b->addr.family)
+		return a->addr.family < b->addr.family ? -1 : 1;
+	if ((c = memcmp(a->addr.bytes, b->addr.bytes, sizeof(a->addr.bytes))) != 0)
+		return c;
+	return a->port < b->port ? -1 : a->port > b->port;
+}
+
 bool
 ep_eq(const struct endpoint *a, const struct endpoint *b)
 {

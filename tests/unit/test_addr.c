@@ -214,6 +214,14 @@ test_eq(void **state)
 	b.addr = a.addr;
 	b.addr.family = AF_INET6;
 	assert_false(addr_eq(&a.addr, &b.addr));
+	/* ep_cmp: a total order agreeing with ep_eq. */
+	assert_true(ep_cmp(&a, &b) != 0 && ep_cmp(&a, &b) == -ep_cmp(&b, &a));
+	assert_int_equal(ep_parse("1.2.3.4:81", 0, &b), 0);
+	assert_true(ep_cmp(&a, &b) < 0);
+	assert_int_equal(ep_parse("1.2.3.5:1", 0, &b), 0);
+	assert_true(ep_cmp(&a, &b) < 0);
+	assert_int_equal(ep_parse("1.2.3.4:80", 0, &b), 0);
+	assert_int_equal(ep_cmp(&a, &b), 0);
 }
 
 static void
