@@ -27,7 +27,9 @@ def main():
     while True:
         c, (ip, cport) = ls.accept()
         log.write("accept %s %d\n" % (ip, cport))
-        c.settimeout(10)
+        # Long enough for a request and the body under the loss tests' 20%
+        # each way (TCP backs off for seconds), short of curl's 60 s.
+        c.settimeout(50)
         req = b""
         why = None
         try:
