@@ -13,6 +13,7 @@
 #include <linux/netfilter/nfnetlink_queue.h>
 #include <libnetfilter_queue/libnetfilter_queue.h>
 
+#include "slot/be.h"
 #include "slot/errbuf.h"
 #include "synq.h"
 
@@ -37,12 +38,6 @@ struct synq {
 	bool in_read;		/* verdicts batch until the read is done */
 	struct synq_stats st;
 };
-
-static uint16_t
-get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
 
 enum syn_parse
 syn_parse(const uint8_t *pkt, size_t len, size_t wirelen, struct syn_info *out)

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "slot/be.h"
 #include "slot/clock.h"
 #include "slot/proto.h"
 
@@ -27,48 +28,6 @@
 /* Wire values of the endpoint family byte, independent of AF_* numbers. */
 #define EP_FAM_V4 4
 #define EP_FAM_V6 6
-
-static void
-put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)(v >> 8);
-	p[1] = (uint8_t)v;
-}
-
-static void
-put32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
-}
-
-static void
-put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)(v >> 32));
-	put32(p + 4, (uint32_t)v);
-}
-
-static uint16_t
-get16(const uint8_t *p)
-{
-	return (uint16_t)((uint16_t)p[0] << 8 | p[1]);
-}
-
-static uint32_t
-get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
-	    (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-
-static uint64_t
-get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
 
 static int
 all_zero(const uint8_t *p, size_t n)

@@ -8,6 +8,7 @@
 #include <linux/filter.h>
 #include <unistd.h>
 
+#include "slot/be.h"
 #include "slot/clock.h"
 #include "slot/errbuf.h"
 #include "slot/htab.h"
@@ -48,32 +49,6 @@ synp_checksum(const uint8_t src[4], const uint8_t dst[4], const uint8_t *seg, si
 	while (sum >> 16)
 		sum = (sum & 0xffff) + (sum >> 16);
 	return (uint16_t)~sum;
-}
-
-static void
-put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)(v >> 8);
-	p[1] = (uint8_t)v;
-}
-
-static void
-put32(uint8_t *p, uint32_t v)
-{
-	put16(p, (uint16_t)(v >> 16));
-	put16(p + 2, (uint16_t)v);
-}
-
-static uint16_t
-get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
-
-static uint32_t
-get32(const uint8_t *p)
-{
-	return (uint32_t)get16(p) << 16 | get16(p + 2);
 }
 
 size_t
