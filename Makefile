@@ -56,7 +56,7 @@ WANEM_LIB  := $(B)/libwanem.a
 CLIENT_LIB := $(B)/libclient.a
 DIRD_LIB   := $(B)/libdird.a
 SIM_LIB    := $(B)/libsim.a
-BINS       := $(B)/slot-relayd $(B)/slotd $(B)/slotctl $(B)/slot-dird
+BINS       := $(B)/slot-relayd $(B)/slotd $(B)/slotctl $(B)/slot-dird $(B)/slot-keygen
 BINS       += $(B)/slot-sim
 TESTBED    := $(if $(wildcard $(WANEM_MAIN)),$(B)/slot-wanem)
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
@@ -127,6 +127,9 @@ $(B)/slot-sim: $(call obj,$(SIM_MAIN)) $(SIM_LIB) $(CORE_LIB)
 $(B)/slotctl: $(call obj,src/ctl/slotctl.c)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^
 
+$(B)/slot-keygen: $(call obj,src/ctl/slot-keygen.c) $(CORE_LIB)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(CORE_LIBS)
+
 # The WAN emulator of the test bed (tests/testbed, docs/testbed.md).
 $(B)/slot-wanem: $(call obj,$(WANEM_MAIN)) $(WANEM_LIB) $(CORE_LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(CORE_LIBS) -lm
@@ -171,7 +174,7 @@ bench: deps
 # What `make install` puts where; `make uninstall` removes exactly this.
 # The daemons and slotctl go to SBINDIR, slot-sim (a user's tool) to BINDIR.
 # Units and man pages get the real SBINDIR, DOCDIR and UNITDIR (not DESTDIR).
-INST_SBIN  := slot-relayd slotd slot-dird slotctl
+INST_SBIN  := slot-relayd slotd slot-dird slotctl slot-keygen
 INST_BIN   := slot-sim
 INST_UNITS := slot-relayd slotd slot-dird
 INST_CONFS := relayd slotd dird

@@ -25,6 +25,12 @@ int auth_key_parse_hex(const char *s, struct auth_key *out);
  * others, or does not hold exactly one key. */
 int auth_key_load(const char *path, struct auth_key *out, char *err, size_t errlen);
 
+/* Reads a secret file into buf (at most cap bytes; *len == cap means the
+ * file may be larger) with the checks of auth_key_load; what names the file
+ * in errors ("key file"). On error buf is wiped. */
+int auth_read_private(const char *path, const char *what, char *buf, size_t cap,
+    size_t *len, char *err, size_t errlen);
+
 /* Writes a fresh random key as hex (65 bytes with the NUL) into hex. */
 void auth_key_generate_hex(char hex[2 * AUTH_KEY_LEN + 1]);
 

@@ -70,9 +70,9 @@ auth_key_parse_hex(const char *s, struct auth_key *out)
 }
 
 int
-auth_key_load(const char *path, struct auth_key *out, char *err, size_t errlen)
+auth_read_private(const char *path, const char *what, char *buf, size_t cap,
+    size_t *len_out, char *err, size_t errlen)
 {
-	char buf[AUTH_FILE_MAX + 1];
 	struct stat st;
 	size_t len = 0;
 	ssize_t n;
@@ -83,53 +83,69 @@ auth_key_load(const char *path, struct auth_key *out, char *err, size_t errlen)
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd == -1) {
 		if (errno == ELOOP)
-			errbuf_set(err, errlen, "key file %s is a symbolic link; "
-			    "refusing it", path);
+			errbuf_set(err, errlen, "%s %s is a symbolic link; "
+			    "refusing it", what, path);
 		else
-			errbuf_set(err, errlen, "key file %s: %s", path,
+			errbuf_set(err, errlen, "%s %s: %s", what, path,
 			    strerror(errno));
 		return -1;
 	}
 	if (fstat(fd, &st) == -1) {
-		errbuf_set(err, errlen, "key file %s: %s", path, strerror(errno));
+		errbuf_set(err, errlen, "%s %s: %s", what, path, strerror(errno));
 		goto done;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		errbuf_set(err, errlen, "key file %s is not a regular file", path);
+		errbuf_set(err, errlen, "%s %s is not a regular file", what, path);
 		goto done;
 	}
 	if ((st.st_mode & 077) != 0) {
-		errbuf_set(err, errlen, "key file %s is %s by group or others "
-		    "(mode %04o); chmod 600 it", path,
+		errbuf_set(err, errlen, "%s %s is %s by group or others "
+		    "(mode %04o); chmod 600 it", what, path,
 		    (st.st_mode & 044) ? "readable" :
 		    (st.st_mode & 022) ? "writable" : "accessible",
 		    (unsigned)(st.st_mode & 07777));
 		goto done;
 	}
 	for (;;) {
-		n = read(fd, buf + len, sizeof(buf) - len);
+		n = read(fd, buf + len, cap - len);
 		if (n == -1) {
 			if (errno == EINTR)
 				continue;
-			errbuf_set(err, errlen, "key file %s: %s", path,
+			errbuf_set(err, errlen, "%s %s: %s", what, path,
 			    strerror(errno));
 			goto done;
 		}
 		if (n == 0)
 			break;
 		len += (size_t)n;
-		if (len == sizeof(buf))
-			break;
+		if (len == cap)
+			break;	/* the caller sees len == cap: too large */
 	}
-	if (len > AUTH_FILE_MAX || auth_key_parse_buf(buf, len, out) == -1) {
-		errbuf_set(err, errlen, "key file %s must hold exactly %d hex "
-		    "digits", path, 2 * AUTH_KEY_LEN);
-		goto done;
-	}
+	*len_out = len;
 	ret = 0;
 done:
-	sodium_memzero(buf, sizeof(buf));
+	if (ret == -1)
+		sodium_memzero(buf, cap);
 	close(fd);
+	return ret;
+}
+
+int
+auth_key_load(const char *path, struct auth_key *out, char *err, size_t errlen)
+{
+	char buf[AUTH_FILE_MAX + 1];
+	size_t len = 0;
+	int ret = -1;
+
+	if (auth_read_private(path, "key file", buf, sizeof(buf), &len, err,
+	    errlen) == -1)
+		return -1;
+	if (len > AUTH_FILE_MAX || auth_key_parse_buf(buf, len, out) == -1)
+		errbuf_set(err, errlen, "key file %s must hold exactly %d hex "
+		    "digits", path, 2 * AUTH_KEY_LEN);
+	else
+		ret = 0;
+	sodium_memzero(buf, sizeof(buf));
 	return ret;
 }
 
