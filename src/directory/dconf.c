@@ -19,8 +19,11 @@ dconf_defaults(struct dconf *c)
 	c->max_clock_skew_ms = 30000;
 
 	c->max_body = 64 * 1024;
+	c->max_header = 8 * 1024;
 	c->max_conns = 64;
-	c->request_timeout_ms = 10000;
+	c->max_conns_per_source = 8;
+	c->header_timeout_ms = 5000;
+	c->body_timeout_ms = 5000;
 	c->max_relays = 4096;
 	c->max_report_entries = 4096;
 
@@ -35,7 +38,7 @@ dconf_defaults(struct dconf *c)
 
 struct key_spec {
 	const char *section, *name;
-	enum { K_STR, K_EP, K_EP_OPT, K_LEVEL, K_UINT, K_MS, K_SIZE, K_DOUBLE } kind;
+	enum { K_STR, K_EP, K_EP_OPT, K_LEVEL, K_UINT, K_MS, K_TIMEOUTS, K_SIZE, K_DOUBLE } kind;
 	size_t off;
 	uint64_t min, max;	/* K_UINT, K_MS, K_SIZE; K_STR: buffer size */
 	double dmin, dmax;	/* K_DOUBLE */
@@ -52,9 +55,14 @@ static const struct key_spec keys[] = {
 	{ "dird", "max_clock_skew", K_MS, F(max_clock_skew_ms), 1000, 3600000, 0, 0 },
 	/* Below 4k not even a register call with its XML fits. */
 	{ "limits", "max_body", K_SIZE, F(max_body), 4096, 64ull << 20, 0, 0 },
+	/* Below 512 not even a request line and Content-Length fit. */
+	{ "limits", "max_header", K_SIZE, F(max_header), 512, 1 << 20, 0, 0 },
 	{ "limits", "max_conns", K_UINT, F(max_conns), 1, 4096, 0, 0 },
-	/* Abyss counts whole seconds. */
-	{ "limits", "request_timeout", K_MS, F(request_timeout_ms), 1000, 3600000, 0, 0 },
+	{ "limits", "max_conns_per_source", K_UINT, F(max_conns_per_source), 1, 4096, 0, 0 },
+	{ "limits", "header_timeout", K_MS, F(header_timeout_ms), 100, 3600000, 0, 0 },
+	{ "limits", "body_timeout", K_MS, F(body_timeout_ms), 100, 3600000, 0, 0 },
+	/* The older name: both at once. */
+	{ "limits", "request_timeout", K_TIMEOUTS, F(header_timeout_ms), 100, 3600000, 0, 0 },
 	{ "limits", "max_relays", K_UINT, F(max_relays), 1, 65536, 0, 0 },
 	{ "limits", "max_report_entries", K_UINT, F(max_report_entries), 1, 65536, 0, 0 },
 	{ "relays", "heartbeat_interval", K_MS, F(heartbeat_interval_ms), 1000, DAY_MS, 0, 0 },
@@ -111,7 +119,8 @@ set_key(void *user, const char *section, const char *name, const char *value,
 	case K_UINT:
 		rc = conf_uint(value, k->min, k->max, dst, sub, sizeof(sub));
 		break;
-	case K_MS: {
+	case K_MS:
+	case K_TIMEOUTS: {
 		uint64_t v;
 		rc = conf_duration_ms(value, &v, sub, sizeof(sub));
 		if (rc == 0 && (v < k->min || v > k->max)) {
@@ -121,6 +130,8 @@ set_key(void *user, const char *section, const char *name, const char *value,
 		}
 		if (rc == 0)
 			*(uint64_t *)dst = v;
+		if (rc == 0 && k->kind == K_TIMEOUTS)
+			c->body_timeout_ms = v;
 		break;
 	}
 	case K_SIZE:

@@ -24,8 +24,12 @@ struct dconf {
 
 	/* [limits] */
 	uint64_t max_body;		/* bytes of one XML-RPC request */
+	uint64_t max_header;		/* bytes of its request line and headers */
 	uint64_t max_conns;		/* HTTP connections served at once */
-	uint64_t request_timeout_ms;	/* first byte, then the whole request */
+	uint64_t max_conns_per_source;	/* of those, from one IPv4 address or IPv6 /64 */
+	uint64_t header_timeout_ms;	/* from accept to the end of the headers */
+	uint64_t body_timeout_ms;	/* then for the body; then for the answer
+					 * (request_timeout sets both) */
 	uint64_t max_relays;
 	uint64_t max_report_entries;
 

@@ -326,16 +326,23 @@ reload(struct daemon *dm)
 	if (!ep_eq(&n.listen, &c->listen) || strcmp(n.state_file, c->state_file) != 0 ||
 	    strcmp(n.control_socket, c->control_socket) != 0 ||
 	    !ep_eq(&n.metrics_listen, &c->metrics_listen) || n.max_body != c->max_body ||
-	    n.max_conns != c->max_conns || n.request_timeout_ms != c->request_timeout_ms)
-		log_warnx("reload: listen, state_file, control_socket, metrics_listen, "
-		    "max_body, max_conns and request_timeout change only on restart");
+	    n.max_header != c->max_header || n.max_conns != c->max_conns ||
+	    n.max_conns_per_source != c->max_conns_per_source ||
+	    n.header_timeout_ms != c->header_timeout_ms ||
+	    n.body_timeout_ms != c->body_timeout_ms)
+		log_warnx("reload: listen, state_file, control_socket, metrics_listen "
+		    "and [limits] max_body, max_header, max_conns, max_conns_per_source, "
+		    "header_timeout and body_timeout change only on restart");
 	n.listen = c->listen;
 	n.metrics_listen = c->metrics_listen;
 	memcpy(n.state_file, c->state_file, sizeof(n.state_file));
 	memcpy(n.control_socket, c->control_socket, sizeof(n.control_socket));
 	n.max_body = c->max_body;
+	n.max_header = c->max_header;
 	n.max_conns = c->max_conns;
-	n.request_timeout_ms = c->request_timeout_ms;
+	n.max_conns_per_source = c->max_conns_per_source;
+	n.header_timeout_ms = c->header_timeout_ms;
+	n.body_timeout_ms = c->body_timeout_ms;
 	key_ok = auth_key_load(n.key_file, &k, err, sizeof(err)) == 0;
 	if (!key_ok)
 		log_warnx("reload: key not reloaded (%s); the running key stays", err);
@@ -397,15 +404,6 @@ open_control(const char *path, char *err, size_t errlen)
 	if ((fd = sock_listen_unix(path, 0660, 16)) == -1)
 		snprintf(err, errlen, "control socket %s: %s", path, strerror(errno));
 	return fd;
-}
-
-static unsigned
-whole_s(uint64_t ms)
-{
-	/* Abyss counts whole seconds; round up so no timeout is shortened. */
-	uint64_t s = (ms + 999) / 1000;
-
-	return s > 86400 ? 86400 : (unsigned)s;
 }
 
 int
@@ -500,8 +498,11 @@ main(int argc, char **argv)
 	xmlrpc_env_clean(&env);
 	struct dhttp_params hp = {
 		.max_body = d->conf.max_body,
+		.max_header = d->conf.max_header,
 		.max_conns = (unsigned)d->conf.max_conns,
-		.request_timeout_s = whole_s(d->conf.request_timeout_ms),
+		.max_conns_per_source = (unsigned)d->conf.max_conns_per_source,
+		.header_timeout_ms = d->conf.header_timeout_ms,
+		.body_timeout_ms = d->conf.body_timeout_ms,
 	};
 	if ((dm->http = dhttp_start(dm->http_fd, &hp, dm->reg, err, sizeof(err))) == NULL)
 		fatalx("%s", err);

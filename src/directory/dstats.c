@@ -14,7 +14,7 @@ struct snap {
 	size_t nrelays, ngroups;
 	bool regroup_running, regroup_pending;
 	char version[DSTATE_VERSION_LEN];
-	struct ctl_counter v[32];
+	struct ctl_counter v[48];
 	size_t nv;
 	struct dstate_entry *e;		/* with_listing only; malloc'ed */
 	int listing_rc;
@@ -46,9 +46,15 @@ take(struct dird *d, const struct dhttp_counters *hc, bool with_listing, struct 
 	C("groups", s->ngroups, CTL_GAUGE, "Groups in the listing.");
 	C("connections", hc->conns, CTL_COUNTER, "HTTP connections accepted.");
 	C("connections_active", hc->conns_active, CTL_GAUGE, "HTTP connections being served.");
+	C("connections_sources", hc->sources_active, CTL_GAUGE,
+	    "Sources (IPv4 addresses, IPv6 /64s) of the connections being served.");
+	C("connections_refused_source", hc->refused_source, CTL_COUNTER,
+	    "HTTP connections refused (503): the source held max_conns_per_source.");
+	C("connections_timed_out", hc->timed_out, CTL_COUNTER,
+	    "HTTP connections cut at header_timeout or body_timeout.");
 	C("requests", hc->requests, CTL_COUNTER, "XML-RPC request bodies received.");
 	C("requests_refused", hc->refused, CTL_COUNTER,
-	    "XML-RPC requests refused unparsed (a DTD).");
+	    "XML-RPC requests refused unparsed: not plain UTF-8 XML (a DTD, a BOM...).");
 	C("calls_register", c->calls_register, CTL_COUNTER, "slot.register calls.");
 	C("calls_heartbeat", c->calls_heartbeat, CTL_COUNTER, "slot.heartbeat calls.");
 	C("calls_report", c->calls_report, CTL_COUNTER, "slot.report calls.");

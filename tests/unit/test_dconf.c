@@ -48,7 +48,15 @@ test_defaults_match_example(void **state)
 	assert_int_equal(c.max_body, 65536);
 	assert_int_equal(c.max_body, d.max_body);
 	assert_int_equal(c.max_conns, d.max_conns);
-	assert_int_equal(c.request_timeout_ms, d.request_timeout_ms);
+	assert_int_equal(c.max_conns, 64);
+	assert_int_equal(c.max_header, 8192);
+	assert_int_equal(c.max_header, d.max_header);
+	assert_int_equal(c.max_conns_per_source, 8);
+	assert_int_equal(c.max_conns_per_source, d.max_conns_per_source);
+	assert_int_equal(c.header_timeout_ms, 5000);
+	assert_int_equal(c.header_timeout_ms, d.header_timeout_ms);
+	assert_int_equal(c.body_timeout_ms, 5000);
+	assert_int_equal(c.body_timeout_ms, d.body_timeout_ms);
 	assert_int_equal(c.max_relays, d.max_relays);
 	assert_int_equal(c.max_report_entries, d.max_report_entries);
 	assert_int_equal(c.heartbeat_interval_ms, 30000);
@@ -81,7 +89,8 @@ test_values(void **state)
 	assert_int_equal(c.max_clock_skew_ms, 60000);
 	assert_int_equal(c.max_body, 1 << 20);
 	assert_int_equal(c.max_conns, 8);
-	assert_int_equal(c.request_timeout_ms, 2000);
+	assert_int_equal(c.header_timeout_ms, 2000);	/* request_timeout: both */
+	assert_int_equal(c.body_timeout_ms, 2000);
 	assert_int_equal(c.max_relays, 10);
 	assert_int_equal(c.max_report_entries, 5);
 	assert_int_equal(c.heartbeat_interval_ms, 1000);
@@ -89,6 +98,16 @@ test_values(void **state)
 	assert_true(c.inflation == 1.5);
 	assert_true(c.max_intra_rtt_ms == 20.5);
 	assert_int_equal(c.regroup_interval_ms, 0);
+
+	/* The limits one by one; a later key wins over request_timeout. */
+	write_conf("[limits]\nrequest_timeout = 9s\nmax_header = 1k\nmax_conns_per_source = 2\n"
+	    "header_timeout = 300ms\nbody_timeout = 1500ms\n");
+	assert_int_equal(dconf_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	assert_int_equal(c.max_header, 1024);
+	assert_int_equal(c.max_conns_per_source, 2);
+	assert_int_equal(c.header_timeout_ms, 300);
+	assert_int_equal(c.body_timeout_ms, 1500);
 }
 
 static void
@@ -117,6 +136,10 @@ test_errors_name_the_line(void **state)
 	bad("[limits]\nmax_body = 1k\n", "max_body");
 	bad("[limits]\nmax_relays = many\n", "max_relays");
 	bad("[limits]\nrequest_timeout = 10ms\n", "between");
+	bad("[limits]\nheader_timeout = 0\n", "between");
+	bad("[limits]\nbody_timeout = 50ms\n", "between");
+	bad("[limits]\nmax_conns_per_source = 0\n", "max_conns_per_source");
+	bad("[limits]\nmax_header = 100\n", "max_header");
 	bad("[relays]\nexpire_after = 30s\n", "must be greater than heartbeat_interval");
 	bad("[relays]\nheartbeat_interval = 2m\n", "must be greater than heartbeat_interval");
 	bad("[groups]\ninflation = 1\n", "inflation");
