@@ -30,9 +30,9 @@ NFQ_LIBS   := $(shell $(PKG_CONFIG) --libs libnetfilter_queue libmnl 2>/dev/null
 XMLRPC_CONFIG ?= xmlrpc-c-config
 XMLRPC_SERVER_CFLAGS := $(shell $(XMLRPC_CONFIG) abyss-server --cflags 2>/dev/null)
 XMLRPC_SERVER_LIBS := $(shell $(XMLRPC_CONFIG) abyss-server --libs 2>/dev/null)
-# -lcurl needs libcurl's dev package; we call only xmlrpc-c, whose shared
-# library brings libcurl.so.4 itself.
-XMLRPC_CLIENT_LIBS := $(filter-out -lcurl,$(shell $(XMLRPC_CONFIG) client --libs 2>/dev/null)) -lpthread
+# dirclient.c drives libcurl itself, to cap a directory answer while it
+# arrives and check it before xmlrpc-c parses it (libcurl4-openssl-dev).
+XMLRPC_CLIENT_LIBS := $(shell $(XMLRPC_CONFIG) client --libs 2>/dev/null) -lpthread
 
 CORE_SRC   := $(sort $(wildcard src/core/*.c))
 RELAY_MAIN := src/relay/relayd.c

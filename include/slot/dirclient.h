@@ -16,7 +16,13 @@
 
 struct dirclient;
 
-/* Call dirc_global_init once, in the main thread, before any thread starts. */
+/* Answers larger than this are refused while they arrive. A listing of
+ * 20,000 relays with 256 landmarks is ~17 MB of XML. Every answer must be
+ * plain UTF-8 XML (slot/xmlguard.h), checked before it is parsed. */
+#define DIRC_MAX_ANSWER (32u << 20)
+
+/* Call dirc_global_init once, in the main thread, before any thread starts.
+ * It sets xmlrpc-c's global limits (answer size, nesting) for the process. */
 int dirc_global_init(char *err, size_t errlen);
 void dirc_global_fini(void);
 

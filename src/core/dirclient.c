@@ -1,74 +1,121 @@
+/* The directory's client: xmlrpc-c builds the calls and parses the
+ * answers; libcurl carries them, so that an answer is capped while it
+ * arrives and checked (slot/xmlguard.h) before xmlrpc-c's parser, which
+ * expands entities, sees a byte of it. */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <curl/curl.h>
 #include <xmlrpc-c/base.h>
-#include <xmlrpc-c/client.h>
 
 #include "slot/dirclient.h"
 #include "slot/dirproto.h"
 #include "slot/errbuf.h"
+#include "slot/xmlguard.h"
 
 #define DIRC_MAX_RELAYS 100000
 
+/* Nesting of XML-RPC values in an answer: slot.list's deepest is 3. */
+#define DIRC_NESTING 16
+
 struct dirclient {
-	xmlrpc_client *cl;
+	CURL *curl;
+	struct curl_slist *headers;
 	struct auth_key key;
+	unsigned timeout_ms;
+	/* The answer being received. */
+	char *buf;
+	size_t len, cap;
+	bool too_big;
 };
 
 int
 dirc_global_init(char *err, size_t errlen)
 {
-	xmlrpc_env env;
+	CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 
-	xmlrpc_env_init(&env);
-	xmlrpc_client_setup_global_const(&env);
-	if (env.fault_occurred) {
-		errbuf_set(err, errlen, "xmlrpc client: %s", env.fault_string);
-		xmlrpc_env_clean(&env);
+	if (rc != CURLE_OK) {
+		errbuf_set(err, errlen, "libcurl: %s", curl_easy_strerror(rc));
 		return -1;
 	}
-	xmlrpc_env_clean(&env);
+	/* Global in xmlrpc-c: the answers we parse are ours to bound. */
+	xmlrpc_limit_set(XMLRPC_XML_SIZE_LIMIT_ID, DIRC_MAX_ANSWER);
+	xmlrpc_limit_set(XMLRPC_NESTING_LIMIT_ID, DIRC_NESTING);
 	return 0;
 }
 
 void
 dirc_global_fini(void)
 {
-	xmlrpc_client_teardown_global_const();
+	curl_global_cleanup();
+}
+
+static size_t
+on_data(char *p, size_t size, size_t n, void *arg)
+{
+	struct dirclient *c = arg;
+	size_t len = size * n;
+
+	if (len > DIRC_MAX_ANSWER - c->len) {
+		c->too_big = true;
+		return 0;	/* libcurl stops: CURLE_WRITE_ERROR */
+	}
+	if (c->len + len > c->cap) {
+		size_t cap = c->cap ? c->cap : 16384;
+		while (cap < c->len + len)
+			cap *= 2;
+		if (cap > DIRC_MAX_ANSWER)
+			cap = DIRC_MAX_ANSWER;
+		char *b = realloc(c->buf, cap);
+		if (b == NULL)
+			return 0;
+		c->buf = b;
+		c->cap = cap;
+	}
+	memcpy(c->buf + c->len, p, len);
+	c->len += len;
+	return len;
 }
 
 struct dirclient *
 dirc_new(const struct auth_key *key, unsigned timeout_ms, char *err, size_t errlen)
 {
-	struct xmlrpc_curl_xportparms cp;
-	struct xmlrpc_clientparms p;
 	struct dirclient *c = calloc(1, sizeof(*c));
-	xmlrpc_env env;
+	struct curl_slist *h;
 
 	if (c == NULL) {
 		errbuf_set(err, errlen, "out of memory");
 		return NULL;
 	}
 	c->key = *key;
-	memset(&cp, 0, sizeof(cp));
-	cp.timeout = timeout_ms;
-	cp.dont_advertise = 1;
-	memset(&p, 0, sizeof(p));
-	p.transport = "curl";
-	p.transportparmsP = &cp;
-	p.transportparm_size = XMLRPC_CXPSIZE(dont_advertise);
-	xmlrpc_env_init(&env);
-	xmlrpc_client_create(&env, XMLRPC_CLIENT_NO_FLAGS, "slot", "1", &p,
-	    XMLRPC_CPSIZE(transportparm_size), &c->cl);
-	if (env.fault_occurred) {
-		errbuf_set(err, errlen, "xmlrpc client: %s", env.fault_string);
-		xmlrpc_env_clean(&env);
-		free(c);
-		return NULL;
-	}
-	xmlrpc_env_clean(&env);
+	c->timeout_ms = timeout_ms;
+	if ((c->curl = curl_easy_init()) == NULL)
+		goto fail;
+	/* No "Expect: 100-continue" round trip for a large report. */
+	if ((h = curl_slist_append(NULL, "Content-Type: text/xml")) == NULL)
+		goto fail;
+	c->headers = h;
+	if ((h = curl_slist_append(c->headers, "Expect:")) == NULL)
+		goto fail;
+	c->headers = h;
+	CURL *e = c->curl;
+	if (curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
+	    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK ||
+	    curl_easy_setopt(e, CURLOPT_USERAGENT, "slot/1") != CURLE_OK ||
+	    curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers) != CURLE_OK ||
+	    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout_ms) != CURLE_OK ||
+	    curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE,
+	    (curl_off_t)DIRC_MAX_ANSWER) != CURLE_OK ||
+	    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data) != CURLE_OK ||
+	    curl_easy_setopt(e, CURLOPT_WRITEDATA, c) != CURLE_OK)
+		goto fail;
 	return c;
+fail:
+	errbuf_set(err, errlen, "libcurl: cannot set up a handle");
+	dirc_free(c);
+	return NULL;
 }
 
 void
@@ -76,7 +123,10 @@ dirc_free(struct dirclient *c)
 {
 	if (c == NULL)
 		return;
-	xmlrpc_client_destroy(c->cl);
+	if (c->curl)
+		curl_easy_cleanup(c->curl);
+	curl_slist_free_all(c->headers);
+	free(c->buf);
 	auth_key_wipe(&c->key);
 	free(c);
 }
@@ -110,6 +160,39 @@ sign(struct dirclient *c, xmlrpc_env *env, xmlrpc_value *s, const char *method,
 	}
 }
 
+/* POSTs the call's XML to url; the answer in c->buf, c->len. Returns 0, or
+ * -1 with env's fault set. */
+static int
+post(struct dirclient *c, xmlrpc_env *env, const char *url, const char *xml, size_t len)
+{
+	CURLcode rc;
+	long status = 0;
+
+	c->len = 0;
+	c->too_big = false;
+	if (curl_easy_setopt(c->curl, CURLOPT_URL, url) != CURLE_OK ||
+	    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, xml) != CURLE_OK ||
+	    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len) != CURLE_OK) {
+		xmlrpc_faultf(env, "libcurl: cannot set the URL or the body");
+		return -1;
+	}
+	rc = curl_easy_perform(c->curl);
+	if (c->too_big || rc == CURLE_FILESIZE_EXCEEDED) {
+		xmlrpc_faultf(env, "answer larger than %u bytes: refused", DIRC_MAX_ANSWER);
+		return -1;
+	}
+	if (rc != CURLE_OK) {
+		xmlrpc_faultf(env, "%s", curl_easy_strerror(rc));
+		return -1;
+	}
+	curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
+	if (status != 200) {
+		xmlrpc_faultf(env, "HTTP status %ld", status);
+		return -1;
+	}
+	return 0;
+}
+
 /* Calls method with the one struct s; returns the result or NULL with err
  * and *fault filled. */
 static xmlrpc_value *
@@ -118,6 +201,9 @@ call(struct dirclient *c, const char *url, const char *method, xmlrpc_value *s, 
 {
 	xmlrpc_env env;
 	xmlrpc_value *params, *res = NULL;
+	xmlrpc_mem_block *xml = NULL;
+	int fcode = 0;
+	const char *fstr = NULL;
 
 	if (fault)
 		*fault = 0;
@@ -125,13 +211,40 @@ call(struct dirclient *c, const char *url, const char *method, xmlrpc_value *s, 
 	params = xmlrpc_array_new(&env);
 	if (!env.fault_occurred)
 		xmlrpc_array_append_item(&env, params, s);
+	if (!env.fault_occurred)
+		xml = XMLRPC_MEMBLOCK_NEW(char, &env, 0);
+	if (!env.fault_occurred)
+		xmlrpc_serialize_call2(&env, xml, method, params, xmlrpc_dialect_i8);
+	if (!env.fault_occurred)
+		post(c, &env, url, XMLRPC_MEMBLOCK_CONTENTS(char, xml),
+		    XMLRPC_MEMBLOCK_SIZE(char, xml));
 	if (!env.fault_occurred) {
-		xmlrpc_server_info *si = xmlrpc_server_info_new(&env, url);
-		if (!env.fault_occurred) {
-			xmlrpc_client_call2(&env, c->cl, si, method, params, &res);
-			xmlrpc_server_info_free(si);
+		size_t at;
+		enum xmlg_result g = xmlg_check(c->buf, c->len, &at);
+
+		if (g != XMLG_OK) {
+			const char *bom = g == XMLG_BOM ? xmlg_bom_name(c->buf, c->len) : NULL;
+			xmlrpc_faultf(&env, "answer refused unparsed: %s%s%s at byte %zu of %zu "
+			    "(not plain UTF-8 XML)", bom ? bom : "", bom ? " " : "",
+			    xmlg_strerror(g), at, c->len);
 		}
 	}
+	if (!env.fault_occurred) {
+		xmlrpc_parse_response2(&env, c->buf, c->len, &res, &fcode, &fstr);
+		if (!env.fault_occurred && fstr != NULL) {
+			xmlrpc_env_set_fault_formatted(&env, fcode, "fault %d: %s", fcode, fstr);
+			free((void *)fstr);
+		}
+	}
+	/* A large answer's buffer is not kept between calls. */
+	if (c->cap > 65536) {
+		free(c->buf);
+		c->buf = NULL;
+		c->cap = 0;
+	}
+	c->len = 0;
+	if (xml)
+		XMLRPC_MEMBLOCK_FREE(char, xml);
 	if (params)
 		xmlrpc_DECREF(params);
 	if (env.fault_occurred) {
@@ -140,6 +253,8 @@ call(struct dirclient *c, const char *url, const char *method, xmlrpc_value *s, 
 		if (fault && env.fault_code > 0 && env.fault_code <= DIRP_FAULT_INTERNAL)
 			*fault = env.fault_code;
 		errbuf_set(err, errlen, "%s %s: %s", url, method, env.fault_string);
+		if (res)
+			xmlrpc_DECREF(res);
 		res = NULL;
 	}
 	xmlrpc_env_clean(&env);
