@@ -225,8 +225,8 @@ call(struct dirclient *c, const char *url, const char *method, xmlrpc_value *s, 
 		if (g != XMLG_OK) {
 			const char *bom = g == XMLG_BOM ? xmlg_bom_name(c->buf, c->len) : NULL;
 			xmlrpc_faultf(&env, "answer refused unparsed: %s%s%s at byte %zu of %zu "
-			    "(not plain UTF-8 XML)", bom ? bom : "", bom ? " " : "",
-			    xmlg_strerror(g), at, c->len);
+			    "(not plain UTF-8 XML)", bom ? "a " : xmlg_strerror(g),
+			    bom ? bom : "", bom ? " byte order mark" : "", at, c->len);
 		}
 	}
 	if (!env.fault_occurred) {

@@ -183,8 +183,8 @@ process(xmlrpc_env *env, void *arg, const char *xml, size_t len, TSession *sessi
 
 		__atomic_add_fetch(&h->refused, 1, __ATOMIC_RELAXED);
 		snprintf(msg, sizeof(msg), "refused unparsed: %s%s%s at byte %zu; XML-RPC "
-		    "bodies must be plain UTF-8 XML", bom ? bom : "", bom ? " " : "",
-		    xmlg_strerror(r), at);
+		    "bodies must be plain UTF-8 XML", bom ? "a " : xmlg_strerror(r),
+		    bom ? bom : "", bom ? " byte order mark" : "", at);
 		if (c && log_allowed(h, &c->src))
 			log_warnx("request from %s %s (%zu bytes; more refusals from this "
 			    "source are logged once a minute)", c->peer, msg, len);
