@@ -28,6 +28,7 @@ struct ctrl_conn {
 	uint8_t *out;
 	size_t outlen, outcap;
 	int closing;		/* answer sent, close once flushed */
+	int authed;		/* a message passed its MAC: in r->ctrls, else r->ctrls_new */
 	TAILQ_ENTRY(ctrl_conn) link;
 };
 
@@ -39,8 +40,10 @@ ctrl_peer_addr(const struct ctrl_conn *c)
 	return &c->peer.addr;
 }
 
+enum ctrl_how { CTRL_FIN, CTRL_RST };
+
 static void
-ctrl_close(struct ctrl_conn *c, const char *why)
+ctrl_close(struct ctrl_conn *c, enum ctrl_how how, const char *why)
 {
 	struct relay *r = c->r;
 	char b[EP_STRLEN];
@@ -49,8 +52,12 @@ ctrl_close(struct ctrl_conn *c, const char *why)
 	pipe_ctrl_gone(r, c);
 	ev_io_stop(r->loop, &c->io);
 	ev_timer_stop(r->loop, &c->idle);
-	close(c->fd);
-	TAILQ_REMOVE(&r->ctrls, c, link);
+	if (how == CTRL_RST)
+		sock_close_rst(c->fd);	/* leaves no TIME_WAIT behind */
+	else
+		close(c->fd);
+	TAILQ_REMOVE(c->authed ? &r->ctrls : &r->ctrls_new, c, link);
+	admit_conn_close(r->admit, &c->peer.addr);
 	r->ctr.control_conns--;
 	free(c->out);
 	free(c);
@@ -84,14 +91,14 @@ ctrl_flush(struct ctrl_conn *c)
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
 				break;
-			ctrl_close(c, strerror(errno));
+			ctrl_close(c, CTRL_FIN, strerror(errno));
 			return -1;
 		}
 		memmove(c->out, c->out + n, c->outlen - (size_t)n);
 		c->outlen -= (size_t)n;
 	}
 	if (c->closing && c->outlen == 0) {
-		ctrl_close(c, "after error");
+		ctrl_close(c, CTRL_FIN, "after error");
 		return -1;
 	}
 	ctrl_set_events(c);
@@ -163,23 +170,49 @@ ctrl_send_error(struct ctrl_conn *c, uint32_t id, uint8_t code, int fatal_)
 		c->closing = 1;
 }
 
+/* The first message that passed its MAC: the peer holds the key, so the
+ * first-message deadline is over and the idle limit applies. */
+static void
+ctrl_authenticated(struct ctrl_conn *c)
+{
+	struct relay *r = c->r;
+
+	if (c->authed)
+		return;
+	TAILQ_REMOVE(&r->ctrls_new, c, link);
+	TAILQ_INSERT_TAIL(&r->ctrls, c, link);
+	c->authed = 1;
+	c->last_msg = ev_now(r->loop);
+	ev_timer_stop(r->loop, &c->idle);
+	ev_timer_set(&c->idle, (double)r->conf.control_idle_timeout_ms / 1000.0, 0.);
+	ev_timer_start(r->loop, &c->idle);
+}
+
 static void
 ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
 {
 	struct relay *r = c->r;
 
-	switch (replay_check(r->replay, m->ts_us, m->nonce, clock_real_us())) {
-	case REPLAY_OK:
+	ctrl_authenticated(c);
+	switch (admit_message(r->admit, ADMIT_CONTROL, &c->peer.addr, m->ts_us, m->nonce,
+	    clock_mono_us(), clock_real_us())) {
+	case ADMIT_OK:
 		break;
-	case REPLAY_STALE:
+	case ADMIT_RATE:
+		/* Not remembered, so not acted on. Every PIPE_ESTABLISH gets
+		 * exactly one answer. */
+		r->ctr.control_rate_limited++;
+		if (m->type == PROTO_PIPE_ESTABLISH) {
+			r->ctr.pipes_failed++;
+			ctrl_send_fail(c, m->id, FAIL_CLIENT_LIMIT, 0);
+		}
+		return;
+	case ADMIT_STALE:
 		ctrl_send_error(c, m->id, ERR_STALE, 0);
 		return;
-	case REPLAY_FULL:
-		/* It cannot be proven fresh, so it counts as a replay
-		 * (docs/protocol.md). */
-		log_warnx("replay cache full: request refused as a replay");
-		/* FALLTHROUGH */
-	case REPLAY_DUP:
+	case ADMIT_REPLAY:
+		/* Seen before, or the cache is full and it cannot be proven
+		 * fresh (docs/protocol.md). */
 		ctrl_send_error(c, m->id, ERR_REPLAY, 0);
 		return;
 	}
@@ -206,13 +239,13 @@ ctrl_read(struct ctrl_conn *c)
 	ssize_t n = recv(c->fd, c->in + c->inlen, sizeof(c->in) - c->inlen, 0);
 
 	if (n == 0) {
-		ctrl_close(c, "closed by peer");
+		ctrl_close(c, CTRL_FIN, "closed by peer");
 		return -1;
 	}
 	if (n < 0) {
 		if (errno == EAGAIN || errno == EINTR)
 			return 0;
-		ctrl_close(c, strerror(errno));
+		ctrl_close(c, CTRL_FIN, strerror(errno));
 		return -1;
 	}
 	c->inlen += (size_t)n;
@@ -227,10 +260,15 @@ ctrl_read(struct ctrl_conn *c)
 		if (res == PROTO_NEED_MORE)
 			break;
 		if (res == PROTO_BAD) {
-			/* The stream cannot be trusted past a bad message. */
-			ctrl_send_error(c, 0, proto_error_for(why), 1);
-			off = c->inlen;
-			break;
+			/* The stream cannot be trusted past a bad message, and
+			 * nothing unauthenticated is worth a signed answer:
+			 * close, unanswered. */
+			char b[EP_STRLEN];
+			c->r->ctr.control_unauthentic++;
+			log_info("control %s: %s, closing unanswered", ep_fmt(&c->peer, b),
+			    proto_err_str(why));
+			ctrl_close(c, CTRL_RST, "bad message");
+			return -1;
 		}
 		off += used;
 		ctrl_handle(c, &m);
@@ -259,12 +297,43 @@ ctrl_idle_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	double left = c->last_msg + limit - ev_now(loop);
 	(void)revents;
 
+	if (!c->authed) {
+		c->r->ctr.control_deadline++;
+		ctrl_close(c, CTRL_RST, "no valid message before the deadline");
+		return;
+	}
 	if (left > 0.001) {
 		ev_timer_set(w, left, 0.);
 		ev_timer_start(loop, w);
 		return;
 	}
-	ctrl_close(c, "idle");
+	ctrl_close(c, CTRL_FIN, "idle");
+}
+
+/* Counts a new connection from peer against the caps. At the global cap,
+ * the oldest connection that has not yet sent a valid message makes room:
+ * a flood from many sources then cycles through its own connections, and
+ * a client that authenticates promptly still gets in. Returns 0 or -1
+ * (refused). */
+static int
+ctrl_admit(struct relay *r, const struct addr *peer)
+{
+	struct ctrl_conn *old;
+
+	for (;;) {
+		switch (admit_conn_open(r->admit, peer)) {
+		case ADMIT_CONN_OK:
+			return 0;
+		case ADMIT_CONN_SOURCE:
+			return -1;
+		case ADMIT_CONN_GLOBAL:
+			if ((old = TAILQ_FIRST(&r->ctrls_new)) == NULL)
+				return -1;
+			r->ctr.control_evicted++;
+			ctrl_close(old, CTRL_RST, "evicted at the connection cap");
+			break;
+		}
+	}
 }
 
 static void
@@ -294,6 +363,14 @@ ctrl_accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 			close(fd);
 			continue;
 		}
+		if (ctrl_admit(r, &c->peer.addr) == -1) {
+			char b[EP_STRLEN];
+			r->ctr.control_refused++;
+			log_debug("control %s refused: connection cap", ep_fmt(&c->peer, b));
+			free(c);
+			sock_close_rst(fd);
+			continue;
+		}
 		c->r = r;
 		c->fd = fd;
 		(void)sock_set_nodelay(fd);
@@ -302,12 +379,13 @@ ctrl_accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 		    (int)r->conf.keepalive_count);
 		ev_io_init(&c->io, ctrl_io_cb, fd, 0);
 		c->io.data = c;
+		/* Until its first authentic message: a short deadline. */
 		ev_timer_init(&c->idle, ctrl_idle_cb,
-		    (double)r->conf.control_idle_timeout_ms / 1000.0, 0.);
+		    (double)r->conf.control_first_timeout_ms / 1000.0, 0.);
 		c->idle.data = c;
 		c->last_msg = ev_now(loop);
 		ev_timer_start(loop, &c->idle);
-		TAILQ_INSERT_TAIL(&r->ctrls, c, link);
+		TAILQ_INSERT_TAIL(&r->ctrls_new, c, link);
 		r->ctr.control_conns++;
 		ctrl_set_events(c);
 	}
@@ -317,6 +395,7 @@ void
 ctrl_start(struct relay *r)
 {
 	TAILQ_INIT(&r->ctrls);
+	TAILQ_INIT(&r->ctrls_new);
 	ev_io_init(&r->ctrl_accept, ctrl_accept_cb, r->ctrl_fd, EV_READ);
 	r->ctrl_accept.data = r;
 	ev_io_start(r->loop, &r->ctrl_accept);
@@ -345,5 +424,7 @@ ctrl_close_all(struct relay *r)
 	struct ctrl_conn *c;
 
 	while ((c = TAILQ_FIRST(&r->ctrls)) != NULL)
-		ctrl_close(c, "relay exiting");
+		ctrl_close(c, CTRL_FIN, "relay exiting");
+	while ((c = TAILQ_FIRST(&r->ctrls_new)) != NULL)
+		ctrl_close(c, CTRL_FIN, "relay exiting");
 }

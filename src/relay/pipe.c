@@ -1,7 +1,10 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,6 +30,7 @@ struct dir {
 	struct flow f;
 	struct half *src, *dst;
 	struct kpipe *kp;	/* only while bytes are in flight */
+	int kp_wait;		/* no kernel pipe to be had: reading paused */
 };
 
 struct owner {			/* pending pipes of one control peer */
@@ -47,7 +51,10 @@ struct pipe {
 	TAILQ_ENTRY(pipe) link;	/* r->pipes */
 	struct half cli, srv;
 	struct dir c2s, s2c;
-	ev_timer timer;		/* connect, pending or idle timeout */
+	ev_timer timer;		/* connect, pending, idle or half-closed timeout */
+	uint64_t limit_ms;	/* open: the inactivity limit timer runs for */
+	ev_timer retry;		/* a direction waits for a kernel pipe */
+	int reserved;		/* holds its two kernel pipes' reservation */
 	ev_tstamp started, connected, last_io;
 };
 
@@ -57,6 +64,8 @@ static void pipe_close(struct pipe *p, enum close_how how, const char *why);
 static void half_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
 static void pipe_open(struct pipe *p);
+static void pipe_timer_update(struct pipe *p);
+static uint64_t pipe_limit_ms(const struct pipe *p);
 
 int
 pipes_init(struct relay *r)
@@ -154,9 +163,12 @@ half_set(struct half *h, int events)
 static void
 pipe_update(struct pipe *p)
 {
-	half_set(&p->cli, (flow_wants_read(&p->c2s.f) ? EV_READ : 0) |
+	int rc = flow_wants_read(&p->c2s.f) && !p->c2s.kp_wait;
+	int rs = flow_wants_read(&p->s2c.f) && !p->s2c.kp_wait;
+
+	half_set(&p->cli, (rc ? EV_READ : 0) |
 	    (flow_wants_write(&p->s2c.f) ? EV_WRITE : 0));
-	half_set(&p->srv, (flow_wants_read(&p->s2c.f) ? EV_READ : 0) |
+	half_set(&p->srv, (rs ? EV_READ : 0) |
 	    (flow_wants_write(&p->c2s.f) ? EV_WRITE : 0));
 }
 
@@ -168,6 +180,30 @@ half_init(struct pipe *p, struct half *h)
 	h->events = 0;
 	ev_io_init(&h->io, half_cb, -1, 0);
 	h->io.data = h;
+}
+
+/* SO_LINGER {1, 0} while bytes bound for this socket may still be lost: if
+ * the relay dies (even by SIGKILL) or drops the pipe, the kernel closes the
+ * socket with a RST, so its peer never takes a cut stream for a complete one.
+ * Disarmed once the direction into the socket is cleanly finished (EOF read
+ * and everything written, FIN sent), so that the close then delivers what
+ * the socket still buffers. */
+static void
+half_linger_rst(struct half *h, int on)
+{
+	struct linger l = { .l_onoff = on, .l_linger = 0 };
+
+	if (h->fd >= 0)
+		(void)setsockopt(h->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+}
+
+/* The direction d finished cleanly: FIN to its destination, which may then
+ * close gracefully. */
+static void
+dir_shutdown(struct dir *d)
+{
+	(void)shutdown(d->dst->fd, SHUT_WR);
+	half_linger_rst(d->dst, 0);
 }
 
 static void
@@ -201,6 +237,21 @@ dir_counter(struct pipe *p, struct dir *d)
 	    &p->r->ctr.bytes_server_to_client;
 }
 
+/* A socket of the pipe failed with err: reset the other one too. A peer that
+ * stopped answering (keepalive or TCP_USER_TIMEOUT ran out) is counted. */
+static void
+pipe_peer_failed(struct pipe *p, int err, const char *why)
+{
+	char b[96];
+
+	if (err == ETIMEDOUT) {
+		p->r->ctr.pipes_peer_timeout++;
+		snprintf(b, sizeof(b), "%s (peer timed out)", why);
+		why = b;
+	}
+	pipe_close(p, CLOSE_RESET, why);
+}
+
 /* Writes what is in flight. Returns -1 if the pipe was closed. */
 static int
 dir_flush(struct pipe *p, struct dir *d)
@@ -215,12 +266,11 @@ dir_flush(struct pipe *p, struct dir *d)
 		}
 		switch (flow_on_write(&d->f, n, err)) {
 		case FLOW_RESET:
-			errno = err;
-			pipe_close(p, CLOSE_RESET, d == &p->c2s ?
+			pipe_peer_failed(p, err, d == &p->c2s ?
 			    "write to server failed" : "write to client failed");
 			return -1;
 		case FLOW_SHUTDOWN:
-			(void)shutdown(d->dst->fd, SHUT_WR);
+			dir_shutdown(d);
 			break;
 		case FLOW_FLUSH:
 			continue;
@@ -244,11 +294,18 @@ dir_pump(struct pipe *p, struct dir *d)
 {
 	unsigned long long start = d->f.bytes;
 
-	while (flow_wants_read(&d->f) && d->f.bytes - start < PUMP_BUDGET) {
+	while (flow_wants_read(&d->f) && !d->kp_wait && d->f.bytes - start < PUMP_BUDGET) {
 		if (d->kp == NULL && (d->kp = kpipe_get(&p->r->kpipes)) == NULL) {
-			log_warn("pipe %llu: no kernel pipe", (unsigned long long)p->id);
-			pipe_close(p, CLOSE_RESET, "out of pipes");
-			return -1;
+			/* Cannot happen within the reservation but for a
+			 * replacement pipe2() that failed: wait, never reset a
+			 * running transfer for it. */
+			log_warn("pipe %llu: no kernel pipe, reading paused",
+			    (unsigned long long)p->id);
+			p->r->ctr.kpipe_waits++;
+			d->kp_wait = 1;
+			if (!ev_is_active(&p->retry))
+				ev_timer_start(p->r->loop, &p->retry);
+			break;
 		}
 		ssize_t n = splice(d->src->fd, NULL, d->kp->wfd, NULL,
 		    d->f.cap - d->f.inflight, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
@@ -257,12 +314,13 @@ dir_pump(struct pipe *p, struct dir *d)
 			p->last_io = ev_now(p->r->loop);
 		enum flow_action a = flow_on_read(&d->f, n, err);
 		if (a == FLOW_RESET) {
-			pipe_close(p, CLOSE_RESET, d == &p->c2s ?
+			errno = err;
+			pipe_peer_failed(p, err, d == &p->c2s ?
 			    "client reset" : "server reset");
 			return -1;
 		}
 		if (a == FLOW_SHUTDOWN) {
-			(void)shutdown(d->dst->fd, SHUT_WR);
+			dir_shutdown(d);
 			break;
 		}
 		if (a == FLOW_FLUSH && dir_flush(p, d) == -1)
@@ -292,6 +350,18 @@ half_cb(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	}
 	pipe_update(p);
+	pipe_timer_update(p);
+}
+
+static void
+retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct pipe *p = w->data;
+	(void)loop;
+	(void)revents;
+
+	p->c2s.kp_wait = p->s2c.kp_wait = 0;
+	pipe_update(p);
 }
 
 /* --- life cycle --- */
@@ -309,6 +379,7 @@ pipe_close(struct pipe *p, enum close_how how, const char *why)
 	char cb[EP_STRLEN], sb[EP_STRLEN];
 
 	ev_timer_stop(r->loop, &p->timer);
+	ev_timer_stop(r->loop, &p->retry);
 	half_close(&p->cli, how);
 	half_close(&p->srv, how);
 	for (struct dir *d = &p->c2s; d; d = d == &p->c2s ? &p->s2c : NULL)
@@ -316,6 +387,10 @@ pipe_close(struct pipe *p, enum close_how how, const char *why)
 			kpipe_put(&r->kpipes, d->kp, d->f.inflight > 0);
 			d->kp = NULL;
 		}
+	if (p->reserved)
+		kpipe_unreserve(&r->kpipes, 2);
+	if (how == CLOSE_RESET && p->state == PS_OPEN)
+		r->ctr.pipes_reset++;
 	if (p->state == PS_OPEN)
 		r->ctr.pipes_open--;
 	else
@@ -358,6 +433,14 @@ pipe_fail(struct pipe *p, uint8_t reason, int err)
 	pipe_close(p, CLOSE_RESET, proto_fail_str(reason));
 }
 
+/* One side sent EOF (or the pipe is draining towards it): the other
+ * direction may still flow. */
+static int
+pipe_half_closed(const struct pipe *p)
+{
+	return p->c2s.f.state != FLOW_READING || p->s2c.f.state != FLOW_READING;
+}
+
 static void
 timer_arm(struct pipe *p, uint64_t ms)
 {
@@ -382,18 +465,60 @@ timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		return;
 	case PS_OPEN: {
 		/* Activity does not re-arm the timer (that would cost a timer
-		 * operation per splice); check here instead. */
-		double idle = (double)p->r->conf.idle_timeout_ms / 1000.0;
-		double left = p->last_io + idle - ev_now(loop);
+		 * operation per splice); check here instead. A reload may
+		 * have changed the limit. */
+		if ((p->limit_ms = pipe_limit_ms(p)) == 0)
+			return;
+		double left = p->last_io + (double)p->limit_ms / 1000.0 - ev_now(loop);
 		if (left > 0.001) {
 			ev_timer_set(w, left, 0.);
 			ev_timer_start(loop, w);
 			return;
 		}
-		pipe_close(p, CLOSE_RESET, "idle timeout");
+		if (pipe_half_closed(p)) {
+			p->r->ctr.pipes_half_closed_timeout++;
+			pipe_close(p, CLOSE_RESET, "half-closed timeout");
+		} else {
+			p->r->ctr.pipes_idle_timeout++;
+			pipe_close(p, CLOSE_RESET, "idle timeout");
+		}
 		return;
 	}
 	}
+}
+
+/* The inactivity limit of an open pipe: idle_timeout (0: none, the default:
+ * an idle connection lives as long as it would direct, and keepalive finds
+ * dead peers), or the shorter half_closed_timeout once one side sent EOF. */
+static uint64_t
+pipe_limit_ms(const struct pipe *p)
+{
+	const struct rconf *c = &p->r->conf;
+	uint64_t lim = c->idle_timeout_ms;
+
+	if (pipe_half_closed(p) && c->half_closed_timeout_ms &&
+	    (lim == 0 || c->half_closed_timeout_ms < lim))
+		lim = c->half_closed_timeout_ms;
+	return lim;
+}
+
+/* Re-arms the inactivity timer when its limit changed (the pipe opened or
+ * became half-closed). */
+static void
+pipe_timer_update(struct pipe *p)
+{
+	uint64_t lim = pipe_limit_ms(p);
+	double left;
+
+	if (p->state != PS_OPEN || lim == p->limit_ms)
+		return;
+	p->limit_ms = lim;
+	ev_timer_stop(p->r->loop, &p->timer);
+	if (lim == 0)
+		return;
+	left = p->last_io + (double)lim / 1000.0 - ev_now(p->r->loop);
+	ev_timer_set(&p->timer, left > 0.001 ? left : 0.001, 0.);
+	ev_timer_start(p->r->loop, &p->timer);
 }
 
 /* The connect to the server finished (srv writable) or failed. */
@@ -424,14 +549,23 @@ connect_cb(struct ev_loop *loop, ev_io *w, int revents)
 		pipe_open(p);	/* the client connected early */
 }
 
+/* Both legs of a pipe: keepalive and TCP_USER_TIMEOUT find a dead peer
+ * (an idle one by keepalive, one that stopped acknowledging by the user
+ * timeout) in minutes, so idle pipes need no idle timeout; and the RST on
+ * loss armed (see half_linger_rst). */
 static void
-sock_tune(struct relay *r, int fd)
+half_attach(struct half *h, int fd)
 {
-	const struct rconf *c = &r->conf;
+	const struct rconf *c = &h->p->r->conf;
+	unsigned int ut = (unsigned int)c->user_timeout_ms;
 
+	h->fd = fd;
 	(void)sock_set_nodelay(fd);	/* the sender already applied Nagle */
 	(void)sock_set_keepalive(fd, (int)(c->keepalive_idle_ms / 1000),
 	    (int)(c->keepalive_interval_ms / 1000), (int)c->keepalive_count);
+	if (ut)
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
+	half_linger_rst(h, 1);
 }
 
 void
@@ -469,8 +603,18 @@ pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 		ctrl_send_fail(c, id, reason, 0);
 		return;
 	}
+	/* The kernel pipes it may need, now or never: running out of them
+	 * later would reset a running transfer. */
+	if (kpipe_reserve(&r->kpipes, 2) == -1) {
+		err = errno;
+		log_warn("pipe refused: no kernel pipes to reserve");
+		r->ctr.pipes_failed++;
+		ctrl_send_fail(c, id, FAIL_LIMIT, (uint32_t)err);
+		return;
+	}
 	if ((fd = sock_connect_nb(server, 0)) == -1) {
 		err = errno;
+		kpipe_unreserve(&r->kpipes, 2);
 		r->ctr.pipes_failed++;
 		ctrl_send_fail(c, id, fail_reason(err), (uint32_t)err);
 		return;
@@ -479,6 +623,7 @@ pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 	    (o = owner_get(r, ctrl_peer_addr(c), 1)) == NULL) {
 		free(p);
 		close(fd);
+		kpipe_unreserve(&r->kpipes, 2);
 		r->ctr.pipes_failed++;
 		ctrl_send_fail(c, id, FAIL_INTERNAL, ENOMEM);
 		return;
@@ -490,6 +635,7 @@ pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 	p->server = *server;
 	p->ctl = c;
 	p->req_id = id;
+	p->reserved = 1;
 	p->owner = o;
 	o->n++;
 	htab_insert(&r->pending, &p->hn, ep_hash(client, r->hkey));
@@ -505,9 +651,10 @@ pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 	p->started = ev_now(r->loop);
 	ev_timer_init(&p->timer, timer_cb, 0., 0.);
 	p->timer.data = p;
+	ev_timer_init(&p->retry, retry_cb, 0.1, 0.);
+	p->retry.data = p;
 
-	p->srv.fd = fd;
-	sock_tune(r, fd);
+	half_attach(&p->srv, fd);
 	ev_set_cb(&p->srv.io, connect_cb);
 	half_set(&p->srv, EV_WRITE);
 	timer_arm(p, r->conf.connect_timeout_ms);
@@ -524,7 +671,9 @@ pipe_open(struct pipe *p)
 	r->ctr.pipes_open++;
 	r->ctr.pipes_total++;
 	p->started = p->last_io = ev_now(r->loop);
-	timer_arm(p, r->conf.idle_timeout_ms);
+	ev_timer_stop(r->loop, &p->timer);
+	p->limit_ms = 0;
+	pipe_timer_update(p);
 	pipe_update(p);
 }
 
@@ -538,8 +687,7 @@ pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 	 * (docs/protocol.md): its data connection may find the pipe still
 	 * connecting. It waits, unread, for the server's connect. */
 	if (p && p->state == PS_CONNECTING && p->cli.fd < 0) {
-		p->cli.fd = fd;
-		sock_tune(r, fd);
+		half_attach(&p->cli, fd);
 		r->ctr.data_early++;
 		return;
 	}
@@ -550,8 +698,7 @@ pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 		sock_close_rst(fd);
 		return;
 	}
-	p->cli.fd = fd;
-	sock_tune(r, fd);
+	half_attach(&p->cli, fd);
 	pipe_open(p);
 }
 
@@ -598,7 +745,7 @@ pipes_view(struct relay *r, void (*fn)(void *arg, const struct pipe_view *v), vo
 		if (p->state == PS_OPEN) {
 			v.idle_s = now - p->last_io;
 			/* One side said EOF: the other direction still flows. */
-			if (p->c2s.f.state != FLOW_READING || p->s2c.f.state != FLOW_READING)
+			if (pipe_half_closed(p))
 				v.state = "half-closed";
 		}
 		fn(arg, &v);

@@ -51,7 +51,7 @@ struct probe_srv {
 	struct htab jobs;	/* by target */
 	size_t njobs;
 	struct rttcache *cache;
-	struct ratelimit *rl_req, *rl_dst;
+	struct ratelimit *rl_dst;	/* requesters' rate: admit.h */
 	struct synp_sock *synp;	/* NULL: connect measurements only */
 };
 
@@ -183,10 +183,6 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 	uint32_t rtt;
 	uint8_t st;
 
-	if (!rl_allow(ps->rl_req, &w->from.addr, now)) {
-		probe_reply(ps, w, t, PROBE_ST_RATE_LIMITED, 0, 0);
-		return;
-	}
 	/* A probe for our own probe endpoint is another relay measuring its
 	 * RTT to us (docs/protocol.md): answered at once, nothing connected. */
 	if (t->port == r->conf.probe_listen.port &&
@@ -289,14 +285,27 @@ probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 		enum proto_err why;
 		if (ep_from_sockaddr((struct sockaddr *)&ss, len, &wt.from) == -1 ||
 		    proto_decode(buf, (size_t)n, &r->key, &m, &used, &why) != PROTO_OK ||
-		    used != (size_t)n || m.type != PROTO_PROBE_REQUEST ||
-		    replay_check(r->replay, m.ts_us, m.nonce, clock_real_us()) != REPLAY_OK) {
+		    used != (size_t)n || m.type != PROTO_PROBE_REQUEST) {
 			/* Silently: an answer would help scanners and reflectors. */
 			r->ctr.probes_dropped++;
 			continue;
 		}
 		wt.id = m.id;
-		probe_handle(ps, &m, &wt);
+		/* The requester's rate before the replay cache, so that no
+		 * source fills it faster than its rate (admit.h). */
+		switch (admit_message(r->admit, ADMIT_PROBE, &wt.from.addr, m.ts_us, m.nonce,
+		    wt.t_recv, clock_real_us())) {
+		case ADMIT_OK:
+			probe_handle(ps, &m, &wt);
+			break;
+		case ADMIT_RATE:
+			probe_reply(ps, &wt, &m.u.probe_req.target, PROBE_ST_RATE_LIMITED, 0, 0);
+			break;
+		case ADMIT_STALE:
+		case ADMIT_REPLAY:
+			r->ctr.probes_dropped++;
+			break;
+		}
 	}
 }
 
@@ -313,9 +322,8 @@ probe_start(struct relay *r, int fd, struct synp_sock *synp)
 	if (htab_init(&ps->jobs, 64) == -1)
 		goto fail;
 	ps->cache = rttc_new(PROBE_CACHE_SLOTS);
-	ps->rl_req = rl_new(PROBE_RL_SLOTS, r->conf.requester_rate, r->conf.requester_burst);
 	ps->rl_dst = rl_new(PROBE_RL_SLOTS, r->conf.destination_rate, r->conf.destination_burst);
-	if (!ps->cache || !ps->rl_req || !ps->rl_dst)
+	if (!ps->cache || !ps->rl_dst)
 		goto fail;
 	ev_io_init(&ps->io, probe_read_cb, fd, EV_READ);
 	ps->io.data = ps;
@@ -324,7 +332,6 @@ probe_start(struct relay *r, int fd, struct synp_sock *synp)
 fail:
 	if (ps) {
 		rttc_free(ps->cache);
-		rl_free(ps->rl_req);
 		rl_free(ps->rl_dst);
 		htab_destroy(&ps->jobs);
 		free(ps);
@@ -337,7 +344,6 @@ fail:
 void
 probe_reconfigure(struct probe_srv *ps)
 {
-	rl_set(ps->rl_req, ps->r->conf.requester_rate, ps->r->conf.requester_burst);
 	rl_set(ps->rl_dst, ps->r->conf.destination_rate, ps->r->conf.destination_burst);
 }
 
@@ -361,7 +367,6 @@ probe_stop(struct probe_srv *ps)
 	htab_destroy(&ps->jobs);
 	synp_close(ps->synp);
 	rttc_free(ps->cache);
-	rl_free(ps->rl_req);
 	rl_free(ps->rl_dst);
 	free(ps);
 }

@@ -20,13 +20,21 @@ rconf_defaults(struct rconf *c)
 	c->max_pending_per_client = 256;
 	c->connect_timeout_ms = 5000;
 	c->pending_timeout_ms = 10000;
-	c->idle_timeout_ms = 15 * 60 * 1000;
+	c->idle_timeout_ms = 0;
+	c->half_closed_timeout_ms = 60 * 60 * 1000;
 	c->drain_timeout_ms = 30000;
 	c->control_idle_timeout_ms = 120000;
+	c->control_first_timeout_ms = 5000;
+	c->max_control_conns = 1024;
+	c->max_control_per_source = 16;
+	c->control_rate = 200;
+	c->control_burst = 400;
+	c->max_kernel_pipes = 0;
 	c->pipe_size = 256 * 1024;
 	c->keepalive_idle_ms = 60000;
 	c->keepalive_interval_ms = 10000;
 	c->keepalive_count = 6;
+	c->user_timeout_ms = 120000;
 
 	policy_init(&c->policy);
 
@@ -56,8 +64,8 @@ rconf_free(struct rconf *c)
 
 struct key_spec {
 	const char *section, *name;
-	enum { K_STR, K_EP, K_LEVEL, K_UINT, K_MS, K_SIZE, K_DOUBLE, K_PORTS, K_CIDRS, K_URLS,
-	    K_EP_OPT } kind;
+	enum { K_STR, K_EP, K_LEVEL, K_UINT, K_MS, K_MS_OFF, K_SIZE, K_DOUBLE, K_PORTS, K_CIDRS,
+	    K_URLS, K_EP_OPT } kind;
 	size_t off;
 	uint64_t min, max;	/* K_UINT, K_MS, K_SIZE; K_STR: buffer size */
 };
@@ -76,13 +84,23 @@ static const struct key_spec keys[] = {
 	{ "limits", "max_pending_per_client", K_UINT, F(max_pending_per_client), 1, 1000000 },
 	{ "limits", "connect_timeout", K_MS, F(connect_timeout_ms), 100, 600000 },
 	{ "limits", "pending_timeout", K_MS, F(pending_timeout_ms), 100, 600000 },
-	{ "limits", "idle_timeout", K_MS, F(idle_timeout_ms), 1000, 7 * DAY_MS },
+	{ "limits", "idle_timeout", K_MS_OFF, F(idle_timeout_ms), 1000, 365 * DAY_MS },
+	{ "limits", "half_closed_timeout", K_MS_OFF, F(half_closed_timeout_ms), 1000,
+	    365 * DAY_MS },
 	{ "limits", "drain_timeout", K_MS, F(drain_timeout_ms), 0, DAY_MS },
 	{ "limits", "control_idle_timeout", K_MS, F(control_idle_timeout_ms), 1000, DAY_MS },
+	{ "limits", "control_first_message_timeout", K_MS, F(control_first_timeout_ms), 100,
+	    600000 },
+	{ "limits", "max_control_connections", K_UINT, F(max_control_conns), 1, 1000000 },
+	{ "limits", "max_control_per_source", K_UINT, F(max_control_per_source), 1, 1000000 },
+	{ "limits", "control_rate", K_DOUBLE, F(control_rate), 0, 0 },
+	{ "limits", "control_burst", K_DOUBLE, F(control_burst), 0, 0 },
+	{ "limits", "max_kernel_pipes", K_UINT, F(max_kernel_pipes), 0, 4000000 },
 	{ "limits", "pipe_size", K_SIZE, F(pipe_size), 4096, 1 << 20 },
 	{ "limits", "keepalive_idle", K_MS, F(keepalive_idle_ms), 1000, DAY_MS },
 	{ "limits", "keepalive_interval", K_MS, F(keepalive_interval_ms), 1000, DAY_MS },
 	{ "limits", "keepalive_count", K_UINT, F(keepalive_count), 1, 127 },
+	{ "limits", "user_timeout", K_MS_OFF, F(user_timeout_ms), 1000, DAY_MS },
 	{ "policy", "allowed_ports", K_PORTS, F(policy.ports), 0, 0 },
 	{ "policy", "allow_destinations", K_CIDRS, F(policy.allow), 0, 0 },
 	{ "policy", "deny_destinations", K_CIDRS, F(policy.deny), 0, 0 },
@@ -147,11 +165,16 @@ set_key(void *user, const char *section, const char *name, const char *value,
 	case K_UINT:
 		rc = conf_uint(value, k->min, k->max, dst, sub, sizeof(sub));
 		break;
+	case K_MS_OFF:	/* K_MS, or 0 / "off": none */
 	case K_MS: {
 		uint64_t v;
+		if (k->kind == K_MS_OFF && strcmp(value, "off") == 0)
+			value = "0";
 		rc = conf_duration_ms(value, &v, sub, sizeof(sub));
-		if (rc == 0 && (v < k->min || v > k->max)) {
-			snprintf(sub, sizeof(sub), "must be between %llu ms and %llu ms",
+		if (rc == 0 && !(k->kind == K_MS_OFF && v == 0) &&
+		    (v < k->min || v > k->max)) {
+			snprintf(sub, sizeof(sub), "must be %sbetween %llu ms and %llu ms",
+			    k->kind == K_MS_OFF ? "0 (off) or " : "",
 			    (unsigned long long)k->min, (unsigned long long)k->max);
 			rc = -1;
 		}
@@ -196,6 +219,10 @@ rconf_load(struct rconf *c, const char *path, char *err, size_t errlen)
 		goto fail;
 	if (c->requester_burst < 1 || c->destination_burst < 1) {
 		snprintf(err, errlen, "%s: [probe] bursts must be at least 1", path);
+		goto fail;
+	}
+	if (c->control_burst < 1) {
+		snprintf(err, errlen, "%s: [limits] control_burst must be at least 1", path);
 		goto fail;
 	}
 	/* A relay is known to the directory and its clients by one endpoint,

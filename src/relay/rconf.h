@@ -29,13 +29,20 @@ struct rconf {
 	uint64_t max_pending_per_client;
 	uint64_t connect_timeout_ms;
 	uint64_t pending_timeout_ms;
-	uint64_t idle_timeout_ms;
+	uint64_t idle_timeout_ms;	/* 0: never */
+	uint64_t half_closed_timeout_ms;	/* 0: never */
 	uint64_t drain_timeout_ms;
 	uint64_t control_idle_timeout_ms;
+	uint64_t control_first_timeout_ms;	/* a new connection's first valid message */
+	uint64_t max_control_conns;
+	uint64_t max_control_per_source;
+	double control_rate, control_burst;	/* messages per source */
+	uint64_t max_kernel_pipes;	/* reservations; 0: 2 * max_pipes */
 	uint64_t pipe_size;
 	uint64_t keepalive_idle_ms;
 	uint64_t keepalive_interval_ms;
 	uint64_t keepalive_count;
+	uint64_t user_timeout_ms;	/* TCP_USER_TIMEOUT; 0: the kernel's */
 
 	/* [policy] */
 	struct policy policy;	/* ports, allow, deny; self filled by the daemon */

@@ -7,7 +7,7 @@
 #include "slot/auth.h"
 #include "slot/ctlsrv.h"
 #include "slot/htab.h"
-#include "slot/replay.h"
+#include "admit.h"
 #include "kpipe.h"
 #include "rconf.h"
 
@@ -20,6 +20,11 @@ struct relay_counters {
 	unsigned long long pipes_total;		/* pipes joined since start */
 	unsigned long long pipes_failed;	/* PIPE_FAIL answers */
 	unsigned long long pipes_expired;	/* pending pipes never joined */
+	unsigned long long pipes_reset;		/* open pipes ended by a reset (both sides RST) */
+	unsigned long long pipes_peer_timeout;	/* ... because a peer stopped answering */
+	unsigned long long pipes_idle_timeout;	/* ... by idle_timeout */
+	unsigned long long pipes_half_closed_timeout;	/* ... by half_closed_timeout */
+	unsigned long long kpipe_waits;		/* reading paused for want of a kernel pipe */
 	unsigned long long bytes_client_to_server;
 	unsigned long long bytes_server_to_client;
 	unsigned long long probes_answered;
@@ -30,6 +35,11 @@ struct relay_counters {
 	unsigned long long measure_connect;	/* by a TCP connect: IPv6, or no raw socket */
 	unsigned long long control_conns;	/* gauge */
 	unsigned long long control_errors;	/* ERROR messages sent */
+	unsigned long long control_refused;	/* connections over a cap, closed at once */
+	unsigned long long control_evicted;	/* unauthenticated, pushed out at the global cap */
+	unsigned long long control_deadline;	/* closed: no valid message in time */
+	unsigned long long control_unauthentic;	/* closed, unanswered: bad message */
+	unsigned long long control_rate_limited;	/* messages refused over the rate */
 	unsigned long long data_rejected;	/* data connections with no pipe */
 	unsigned long long data_early;		/* data connections before the server's connect */
 	unsigned long long peer_pings;		/* other relays' RTT probes answered */
@@ -51,7 +61,7 @@ struct relay {
 	struct rconf conf;
 	const char *conf_path;
 	struct auth_key key;
-	struct replay *replay;
+	struct admit *admit;		/* control connection caps; rate, then replay, per kind */
 	struct kpipe_pool kpipes;
 	struct relay_counters ctr;
 	struct ctl_ident ident;		/* name, version, start: for slotctl and metrics */
@@ -63,7 +73,8 @@ struct relay {
 	struct htab owners;		/* pending count per control peer address */
 	uint64_t next_pipe_id;
 
-	struct ctrl_list ctrls;
+	struct ctrl_list ctrls;		/* authenticated control connections */
+	struct ctrl_list ctrls_new;	/* not yet: oldest first */
 	int ctrl_fd, data_fd;
 	ev_io ctrl_accept, data_accept;
 	ev_timer accept_retry;		/* paused accepting on EMFILE */
@@ -81,5 +92,8 @@ struct relay {
 
 /* Called whenever a pipe goes away: ends a drain once nothing is left. */
 void relay_pipe_gone(struct relay *r);
+
+/* The admission limits of r->conf. */
+void relay_admit_conf(const struct relay *r, struct admit_conf *ac);
 
 #endif

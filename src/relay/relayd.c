@@ -29,7 +29,10 @@
 #define SLOT_VERSION "0.1.0"
 #endif
 
+/* Nonces remembered per message kind (admit.h), and source addresses
+ * tracked per kind for rates. */
 #define REPLAY_CAPACITY (1u << 18)
+#define ADMIT_RL_SLOTS 16384
 /* Pooled empty pipes still count against the user's pipe-buffer budget
  * (fs.pipe-user-pages-soft, 64 MiB by default), past which new pipes get two
  * pages; keep the pool to a small share of it. */
@@ -53,6 +56,27 @@ peers_cb(void *user, const struct endpoint *self, const struct endpoint *peers, 
 
 	if (r->peers)
 		peers_set(r->peers, self, peers, n);
+}
+
+void
+relay_admit_conf(const struct relay *r, struct admit_conf *ac)
+{
+	const struct rconf *c = &r->conf;
+
+	ac->max_conns = c->max_control_conns;
+	ac->max_per_source = c->max_control_per_source;
+	ac->rate[ADMIT_PROBE] = c->requester_rate;
+	ac->burst[ADMIT_PROBE] = c->requester_burst;
+	ac->rate[ADMIT_CONTROL] = c->control_rate;
+	ac->burst[ADMIT_CONTROL] = c->control_burst;
+	ac->window_us = c->max_clock_skew_ms * 1000;
+}
+
+/* Reservations beyond two kernel pipes per pipe could never be used. */
+static size_t
+kpipe_limit(const struct rconf *c)
+{
+	return c->max_kernel_pipes ? c->max_kernel_pipes : 2 * c->max_pipes;
 }
 
 void
@@ -155,8 +179,11 @@ reload(struct relay *r)
 	r->conf = n;
 
 	log_set_level(r->conf.log_level);
-	replay_set_window(r->replay, r->conf.max_clock_skew_ms * 1000);
+	struct admit_conf ac;
+	relay_admit_conf(r, &ac);
+	admit_set(r->admit, &ac);
 	r->kpipes.size = r->conf.pipe_size;
+	r->kpipes.limit = kpipe_limit(&r->conf);
 	r->kpipes.max_free = KPIPE_POOL_BYTES / r->conf.pipe_size;
 	if (r->probe)
 		probe_reconfigure(r->probe);
@@ -250,6 +277,22 @@ listen_all(struct relay *r, int *probe_fd, int *stats_fd, int *metrics_fd, char 
 		return -1;
 	}
 	return 0;
+}
+
+/* Each pipe may hold six descriptors (two sockets, two kernel pipes), each
+ * control connection one: say so at start if the limit cannot hold them. */
+static void
+nofile_check(const struct rconf *c)
+{
+	struct rlimit rl;
+	unsigned long long need = 6 * c->max_pipes + c->max_control_conns + c->max_inflight + 64;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < need)
+		log_warnx("descriptor limit %llu is below the %llu that max_pipes, "
+		    "max_control_connections and max_inflight may take: new pipes will be "
+		    "refused (PIPE_FAIL limit) before max_pipes", (unsigned long long)rl.rlim_cur,
+		    need);
 }
 
 static int
@@ -360,10 +403,14 @@ main(int argc, char **argv)
 	if (drop_privileges(&r->conf, err, sizeof(err)) == -1)
 		fatalx("%s", err);
 
-	if ((r->replay = replay_new(REPLAY_CAPACITY, r->conf.max_clock_skew_ms * 1000)) == NULL ||
+	struct admit_conf ac;
+	relay_admit_conf(r, &ac);
+	if ((r->admit = admit_new(&ac, REPLAY_CAPACITY, ADMIT_RL_SLOTS)) == NULL ||
 	    pipes_init(r) == -1)
 		fatalx("out of memory");
 	kpipe_pool_init(&r->kpipes, r->conf.pipe_size, KPIPE_POOL_BYTES / r->conf.pipe_size);
+	r->kpipes.limit = kpipe_limit(&r->conf);
+	nofile_check(&r->conf);
 	ctrl_start(r);
 	ev_io_init(&r->data_accept, data_accept_cb, r->data_fd, EV_READ);
 	r->data_accept.data = r;
@@ -424,7 +471,7 @@ main(int argc, char **argv)
 	ctlsrv_stop(r->metrics);
 	(void)unlink(r->conf.stats_socket);	/* fails once unprivileged: harmless */
 	kpipe_pool_destroy(&r->kpipes);
-	replay_free(r->replay);
+	admit_free(r->admit);
 	auth_key_wipe(&r->key);
 	rconf_free(&r->conf);
 	ev_loop_destroy(r->loop);

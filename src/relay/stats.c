@@ -31,6 +31,14 @@ stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap)
 	C("pipes_total", c->pipes_total, CTL_COUNTER, "Pipes joined since start.");
 	C("pipes_failed", c->pipes_failed, CTL_COUNTER, "PIPE_FAIL answers.");
 	C("pipes_expired", c->pipes_expired, CTL_COUNTER, "Pending pipes never joined.");
+	C("pipes_reset", c->pipes_reset, CTL_COUNTER,
+	    "Open pipes ended by a reset: both sides got a RST.");
+	C("pipes_peer_timeout", c->pipes_peer_timeout, CTL_COUNTER,
+	    "Pipes reset because a peer stopped answering (keepalive, TCP_USER_TIMEOUT).");
+	C("pipes_idle_timeout", c->pipes_idle_timeout, CTL_COUNTER,
+	    "Pipes reset by idle_timeout.");
+	C("pipes_half_closed_timeout", c->pipes_half_closed_timeout, CTL_COUNTER,
+	    "Half-closed pipes reset by half_closed_timeout.");
 	C("bytes_client_to_server", c->bytes_client_to_server, CTL_COUNTER,
 	    "Bytes relayed from clients to servers.");
 	C("bytes_server_to_client", c->bytes_server_to_client, CTL_COUNTER,
@@ -54,6 +62,16 @@ stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap)
 	C("control_conns", c->control_conns, CTL_GAUGE, "Control connections open.");
 	C("control_errors", c->control_errors, CTL_COUNTER,
 	    "ERROR messages sent on control connections.");
+	C("control_refused", c->control_refused, CTL_COUNTER,
+	    "Control connections closed at once: over the per-source or global cap.");
+	C("control_evicted", c->control_evicted, CTL_COUNTER,
+	    "Connections without a valid message yet, closed to make room at the global cap.");
+	C("control_deadline", c->control_deadline, CTL_COUNTER,
+	    "Control connections closed: no valid message before the first-message deadline.");
+	C("control_unauthentic", c->control_unauthentic, CTL_COUNTER,
+	    "Control connections closed unanswered on a malformed or unauthentic message.");
+	C("control_rate_limited", c->control_rate_limited, CTL_COUNTER,
+	    "Control messages refused over their source's rate.");
 	C("data_rejected", c->data_rejected, CTL_COUNTER,
 	    "Data connections reset for matching no pipe.");
 	C("data_early", c->data_early, CTL_COUNTER,
@@ -62,6 +80,14 @@ stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap)
 	C("kpipes_free", r->kpipes.nfree, CTL_GAUGE, "Kernel pipes pooled.");
 	C("kpipes_undersized", r->kpipes.undersized, CTL_COUNTER,
 	    "Kernel pipes created smaller than pipe_size.");
+	C("kpipes_spare", r->kpipes.nspare, CTL_GAUGE,
+	    "Empty one-page kernel pipes backing reservations.");
+	C("kpipes_reserved", r->kpipes.reserved, CTL_GAUGE,
+	    "Kernel pipes reserved by pipes (two each).");
+	C("kpipes_refused", r->kpipes.refused, CTL_COUNTER,
+	    "Pipes refused (PIPE_FAIL limit) for want of kernel pipes.");
+	C("kpipe_waits", c->kpipe_waits, CTL_COUNTER,
+	    "Times a direction paused reading for want of a kernel pipe.");
 	C("draining", r->draining, CTL_GAUGE, "1 while draining after SIGTERM.");
 	C("peer_pings", c->peer_pings, CTL_COUNTER, "Other relays' RTT probes answered.");
 	C("peers", c->peers, CTL_GAUGE, "Other relays in the directory's latest list.");
@@ -224,7 +250,7 @@ void
 stats_handle(void *user, const char *line, struct ctl_out *out)
 {
 	struct relay *r = user;
-	struct ctl_counter v[64];
+	struct ctl_counter v[96];
 	struct ctl_req q;
 	size_t n;
 

@@ -44,6 +44,15 @@ test_defaults_match_example(void **state)
 	assert_int_equal(c.max_pipes, d.max_pipes);
 	assert_int_equal(c.connect_timeout_ms, d.connect_timeout_ms);
 	assert_int_equal(c.idle_timeout_ms, d.idle_timeout_ms);
+	assert_int_equal(d.idle_timeout_ms, 0);	/* idle pipes live on */
+	assert_int_equal(c.half_closed_timeout_ms, d.half_closed_timeout_ms);
+	assert_int_equal(c.control_first_timeout_ms, d.control_first_timeout_ms);
+	assert_int_equal(c.max_control_conns, d.max_control_conns);
+	assert_int_equal(c.max_control_per_source, d.max_control_per_source);
+	assert_true(c.control_rate == d.control_rate && c.control_burst == d.control_burst);
+	assert_int_equal(c.max_kernel_pipes, d.max_kernel_pipes);
+	assert_int_equal(c.user_timeout_ms, d.user_timeout_ms);
+	assert_int_equal(c.keepalive_idle_ms, d.keepalive_idle_ms);
 	assert_int_equal(c.pipe_size, d.pipe_size);
 	assert_int_equal(c.rtt_cache_ttl_ms, d.rtt_cache_ttl_ms);
 	assert_int_equal(c.max_clock_skew_ms, d.max_clock_skew_ms);
@@ -105,6 +114,22 @@ test_values(void **state)
 	assert_int_equal(c.measure_interval_ms, 30000);
 	assert_true(c.measure_rate == 0.5);
 	rconf_free(&c);
+
+	write_conf("[limits]\nidle_timeout = 3d\nhalf_closed_timeout = off\n"
+	    "control_first_message_timeout = 1500ms\nmax_control_per_source = 2\n"
+	    "max_control_connections = 50\ncontrol_rate = 3\ncontrol_burst = 4\n"
+	    "max_kernel_pipes = 6\nuser_timeout = 0\n");
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	assert_int_equal(c.idle_timeout_ms, 3 * 24 * 3600 * 1000ull);
+	assert_int_equal(c.half_closed_timeout_ms, 0);
+	assert_int_equal(c.control_first_timeout_ms, 1500);
+	assert_int_equal(c.max_control_per_source, 2);
+	assert_int_equal(c.max_control_conns, 50);
+	assert_true(c.control_rate == 3 && c.control_burst == 4);
+	assert_int_equal(c.max_kernel_pipes, 6);
+	assert_int_equal(c.user_timeout_ms, 0);
+	rconf_free(&c);
 }
 
 static void
@@ -130,6 +155,11 @@ test_errors_name_the_line(void **state)
 	bad("[limits]\nmax_pipes = 0\n", ":2:");
 	bad("[limits]\nmax_pipes = lots\n", "max_pipes");
 	bad("[limits]\nconnect_timeout = 10ms\n", "between");
+	bad("[limits]\nidle_timeout = 10ms\n", "0 (off) or between");
+	bad("[limits]\nhalf_closed_timeout = never\n", "half_closed_timeout");
+	bad("[limits]\ncontrol_first_message_timeout = 0\n", "between");
+	bad("[limits]\nmax_control_per_source = 0\n", "max_control_per_source");
+	bad("[limits]\ncontrol_burst = 0.5\n", "control_burst must be at least 1");
 	bad("[limits]\npipe_size = 2M\n", "pipe_size");
 	bad("[policy]\nallowed_ports = 80-70\n", "allowed_ports");
 	bad("[policy]\nallow_destinations = 10.0.0.1/8\n", "allow_destinations");
