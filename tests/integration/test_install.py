@@ -19,7 +19,7 @@ import pytest
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.path.abspath(os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build")))
 
-SBIN = ["slot-relayd", "slotd", "slot-dird", "slotctl"]
+SBIN = ["slot-relayd", "slotd", "slot-dird", "slotctl", "slot-keygen"]
 BIN = ["slot-sim"]
 DAEMONS = ["slotd", "slot-relayd", "slot-dird"]
 CONFS = {"slotd": "slotd", "slot-relayd": "relayd", "slot-dird": "dird"}
