@@ -46,6 +46,7 @@ SIM_SRC    := $(filter-out $(SIM_MAIN),$(sort $(wildcard src/sim/*.c)))
 WANEM_MAIN := tests/testbed/slot-wanem.c
 WANEM_SRC  := $(filter-out $(WANEM_MAIN),$(sort $(wildcard tests/testbed/*.c)))
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
+FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 TOOL_SRC   := $(sort $(wildcard tests/integration/*.c))
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
@@ -61,8 +62,10 @@ BINS       += $(B)/slot-sim
 TESTBED    := $(if $(wildcard $(WANEM_MAIN)),$(B)/slot-wanem)
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 TOOL_BINS  := $(patsubst tests/integration/%.c,$(B)/tests/%,$(TOOL_SRC))
+FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(B)/%,$(FUZZ_SRC))
 
 .PHONY: all deps check unit asan-unit integration bench install uninstall clean help demo
+.PHONY: fuzz fuzz-smoke fuzz-build fuzz-bins
 .DELETE_ON_ERROR:
 
 all: $(BINS) $(TOOL_BINS) $(TESTBED)
@@ -70,9 +73,11 @@ all: $(BINS) $(TOOL_BINS) $(TESTBED)
 help:
 	@echo "make               build daemons and test tools into $(B)/"
 	@echo "make demo          install missing packages, build, and show slot on an emulated WAN (root)"
-	@echo "make check         install missing packages, run unit, sanitizer and integration tests"
+	@echo "make check         install missing packages, run unit, sanitizer, fuzz-smoke and integration tests"
 	@echo "make unit          unit tests only;  make asan-unit  the same under ASan+UBSan"
 	@echo "make integration   namespace tests (root)"
+	@echo "make fuzz          every libFuzzer target (clang) for FUZZ_SECONDS=$(FUZZ_SECONDS) s each,"
+	@echo "                   into $(B)/fuzz/; make fuzz-smoke  each over its seeds (make check)"
 	@echo "make bench         benchmarks; rewrites docs/benchmarks.md (root)"
 	@echo "                   BENCH='e2e_files e2e_geo': only these; BENCH=--assemble: re-assemble only"
 	@echo "make install       PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)"
@@ -154,10 +159,39 @@ asan-unit:
 integration: all
 	@./tests/integration/run.sh
 
+# The fuzz targets (tests/fuzz, docs/reliability/fuzz.md): the project's
+# sources built again with clang, libFuzzer's coverage, ASan and UBSan into
+# $(B)/fuzz/, then each target run on a scratch copy of its seed corpus.
+FUZZ_SECONDS ?= 60
+FUZZ_CC    ?= clang
+FUZZ_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
+              -fno-sanitize-recover=all -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+
+fuzz-build:
+	@$(MAKE) --no-print-directory B=$(B)/fuzz CC=$(FUZZ_CC) CFLAGS="$(FUZZ_CFLAGS)" \
+	    LDFLAGS="-fsanitize=fuzzer,address,undefined" fuzz-bins
+
+fuzz-bins: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	@./tests/fuzz/run.sh $(B)/fuzz $(FUZZ_SECONDS)
+
+# A few seconds per target, for make check: they keep building and pass over
+# their seeds and a short mutation run.
+fuzz-smoke: fuzz-build
+	@./tests/fuzz/run.sh --smoke $(B)/fuzz
+
+$(B)/fuzz_%: $(call obj,tests/fuzz/fuzz_%.c) $(CLIENT_LIB) $(RELAY_LIB) $(DIRD_LIB) $(SIM_LIB) $(CORE_LIB)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(XMLRPC_SERVER_LIBS) $(XMLRPC_CLIENT_LIBS) $(CORE_LIBS) $(EV_LIBS)
+
+# The directory's harness parses requests with xmlrpc-c's server side.
+$(B)/obj/tests/fuzz/%.o: ALL_CPPFLAGS += $(XMLRPC_SERVER_CFLAGS)
+
 check: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory asan-unit
+	@$(MAKE) --no-print-directory fuzz-smoke
 	@$(MAKE) --no-print-directory integration
 
 # The README's first command: an emulated WAN of real cities, curl directly and

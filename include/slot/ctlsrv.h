@@ -68,6 +68,14 @@ int ctl_req_parse(const char *line, struct ctl_req *r);
  * without blanks, shorter than CTL_ARG_MAX. Returns 0, or -1. */
 int ctl_req_parse_arg(const char *line, struct ctl_req *r);
 
+/* HTTP mode's reading of a request head (exposed for the fuzz target).
+ * ctl_http_head_end: where the head in req[0..len) ends ("\r\n\r\n", or
+ * bare "\n\n"), or NULL. ctl_http_route: the status for a complete head
+ * in req (len bytes, NUL-terminated): 200 for GET /metrics, else 400, 404
+ * or 405. */
+const char *ctl_http_head_end(const char *req, size_t len);
+int ctl_http_route(const char *req, size_t len);
+
 /* A refusal: "error: " and the message, then a newline. */
 void ctl_error(struct ctl_out *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <xmlrpc-c/base.h>
+
 #include "slot/addr.h"
 #include "slot/auth.h"
 
@@ -75,5 +77,11 @@ void dirc_landmarks_free(struct dirc_landmarks *l);
 int dirc_list(struct dirclient *c, const char *url, const char *version,
     char new_version[DIRC_VERSION_MAX], bool *changed, struct dirc_relay **out, size_t *n,
     struct dirc_landmarks *land, int *fault, char *err, size_t errlen);
+
+/* dirc_list's reading of an answer res, the call's result as xmlrpc-c
+ * parsed it (exposed for the fuzz target, tests/fuzz): the same outputs,
+ * -1 with the reason in err for a malformed answer. */
+int dirc_list_read(xmlrpc_value *res, char new_version[DIRC_VERSION_MAX], bool *changed,
+    struct dirc_relay **out, size_t *n, struct dirc_landmarks *land, char *err, size_t errlen);
 
 #endif

@@ -232,9 +232,8 @@ is_tchar(char ch)
 	return isalnum((unsigned char)ch) || (ch != '\0' && strchr("!#$%&'*+-.^_`|~", ch));
 }
 
-/* The status for a complete request head in req (NUL-terminated, len bytes). */
-static int
-http_route(const char *req, size_t len)
+int
+ctl_http_route(const char *req, size_t len)
 {
 	const char *p = req, *method, *target, *version;
 	size_t mlen, tlen;
@@ -274,7 +273,7 @@ static void
 http_request(struct ctl_client *c, int status)
 {
 	if (status == 0)
-		status = http_route(c->req, c->len);
+		status = ctl_http_route(c->req, c->len);
 	if (status == 200) {
 		struct ctl_out body = { 0 };
 		c->s->h(c->s->user, "metrics", &body);
@@ -293,9 +292,8 @@ http_request(struct ctl_client *c, int status)
 	client_answer(c);
 }
 
-/* Where the head ends ("\r\n\r\n", or bare "\n\n"), or NULL. */
-static const char *
-http_head_end(const char *req, size_t len)
+const char *
+ctl_http_head_end(const char *req, size_t len)
 {
 	for (size_t i = 0; i + 1 < len; i++) {
 		if (req[i] != '\n')
@@ -379,7 +377,7 @@ http_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 	size_t from = c->len > 3 ? c->len - 3 : 0;
 	c->len += (size_t)n;
 	c->req[c->len] = '\0';
-	if (http_head_end(c->req + from, c->len - from) != NULL)
+	if (ctl_http_head_end(c->req + from, c->len - from) != NULL)
 		http_request(c, 0);
 	else if (c->len == c->cap)
 		http_request(c, 431);

@@ -483,12 +483,11 @@ read_landmarks(xmlrpc_env *env, xmlrpc_value *res, size_t nrelay, struct dirc_la
 }
 
 int
-dirc_list(struct dirclient *c, const char *url, const char *version,
-    char new_version[DIRC_VERSION_MAX], bool *changed, struct dirc_relay **out, size_t *n,
-    struct dirc_landmarks *land, int *fault, char *err, size_t errlen)
+dirc_list_read(xmlrpc_value *res, char new_version[DIRC_VERSION_MAX], bool *changed,
+    struct dirc_relay **out, size_t *n, struct dirc_landmarks *land, char *err, size_t errlen)
 {
 	xmlrpc_env env;
-	xmlrpc_value *s, *v, *res, *arr = NULL;
+	xmlrpc_value *arr = NULL;
 	const char *ver = NULL;
 	xmlrpc_bool ch = 0;
 	struct dirc_relay *list = NULL;
@@ -499,24 +498,6 @@ dirc_list(struct dirclient *c, const char *url, const char *version,
 	if (land != NULL)
 		memset(land, 0, sizeof(*land));
 	xmlrpc_env_init(&env);
-	s = new_struct(&env, NULL);
-	if (!env.fault_occurred) {
-		v = xmlrpc_string_new(&env, version);
-		if (!env.fault_occurred) {
-			xmlrpc_struct_set_value(&env, s, "version", v);
-			xmlrpc_DECREF(v);
-		}
-	}
-	if (!env.fault_occurred)
-		sign(c, &env, s, "slot.list", version);
-	if (env_failed(&env, s, err, errlen))
-		return -1;
-	res = call(c, url, "slot.list", s, fault, err, errlen);
-	xmlrpc_DECREF(s);
-	if (res == NULL) {
-		xmlrpc_env_clean(&env);
-		return -1;
-	}
 	xmlrpc_decompose_value(&env, res, "{s:s,s:b,s:A,*}", "version", &ver, "changed", &ch,
 	    "relays", &arr);
 	if (!env.fault_occurred && (strlen(ver) == 0 || strlen(ver) >= DIRC_VERSION_MAX))
@@ -551,8 +532,7 @@ dirc_list(struct dirclient *c, const char *url, const char *version,
 	if (!env.fault_occurred && land != NULL && ch)
 		read_landmarks(&env, res, (size_t)count, land);
 	if (env.fault_occurred) {
-		errbuf_set(err, errlen, "%s slot.list: unexpected answer: %s", url,
-		    env.fault_string);
+		errbuf_set(err, errlen, "%s", env.fault_string);
 		free(list);
 		list = NULL;
 	} else {
@@ -564,8 +544,46 @@ dirc_list(struct dirclient *c, const char *url, const char *version,
 	free((void *)ver);
 	if (arr)
 		xmlrpc_DECREF(arr);
-	xmlrpc_DECREF(res);
 	int failed = env.fault_occurred;
 	xmlrpc_env_clean(&env);
 	return failed ? -1 : 0;
+}
+
+int
+dirc_list(struct dirclient *c, const char *url, const char *version,
+    char new_version[DIRC_VERSION_MAX], bool *changed, struct dirc_relay **out, size_t *n,
+    struct dirc_landmarks *land, int *fault, char *err, size_t errlen)
+{
+	xmlrpc_env env;
+	xmlrpc_value *s, *v, *res;
+	char why[512];
+	int rc;
+
+	*out = NULL;
+	*n = 0;
+	if (land != NULL)
+		memset(land, 0, sizeof(*land));
+	xmlrpc_env_init(&env);
+	s = new_struct(&env, NULL);
+	if (!env.fault_occurred) {
+		v = xmlrpc_string_new(&env, version);
+		if (!env.fault_occurred) {
+			xmlrpc_struct_set_value(&env, s, "version", v);
+			xmlrpc_DECREF(v);
+		}
+	}
+	if (!env.fault_occurred)
+		sign(c, &env, s, "slot.list", version);
+	if (env_failed(&env, s, err, errlen))
+		return -1;
+	xmlrpc_env_clean(&env);
+	res = call(c, url, "slot.list", s, fault, err, errlen);
+	xmlrpc_DECREF(s);
+	if (res == NULL)
+		return -1;
+	rc = dirc_list_read(res, new_version, changed, out, n, land, why, sizeof(why));
+	if (rc == -1)
+		errbuf_set(err, errlen, "%s slot.list: unexpected answer: %s", url, why);
+	xmlrpc_DECREF(res);
+	return rc;
 }

@@ -1,6 +1,8 @@
 #ifndef SLOT_DIRECTORY_DIRD_RPC_H
 #define SLOT_DIRECTORY_DIRD_RPC_H
 
+#include <stdbool.h>
+
 #include <xmlrpc-c/base.h>
 #include <xmlrpc-c/server.h>
 
@@ -14,5 +16,11 @@
 /* A registry holding the four methods, their server info d. NULL with the
  * reason in env on failure. Free with xmlrpc_registry_free. */
 xmlrpc_registry *drpc_registry(xmlrpc_env *env, struct dird *d);
+
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+/* Only in the fuzz targets' build (tests/fuzz, make fuzz): true makes any
+ * MAC verify, so that the fuzzer reaches the methods' own checks. */
+extern bool drpc_fuzz_no_mac;
+#endif
 
 #endif

@@ -1,0 +1,30 @@
+/* slot-relayd's (etc/relayd.conf) configuration file, through rconf_load: the core's INI
+ * reader (src/core/conf.c over inih, from a memfd, with its line checks),
+ * the key table and the value parsers (durations, sizes, endpoints, CIDR
+ * and port lists, URLs), then the cross-checks. */
+#include "../../src/relay/rconf.h"
+#include "fuzz.h"
+
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	return 0;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct rconf c;
+	char err[512];
+
+	err[0] = '\0';
+	if (rconf_load(&c, fuzz_file(data, size), err, sizeof(err)) == 0) {
+		rconf_free(&c);
+	} else {
+		FUZZ_CHECK(err[0] != '\0');
+		fuzz_say("rconf", err);
+	}
+	return 0;
+}

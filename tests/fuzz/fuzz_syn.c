@@ -1,0 +1,49 @@
+/* The packet parsers of packets from the network: slotd's SYN parser
+ * (syn_parse, src/client/synq.c: what NFQUEUE hands over, cut to the copy
+ * range) and the RTT prober's (synp_parse, src/core/synprobe.c: what the
+ * raw socket reads). The input is the captured bytes; the first byte, taken
+ * off, says how much longer the packet was on the wire. */
+#include <sys/socket.h>
+
+#include "slot/synprobe.h"
+#include "../../src/client/synq.h"
+#include "fuzz.h"
+
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	return 0;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct syn_info si;
+	struct synp_pkt sp;
+	enum syn_parse r;
+	uint8_t *pkt;
+	size_t extra;
+
+	if (size < 1)
+		return 0;
+	extra = data[0];
+	data++;
+	size--;
+	/* An exactly sized copy, so ASan sees a read past the end. */
+	pkt = malloc(size ? size : 1);
+	FUZZ_CHECK(pkt != NULL);
+	memcpy(pkt, data, size);
+
+	r = syn_parse(pkt, size, size + extra, &si);
+	(void)syn_parse_str(r);
+	if (r == SYN_OK) {
+		FUZZ_CHECK(si.src.addr.family == si.dst.addr.family);
+		FUZZ_CHECK(si.src.addr.family == AF_INET || si.src.addr.family == AF_INET6);
+	}
+	if (synp_parse(pkt, size, &sp) != SYNP_PKT_BAD)
+		FUZZ_CHECK(size >= 40);
+	free(pkt);
+	return 0;
+}
