@@ -12,6 +12,7 @@ python3 python3-pytest python3-matplotlib
 nginx curl wget iperf3 haproxy socat valgrind
 ansible-core ansible-lint
 groff-base man-db mandoc
+clang libclang-rt-14-dev
 "
 
 missing=""
