@@ -430,6 +430,12 @@ read_landmarks(xmlrpc_env *env, xmlrpc_value *res, size_t nrelay, struct dirc_la
 		return;
 	xmlrpc_decompose_value(env, st, "{s:A,s:A,s:6,*}", "index", &idx, "weight", &w,
 	    "rtt", &rows, &len);
+	if (env->fault_occurred) {
+		/* xmlrpc-c has released what it had decomposed, and left the
+		 * pointers set. */
+		idx = w = NULL;
+		rows = NULL;
+	}
 	if (!env->fault_occurred) {
 		ni = xmlrpc_array_size(env, idx);
 		nw = xmlrpc_array_size(env, w);
@@ -500,6 +506,12 @@ dirc_list_read(xmlrpc_value *res, char new_version[DIRC_VERSION_MAX], bool *chan
 	xmlrpc_env_init(&env);
 	xmlrpc_decompose_value(&env, res, "{s:s,s:b,s:A,*}", "version", &ver, "changed", &ch,
 	    "relays", &arr);
+	if (env.fault_occurred) {
+		/* As in read_landmarks: freed already, the pointers left set
+		 * (an answer without "relays" was a double free). */
+		ver = NULL;
+		arr = NULL;
+	}
 	if (!env.fault_occurred && (strlen(ver) == 0 || strlen(ver) >= DIRC_VERSION_MAX))
 		xmlrpc_faultf(&env, "version of %zu characters", strlen(ver));
 	if (!env.fault_occurred)
