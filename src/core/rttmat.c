@@ -857,7 +857,10 @@ rttmat_names_from_servers(struct rttmat *m, const char *servers_csv,
 	}
 	if (r < 0)
 		goto fail;
-	qsort(sv, nsv, sizeof(*sv), cmp_server);
+	/* No rows (a header alone): sv is NULL, which qsort and bsearch
+	 * must not be given even with a count of 0. */
+	if (nsv > 0)
+		qsort(sv, nsv, sizeof(*sv), cmp_server);
 	for (size_t i = 1; i < nsv; i++)
 		if (strcmp(sv[i].id, sv[i - 1].id) == 0) {
 			errbuf_set(err, errlen, "%s:%lu: id %s given twice (first at "
@@ -873,7 +876,7 @@ rttmat_names_from_servers(struct rttmat *m, const char *servers_csv,
 	for (size_t i = 0; i < m->n; i++) {
 		struct server key = { 0 }, *hit;
 
-		if (m->names == NULL || m->names[i] == NULL)
+		if (nsv == 0 || m->names == NULL || m->names[i] == NULL)
 			continue;
 		key.id = m->names[i];
 		/* Ids are unique, so comparing by id alone finds the one. */

@@ -668,6 +668,11 @@ test_names_from_servers(void **state)
 	assert_non_null(strstr(err, ":2: 2 fields, the id and name need 3"));
 	assert_string_equal(m.names[1], "2");
 	assert_string_equal(m.names[2], "Paris");
+	/* A header and no usable row renames nothing (qsort and bsearch were
+	 * handed NULL: UBSan in make asan-unit; found by fuzz_rttmat). */
+	srv = write_file("servers-none.csv", "id,name\n\n,NoId\n");
+	assert_int_equal(rttmat_names_from_servers(&m, srv, err, sizeof(err)), 0);
+	assert_string_equal(m.names[0], "Melbourne");
 	rttmat_free(&m);
 }
 
