@@ -134,7 +134,7 @@ struct loader {
 	bool from_dropped;
 	struct dstate_rtt_in *batch;
 	size_t nbatch, capbatch;
-	size_t rtt_lines, restored_rtts;
+	size_t rtt_lines;
 };
 
 static bool
@@ -160,7 +160,6 @@ flush_batch(struct loader *l, char *err, size_t errlen)
 			    "out of memory" : "rtt line before its relay line");
 			return -1;
 		}
-		l->restored_rtts += acc;
 	}
 	l->nbatch = 0;
 	return 0;
@@ -366,7 +365,13 @@ dsnap_parse(const char *text, size_t len, const struct dstate_params *p, uint64_
 		dstate_bump(l.s);
 	info->relays = dstate_count(l.s);
 	info->dropped = l.ndropped;
-	info->rtts = l.restored_rtts;
+	/* Counted in the state: a pair given twice (an edited file) is one
+	 * entry, the later, not two. */
+	for (size_t i = 0; i < info->relays; i++) {
+		struct dstate_relay_view v;
+		dstate_relay_at(l.s, i, &v);
+		info->rtts += v.nrtt;
+	}
 	info->clean = clean != 0;
 	return l.s;
 bad:

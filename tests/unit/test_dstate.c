@@ -572,6 +572,41 @@ test_snapshot_corrupt(void **state)
 	dstate_free(t);
 }
 
+/* An rtt pair given twice, in two runs of lines (no file dsnap_format writes,
+ * but an edited one): the later value is kept, and counted once (the count
+ * said 3 here; found by tests/fuzz/fuzz_dsnap). */
+static void
+test_snapshot_pair_twice(void **state)
+{
+	static const char text[] =
+	    "slot-dird-state 1\nboot 0123456789abcdef\ncounter 7\nclean 1\n"
+	    "saved 1000000000\n"
+	    "relay 192.0.2.1:7600 7601 0 1000000000\n"
+	    "relay 192.0.2.2:7600 7601 0 1000000000\n"
+	    "relay 192.0.2.3:7600 7601 0 1000000000\n"
+	    "rtt 192.0.2.1:7600 192.0.2.2:7600 1500\n"
+	    "rtt 192.0.2.2:7600 192.0.2.3:7600 61000\n"
+	    "rtt 192.0.2.1:7600 192.0.2.2:7600 1600\n"
+	    "end 3 3\n";
+	struct dsnap_info info;
+	struct dstate *t;
+	char err[256];
+	size_t peer;
+	uint32_t rtt;
+	(void)state;
+
+	t = dsnap_parse(text, sizeof(text) - 1, &params, 100 * S, 1000 * S, 42, &info, err,
+	    sizeof(err));
+	if (t == NULL)
+		fail_msg("%s", err);
+	assert_int_equal(info.relays, 3);
+	assert_int_equal(info.rtts, 2);
+	dstate_rtt_at(t, 0, 0, &peer, &rtt);
+	assert_int_equal(peer, 1);
+	assert_int_equal(rtt, 1600);
+	dstate_free(t);
+}
+
 static void
 test_snapshot_file(void **state)
 {
@@ -617,6 +652,7 @@ main(void)
 		cmocka_unit_test(test_snapshot_round_trip),
 		cmocka_unit_test(test_snapshot_drops_expired),
 		cmocka_unit_test(test_snapshot_corrupt),
+		cmocka_unit_test(test_snapshot_pair_twice),
 		cmocka_unit_test(test_snapshot_file),
 	};
 	if (sodium_init() < 0)
