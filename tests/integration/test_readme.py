@@ -588,7 +588,8 @@ def test_make_check_is_what_ci_runs():
     r = subprocess.run(["make", "-n", "check"], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
-    for step in ("scripts/deps.sh", "tests/unit/run.sh", "build/asan", "tests/integration/run.sh"):
+    for step in ("scripts/deps.sh", "tests/unit/run.sh", "build/asan", "tests/fuzz/run.sh",
+                 "tests/integration/run.sh"):
         assert step in r.stdout, step
 
 
