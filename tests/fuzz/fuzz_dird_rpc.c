@@ -12,9 +12,9 @@
  * the methods' value checks with mutated values. The replay window is as
  * wide as it goes, so seeds' old timestamps pass.
  *
- * Bodies holding "<!", a NUL or a byte order mark are skipped: dhttp.c
- * refuses them before xmlrpc-c sees them (xmlrpc-c expands entities; issue
- * 14's directory part guards this), so they never reach the methods. */
+ * Bodies that xmlg_check refuses are skipped, as dhttp.c refuses them
+ * before xmlrpc-c sees them (xmlrpc-c expands entities): the guard runs on
+ * every input, the methods only behind it. */
 #include <string.h>
 
 #include <xmlrpc-c/base.h>
@@ -22,6 +22,7 @@
 
 #include "slot/clock.h"
 #include "slot/log.h"
+#include "slot/xmlguard.h"
 #include "../../src/directory/dird_rpc.h"
 #include "fuzz.h"
 
@@ -91,24 +92,13 @@ reset(void)
 	}
 }
 
-/* What dhttp.c refuses before parsing. */
-static int
-refused(const uint8_t *data, size_t size)
-{
-	if (memchr(data, '\0', size) != NULL || memmem(data, size, "<!", 2) != NULL)
-		return 1;
-	return (size >= 2 && ((data[0] == 0xfe && data[1] == 0xff) ||
-	    (data[0] == 0xff && data[1] == 0xfe))) ||
-	    (size >= 3 && data[0] == 0xef && data[1] == 0xbb && data[2] == 0xbf);
-}
-
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	xmlrpc_env env;
 	xmlrpc_mem_block *out = NULL;
 
-	if (refused(data, size))
+	if (xmlg_check(data, size, NULL) != XMLG_OK)
 		return 0;
 	reset();
 	xmlrpc_env_init(&env);

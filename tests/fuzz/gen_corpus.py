@@ -170,6 +170,16 @@ def dirclient(words):
                                      "landmarks", "index", "weight", "rtt"])
 
 
+def xmlguard():
+    for src in ("dird_rpc/report", "dird_rpc/list_new"):
+        write("xmlguard", os.path.basename(src),
+              open(os.path.join(HERE, "corpus", src), "rb").read())
+    write("xmlguard", "utf16le", b"\xff\xfe<\x00?\x00")
+    write("xmlguard", "latin1", '<?xml version="1.0" encoding="ISO-8859-1"?><a/>')
+    write("xmlguard", "dtd", '<?xml version="1.0"?><!DOCTYPE a [<!ENTITY b "c">]><a>&b;</a>')
+    write("xmlguard", "surrogate", b"<a>\xc3\xa9\xed\xa0\x80</a>")
+
+
 def dsnap():
     good = ("slot-dird-state 1\nboot 0123456789abcdef\ncounter 7\nclean 1\nsaved %d\n"
             "relay 192.0.2.1:7600 7601 0 1699999990000000\n"
@@ -264,6 +274,7 @@ def main():
     proto()
     syn()
     dirclient(dird_rpc())
+    xmlguard()
     dsnap()
     dirsync()
     ctl()
