@@ -461,6 +461,10 @@ read_landmarks(xmlrpc_env *env, xmlrpc_value *res, size_t nrelay, struct dirc_la
 			break;
 		xmlrpc_read_int(env, a, &x);
 		xmlrpc_DECREF(a);
+		/* Not later: xmlrpc-c calls made with a fault set still run, and
+		 * b's reference was then never dropped (a leak per answer). */
+		if (env->fault_occurred)
+			break;
 		xmlrpc_array_read_item(env, w, i, &b);
 		if (env->fault_occurred)
 			break;
