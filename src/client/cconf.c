@@ -33,6 +33,9 @@ cconf_defaults(struct cconf *c)
 	c->bypass_mark = 0x10000000;
 	c->relay_mask = 0x0fff0000;
 	c->max_clock_skew_ms = 30000;
+	snprintf(c->user, sizeof(c->user), "slot");
+	snprintf(c->iptables, sizeof(c->iptables), "iptables");
+	c->rules_timeout_ms = 10000;
 
 	/* ports: none, the file must say which. include: empty, i.e. all.
 	 * Out of memory leaves exclude empty; cconf_load catches that. */
@@ -230,6 +233,9 @@ static const struct key_spec keys[] = {
 	{ "slotd", "bypass_mark", K_BIT, F(bypass_mark), 0, 0 },
 	{ "slotd", "relay_mask", K_MASK, F(relay_mask), 0, 0 },
 	{ "slotd", "max_clock_skew", K_MS, F(max_clock_skew_ms), 1000, HOUR_MS },
+	{ "slotd", "user", K_STR, F(user), 0, 0 },
+	{ "slotd", "iptables", K_STR, F(iptables), 0, 0 },
+	{ "slotd", "rules_timeout", K_MS, F(rules_timeout_ms), 1000, 600000 },
 	{ "hijack", "ports", K_PORTS, F(ports), 0, 0 },
 	{ "hijack", "include", K_CIDRS, F(include), 0, 0 },
 	{ "hijack", "exclude", K_CIDRS, F(exclude), 0, 0 },
@@ -414,6 +420,12 @@ cconf_load(struct cconf *c, const char *path, char *err, size_t errlen)
 	}
 	if (c->key_file[0] == '\0' || c->control_socket[0] == '\0') {
 		snprintf(err, errlen, "%s: [slotd] key_file and control_socket must be set",
+		    path);
+		goto fail;
+	}
+	if (c->user[0] == '\0' || c->iptables[0] == '\0' ||
+	    c->iptables[strcspn(c->iptables, " \t")] != '\0') {
+		snprintf(err, errlen, "%s: [slotd] user and iptables must be set (one word each)",
 		    path);
 		goto fail;
 	}

@@ -46,6 +46,9 @@ struct cconf {
 	uint32_t relay_mask;		/* contiguous bits, disjoint from bypass_mark,
 					 * room for the relays' marks */
 	uint64_t max_clock_skew_ms;
+	char user[64];			/* runs as this user once set up; "root": stays */
+	char iptables[CCONF_PATH_MAX];	/* iptables, iptables-legacy, iptables-nft or a path */
+	uint64_t rules_timeout_ms;	/* xtables lock wait of each run; killed 2 s later */
 
 	/* [hijack] */
 	struct portset ports;		/* required: at least one port */

@@ -16,6 +16,7 @@
 #include "cconf.h"
 #include "synq.h"
 #include "rlink.h"
+#include "rules.h"
 
 /* The state of one slotd, shared by its modules: hold (held SYNs, probing,
  * decisions), relays (the relay set, its links and marks), dirsync (relays
@@ -53,6 +54,8 @@ struct crelay {
 	uint32_t rtt_us;		/* RTT(client, relay) of its last probe reply; 0: none */
 	uint32_t rtt_est_us;		/* what the ranking took for RTT(client, relay); 0: none */
 	uint32_t rank;			/* in the cover ranking (rank.h); SEL_NO_RANK: none */
+	uint64_t rules_gen;		/* the first rule set with its DNAT rule: it is
+					 * used only once that set is in the kernel */
 };
 
 #define RECENT_MAX 256
@@ -74,6 +77,7 @@ struct hconn;
 struct synp_sock;
 TAILQ_HEAD(hconn_list, hconn);
 struct dirsync;
+struct rulesync;
 
 struct slotd {
 	struct ev_loop *loop;
@@ -95,6 +99,10 @@ struct slotd {
 	size_t nrelays;
 	size_t relays_up;
 	struct dirsync *dir;		/* NULL: no directory configured */
+	struct rulesync *rsync;		/* rule sets off the loop; NULL: at start-up,
+					 * when rules_apply runs them in place */
+	uint64_t rules_gen;		/* the newest rule set's generation */
+	struct rules_exec rules_exec;	/* from conf: tools, wait */
 
 	struct htab conns;		/* held and lingering, by client endpoint */
 	struct hconn_list held;		/* waiting for a verdict */

@@ -12,6 +12,7 @@
 #include "hold.h"
 #include "relays.h"
 #include "rules.h"
+#include "rulesync.h"
 
 #define COMMANDS "status, pipes, cache, flush, relays, rules, counters, metrics, json"
 
@@ -22,10 +23,15 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	struct synq_stats qs = { 0 };
 	struct dirsync_stats ds;
 	const struct synp_stats *syn = d->synp ? synp_stats(d->synp) : NULL;
-	size_t n = 0;
+	struct rsync_stats rs = { 0 };
+	size_t n = 0, waiting = 0;
 
 	if (d->q)
 		synq_stats(d->q, &qs);
+	if (d->rsync)
+		rsync_get_stats(d->rsync, &rs);
+	for (size_t i = 0; i < d->nrelays; i++)
+		waiting += !relay_rules_in(d, d->relays[i]);
 	dirsync_stats(d, &ds);
 #define C(name, val, type, help) do {						\
 	if (n < cap)								\
@@ -85,6 +91,16 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	C("reload_failures", c->reload_failures, CTL_COUNTER,
 	    "Configurations refused on SIGHUP.");
 	C("rules_applied", c->rules_applied, CTL_COUNTER, "Rule sets installed.");
+	C("rules_pending", rs.wanted > rs.installed, CTL_GAUGE,
+	    "1 while a rule set waits for the kernel (running, or failed and retried).");
+	C("rules_failures", rs.failed, CTL_COUNTER,
+	    "iptables-restore runs that failed, were killed or did not start.");
+	C("rules_lock_busy", rs.lock_busy, CTL_COUNTER,
+	    "Of them, stopped by the xtables lock held past rules_timeout.");
+	C("rules_killed", rs.killed, CTL_COUNTER,
+	    "Of them, killed past rules_timeout plus 2 s.");
+	C("relays_waiting_rules", waiting, CTL_GAUGE,
+	    "Relays of the set left out until their DNAT rule is in the kernel.");
 	C("decide_us_max", c->decide_us_max, CTL_GAUGE,
 	    "Longest SYN-to-verdict time, microseconds.");
 	C("queue_packets", qs.packets, CTL_COUNTER, "Packets read from NFQUEUE.");
@@ -398,7 +414,7 @@ rules(struct slotd *d, bool json_out, struct ctl_out *o)
 	char err[600];
 	size_t n;
 
-	if (rules_list(AF_INET, &v, &n, err, sizeof(err)) == -1) {
+	if (rules_list(AF_INET, &d->rules_exec, &v, &n, err, sizeof(err)) == -1) {
 		ctl_error(o, "cannot read the rules: %s", err);
 		return;
 	}

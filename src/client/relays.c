@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "rank.h"
 #include "relays.h"
 #include "rules.h"
+#include "rulesync.h"
 
 static unsigned
 mask_shift(uint32_t mask)
@@ -45,10 +47,18 @@ relay_find(struct slotd *d, const struct endpoint *control)
 }
 
 bool
+relay_rules_in(const struct slotd *d, const struct crelay *r)
+{
+	return d->rsync == NULL || rsync_installed(d->rsync) >= r->rules_gen;
+}
+
+bool
 relay_usable(const struct slotd *d, const struct crelay *r, uint64_t now_us)
 {
-	(void)d;
-	return r->link && rlink_state(r->link) == RL_UP && now_us >= r->quarantine_until_us;
+	/* A relay whose DNAT rule is not in the kernel yet is left out: its
+	 * mark would steer nowhere, or to the relay that had it before. */
+	return r->link && rlink_state(r->link) == RL_UP && now_us >= r->quarantine_until_us &&
+	    relay_rules_in(d, r);
 }
 
 void
@@ -95,6 +105,7 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 	bool *taken = calloc(maxmark + 1, sizeof(*taken));
 	struct rules_relay *rr = calloc(n ? n : 1, sizeof(*rr));
 	struct portset *ports = NULL;
+	char *text = NULL;
 	int rc = -1;
 
 	if (set == NULL || reused == NULL || taken == NULL || rr == NULL) {
@@ -102,10 +113,12 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 		goto out;
 	}
 	/* Relays that stay keep their link and their mark, if the mask still
-	 * holds it. */
+	 * holds it and their data port is the same (so their rule in the
+	 * kernel stays right while the new set is on its way). */
 	for (size_t i = 0; i < n; i++) {
 		struct crelay *old = relay_find(d, &conf->relays[i].control);
 		if (old && (old->mark & ~conf->relay_mask) == 0 && old->mark != 0 &&
+		    old->conf.data_port == conf->relays[i].data_port &&
 		    !taken[old->mark >> mask_shift(conf->relay_mask)]) {
 			set[i] = old;
 			reused[i] = true;
@@ -128,6 +141,7 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 		taken[v] = true;
 		set[i]->mark = (uint32_t)v << mask_shift(conf->relay_mask);
 		set[i]->rank = SEL_NO_RANK;
+		set[i]->rules_gen = d->rules_gen + 1;
 	}
 	for (size_t i = 0; i < n; i++) {
 		rr[i].mark = set[i]->mark;
@@ -143,11 +157,34 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 		.include = &conf->include,
 		.exclude = &conf->exclude,
 	};
-	if (rules_apply(&rc_, rr, n, err, errlen) == -1) {
-		d->ctr.rules_applied += 0;
-		goto out;
+	if (d->rsync == NULL) {
+		/* Start-up: nothing is hijacked before these rules exist. */
+		if (rules_apply(&rc_, rr, n, &d->rules_exec, err, errlen) == -1)
+			goto out;
+		d->ctr.rules_applied++;
+	} else {
+		/* Running: the restore goes off the loop, and the new relays
+		 * wait for it (relay_usable). */
+		if ((text = malloc(RULES_TEXT_MAX)) == NULL) {
+			snprintf(err, errlen, "out of memory");
+			goto out;
+		}
+		int len = rules_render(&rc_, rr, n, text, RULES_TEXT_MAX);
+		if (len < 0) {
+			snprintf(err, errlen, "cannot render rules: %s", strerror(errno));
+			goto out;
+		}
+		char *small = realloc(text, (size_t)len + 1);
+		if (small)
+			text = small;
+		if (rsync_submit(d->rsync, rc_.family, text, (size_t)len, d->rules_gen + 1) == -1) {
+			text = NULL;
+			snprintf(err, errlen, "rule generation out of order");
+			goto out;
+		}
+		text = NULL;
 	}
-	d->ctr.rules_applied++;
+	d->rules_gen++;
 
 	/* Committed: relays that left go, new ones start connecting. */
 	for (size_t i = 0; i < d->nrelays; i++) {
@@ -188,7 +225,24 @@ out:
 	free(taken);
 	free(rr);
 	free(ports);
+	free(text);
 	return rc;
+}
+
+void
+relays_rules_done(void *user, uint64_t gen)
+{
+	struct slotd *d = user;
+	size_t now_in = 0;
+
+	d->ctr.rules_applied++;
+	for (size_t i = 0; i < d->nrelays; i++)
+		if (d->relays[i]->rules_gen == gen)
+			now_in++;
+	log_info("rules: set %llu in place; %zu relays of %zu waited for it",
+	    (unsigned long long)gen, now_in, d->nrelays);
+	/* Relays whose rule just went in may be ranked and sampled. */
+	rank_soon(d);
 }
 
 void

@@ -12,10 +12,19 @@
  * connections), health (link up, not quarantined after a failure), and the
  * rules that go with the set. */
 
-/* Makes conf's relays the set and installs conf's rules, atomically: on
- * failure (-1, reason in err) the old set and rules stay. Links of relays
- * that stay are kept. */
+/* Makes conf's relays the set, with conf's rules. At start-up (d->rsync
+ * NULL) the rules are installed in place, and on failure (-1, reason in
+ * err) nothing changes. Running, the set changes at once and its rules go
+ * to d->rsync: a new relay is used only once its rule is in the kernel,
+ * relays that left are no longer used, and -1 means the rules could not
+ * even be rendered (nothing changed). Links of relays that stay are kept. */
 int relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen);
+
+/* rulesync's callback (user: the slotd): rule set gen is in the kernel. */
+void relays_rules_done(void *user, uint64_t gen);
+
+/* Whether r's DNAT rule is in the kernel. */
+bool relay_rules_in(const struct slotd *d, const struct crelay *r);
 
 /* Closes every link and frees the set (the rules are left alone). */
 void relays_free(struct slotd *d);

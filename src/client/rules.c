@@ -5,7 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "slot/errbuf.h"
@@ -172,61 +177,194 @@ rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
  * table with a hundred thousand rules fits. */
 #define CAPTURE_MAX (64u << 20)
 
-/* Runs argv with input on its stdin (NULL: none). Returns its exit status
- * (0 = success), or -1; its output (stdout and stderr) goes into err (the
+/* A tool that outlives its -w wait by this much is killed. */
+#define KILL_GRACE_MS 2000
+
+static const struct rules_exec default_exec = { "iptables", RULES_WAIT_DEFAULT };
+
+static const struct rules_exec *
+exec_or_default(const struct rules_exec *x)
+{
+	return x && x->iptables && x->iptables[0] ? x : &default_exec;
+}
+
+int
+rules_tool(const struct rules_exec *x, int family, const char *suffix, char *buf, size_t len)
+{
+	const char *name = exec_or_default(x)->iptables;
+	const char *base = strrchr(name, '/');
+	size_t dir = base ? (size_t)(base + 1 - name) : 0;
+	int n;
+
+	base = name + dir;
+	/* ip6tables, ip6tables-legacy...: the same family of tools for IPv6. */
+	if (family == AF_INET6 && strncmp(base, "iptables", 8) == 0)
+		n = snprintf(buf, len, "%.*sip6%s%s", (int)dir, name, base + 2, suffix);
+	else
+		n = snprintf(buf, len, "%s%s", name, suffix);
+	if (n < 0 || (size_t)n >= len) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return 0;
+}
+
+int
+rules_input_fd(const char *text, size_t len)
+{
+	int fd = memfd_create("slot-rules", MFD_CLOEXEC);
+
+	if (fd == -1)
+		return -1;
+	while (len > 0) {
+		ssize_t w = write(fd, text, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			int e = errno;
+			close(fd);
+			errno = e;
+			return -1;
+		}
+		text += w;
+		len -= (size_t)w;
+	}
+	if (lseek(fd, 0, SEEK_SET) == -1) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+int
+rules_lock_holder(const char *lockfile, char *buf, size_t len)
+{
+	char line[256];
+	struct stat st;
+	FILE *f;
+	int found = -1;
+
+	buf[0] = '\0';
+	if (lockfile == NULL || lockfile[0] == '\0')
+		lockfile = getenv("XTABLES_LOCKFILE");
+	if (lockfile == NULL || lockfile[0] == '\0')
+		lockfile = RULES_XTABLES_LOCK;
+	if (stat(lockfile, &st) == -1 || (f = fopen("/proc/locks", "re")) == NULL)
+		return -1;
+	/* "1: FLOCK  ADVISORY  WRITE 17353 fe:00:9773057 0 EOF"; a waiter's
+	 * line has "->" after the number. */
+	while (found == -1 && fgets(line, sizeof(line), f)) {
+		char type[16], pidtok[24], dev[40];
+		unsigned long long ino;
+		long pid;
+		if (sscanf(line, "%*s %15s %*s %*s %23s %39s", type, pidtok, dev) != 3 ||
+		    strcmp(type, "FLOCK") != 0 || strcmp(pidtok, "->") == 0)
+			continue;
+		char *c = strrchr(dev, ':');
+		if (c == NULL || sscanf(c + 1, "%llu", &ino) != 1 || ino != (unsigned long long)st.st_ino)
+			continue;
+		if ((pid = strtol(pidtok, NULL, 10)) <= 0)
+			continue;
+		found = (int)pid;
+	}
+	fclose(f);
+	if (found <= 0)
+		return -1;
+	char path[64], comm[64] = "?";
+	snprintf(path, sizeof(path), "/proc/%d/comm", found);
+	if ((f = fopen(path, "re")) != NULL) {
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+	}
+	/* Outside our pid namespace the number means nothing here. */
+	snprintf(buf, len, "pid %d (%s)", found, comm);
+	return found;
+}
+
+bool
+rules_lock_busy(int status, const char *msg)
+{
+	/* Status 4 is any "resource problem" (a lock file it may not open,
+	 * too): the message tells the held lock apart. */
+	return status == 4 && msg && strstr(msg, "holding the xtables lock") != NULL;
+}
+
+static int64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Runs argv with input on its stdin (NULL: none), for at most deadline_ms
+ * (then SIGKILL). Returns its exit status (0 = success), RULES_KILLED past
+ * the deadline, or -1; its output (stdout and stderr) goes into err (the
  * start of it) and, with capture, all of it into *capture (malloc'ed,
  * NUL-terminated; NULL if out of memory or beyond CAPTURE_MAX). */
 static int
-run_capture(char *const argv[], const char *input, char *err, size_t errlen,
-    char **capture)
+run_capture(char *const argv[], const char *input, int64_t deadline_ms, char *err,
+    size_t errlen, char **capture)
 {
 	size_t caplen = 0, capcap = 0;
-	int in[2], errp[2], status;
+	int in = -1, errp[2], status;
+	int64_t end = mono_ms() + deadline_ms;
+	bool killed = false;
 	pid_t pid;
 
 	if (capture)
 		*capture = NULL;
-	if (pipe2(in, O_CLOEXEC) == -1)
+	/* A file, not a pipe: a tool that waits for the lock before reading
+	 * cannot block us on a full pipe. */
+	if (input && (in = rules_input_fd(input, strlen(input))) == -1)
 		goto fail0;
 	if (pipe2(errp, O_CLOEXEC) == -1)
 		goto fail1;
 	if ((pid = fork()) == -1)
 		goto fail2;
 	if (pid == 0) {
-		dup2(in[0], 0);
+		int null = open("/dev/null", O_RDONLY);
+		dup2(in >= 0 ? in : null, 0);
 		dup2(errp[1], 2);
 		dup2(errp[1], 1);
 		execvp(argv[0], argv);
-		fprintf(stderr, "%s: %s", argv[0], strerror(errno));
+		dprintf(2, "%s: %s", argv[0], strerror(errno));
 		_exit(127);
 	}
-	close(in[0]);
+	if (in >= 0)
+		close(in);
 	close(errp[1]);
-	if (input) {
-		size_t left = strlen(input);
-		while (left > 0) {
-			ssize_t w = write(in[1], input, left);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w < 0)
-				break;	/* the tool died: its status says why */
-			input += w;
-			left -= (size_t)w;
-		}
-	}
-	close(in[1]);
 	size_t got = 0;
 	char tmp[4096];
-	ssize_t m;
-	while ((m = read(errp[0], tmp, sizeof(tmp))) > 0 || (m < 0 && errno == EINTR)) {
-		if (m > 0 && err && got + 1 < errlen) {
+	for (;;) {
+		struct pollfd pfd = { errp[0], POLLIN, 0 };
+		int64_t left = end - mono_ms();
+		if (left <= 0 && !killed) {
+			kill(pid, SIGKILL);
+			killed = true;
+		}
+		int pr = poll(&pfd, 1, killed ? -1 : (int)(left > 1000 ? 1000 : left));
+		if (pr == -1 && errno != EINTR)
+			break;
+		if (pr <= 0)
+			continue;
+		ssize_t m = read(errp[0], tmp, sizeof(tmp));
+		if (m < 0 && errno == EINTR)
+			continue;
+		if (m <= 0)
+			break;
+		if (err && got + 1 < errlen) {
 			size_t k = (size_t)m < errlen - 1 - got ? (size_t)m : errlen - 1 - got;
 			memcpy(err + got, tmp, k);
 			got += k;
 		}
 		/* Past the bound or out of memory, read on (the tool must not
 		 * block on a full pipe) but keep nothing: the caller says so. */
-		if (m > 0 && capture && caplen != SIZE_MAX) {
+		if (capture && caplen != SIZE_MAX) {
 			if (caplen + (size_t)m + 1 > capcap) {
 				size_t nc = capcap ? capcap * 2 : 65536;
 				while (nc < caplen + (size_t)m + 1)
@@ -254,57 +392,117 @@ run_capture(char *const argv[], const char *input, char *err, size_t errlen,
 	while (waitpid(pid, &status, 0) == -1)
 		if (errno != EINTR)
 			return -1;
+	if (killed) {
+		errbuf_set(err, errlen, "no answer within %lld ms: killed",
+		    (long long)deadline_ms);
+		return RULES_KILLED;
+	}
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 fail2:
 	close(errp[0]);
 	close(errp[1]);
 fail1:
-	close(in[0]);
-	close(in[1]);
+	if (in >= 0)
+		close(in);
 fail0:
 	errbuf_set(err, errlen, "cannot run %s: %s", argv[0], strerror(errno));
 	return -1;
 }
 
 static int
-run(char *const argv[], const char *input, char *err, size_t errlen)
+run(const struct rules_exec *x, char *const argv[], const char *input, char *err,
+    size_t errlen)
 {
-	return run_capture(argv, input, err, errlen, NULL);
+	return run_capture(argv, input, (int64_t)x->wait_s * 1000 + KILL_GRACE_MS, err, errlen,
+	    NULL);
 }
 
-static const char *
-tool(int family, int restore)
+/* The tool's message after a failure, with the lock's holder if it is the
+ * xtables lock that stopped it. */
+static void
+explain(const char *tool, int rc, const char *msg, char *err, size_t errlen)
 {
-	if (family == AF_INET6)
-		return restore ? "ip6tables-restore" : "ip6tables";
-	return restore ? "iptables-restore" : "iptables";
+	char who[96];
+
+	if (rc > 0 && rules_lock_busy(rc, msg)) {
+		if (rules_lock_holder(NULL, who, sizeof(who)) > 0)
+			errbuf_set(err, errlen, "xtables lock held by %s: %s", who, msg);
+		else
+			errbuf_set(err, errlen, "xtables lock held: %s", msg);
+	} else if (rc == RULES_KILLED) {
+		errbuf_set(err, errlen, "%s: %s", tool, msg);
+	} else {
+		errbuf_set(err, errlen, "%s failed (%d): %s", tool, rc, msg);
+	}
 }
 
 static int
-jump(int family, const char *table, const char *chain, const char *op, char *err,
-    size_t errlen)
+jump(const struct rules_exec *x, int family, const char *table, const char *chain,
+    const char *op, char *err, size_t errlen)
 {
-	char *argv[] = { (char *)tool(family, 0), "-w", "-t", (char *)table, (char *)op,
+	char ipt[RULES_TOOL_MAX], w[16];
+	char *argv[] = { ipt, "-w", w, "-t", (char *)table, (char *)op,
 	    "OUTPUT", "-j", (char *)chain, NULL, NULL, NULL };
 
-	if (strcmp(op, "-I") == 0) {	/* first, so earlier ACCEPTs cannot skip it */
-		argv[5] = "OUTPUT";
-		argv[6] = "1";
-		argv[7] = "-j";
-		argv[8] = (char *)chain;
+	if (rules_tool(x, family, "", ipt, sizeof(ipt)) == -1) {
+		errbuf_set(err, errlen, "tool name too long");
+		return -1;
 	}
-	return run(argv, NULL, err, errlen);
+	snprintf(w, sizeof(w), "%u", x->wait_s);
+	if (strcmp(op, "-I") == 0) {	/* first, so earlier ACCEPTs cannot skip it */
+		argv[7] = "1";
+		argv[8] = "-j";
+		argv[9] = (char *)chain;
+	}
+	return run(x, argv, NULL, err, errlen);
+}
+
+int
+rules_is_legacy(const struct rules_exec *x, char *err, size_t errlen)
+{
+	char ipt[RULES_TOOL_MAX], msg[256];
+	char *argv[] = { ipt, "-V", NULL };
+	int rc;
+
+	x = exec_or_default(x);
+	if (rules_tool(x, AF_INET, "", ipt, sizeof(ipt)) == -1) {
+		errbuf_set(err, errlen, "tool name too long");
+		return -1;
+	}
+	/* "iptables v1.8.9 (legacy)", "iptables v1.8.9 (nf_tables)" */
+	if ((rc = run(x, argv, NULL, msg, sizeof(msg))) != 0) {
+		explain(ipt, rc, msg, err, errlen);
+		return -1;
+	}
+	return strstr(msg, "(legacy)") != NULL;
+}
+
+int
+rules_restore_argv(const struct rules_exec *x, int family, struct rules_argv *a)
+{
+	x = exec_or_default(x);
+	if (rules_tool(x, family, "-restore", a->tool, sizeof(a->tool)) == -1)
+		return -1;
+	snprintf(a->wait, sizeof(a->wait), "%u", x->wait_s);
+	a->argv[0] = a->tool;
+	a->argv[1] = "-w";
+	a->argv[2] = a->wait;
+	a->argv[3] = "--noflush";
+	a->argv[4] = NULL;
+	return 0;
 }
 
 int
 rules_apply(const struct rules_conf *c, const struct rules_relay *r, size_t n,
-    char *err, size_t errlen)
+    const struct rules_exec *x, char *err, size_t errlen)
 {
-	size_t cap = 1 << 20;
+	size_t cap = RULES_TEXT_MAX;
 	char *text = malloc(cap);
+	struct rules_argv a;
 	char msg[512];
 	int len, rc;
 
+	x = exec_or_default(x);
 	if (text == NULL) {
 		errbuf_set(err, errlen, "out of memory");
 		return -1;
@@ -314,20 +512,26 @@ rules_apply(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 		free(text);
 		return -1;
 	}
-	char *argv[] = { (char *)tool(c->family, 1), "-w", "--noflush", NULL };
-	rc = run(argv, text, msg, sizeof(msg));
+	if (rules_restore_argv(x, c->family, &a) == -1) {
+		errbuf_set(err, errlen, "tool name too long");
+		free(text);
+		return -1;
+	}
+	rc = run(x, a.argv, text, msg, sizeof(msg));
 	free(text);
 	if (rc != 0) {
-		errbuf_set(err, errlen, "%s failed (%d): %s", argv[0], rc, msg);
+		explain(a.tool, rc, msg, err, errlen);
 		return -1;
 	}
 	static const char *const jumps[][2] = { { "mangle", RULES_HIJACK }, { "nat", RULES_DNAT } };
 	for (size_t i = 0; i < 2; i++) {
-		if (jump(c->family, jumps[i][0], jumps[i][1], "-C", msg, sizeof(msg)) == 0)
+		if (jump(x, c->family, jumps[i][0], jumps[i][1], "-C", msg, sizeof(msg)) == 0)
 			continue;
-		if (jump(c->family, jumps[i][0], jumps[i][1], "-I", msg, sizeof(msg)) != 0) {
+		if ((rc = jump(x, c->family, jumps[i][0], jumps[i][1], "-I", msg, sizeof(msg))) != 0) {
+			char why[600];
+			explain("iptables", rc, msg, why, sizeof(why));
 			errbuf_set(err, errlen, "adding the jump to %s in %s OUTPUT: %s",
-			    jumps[i][1], jumps[i][0], msg);
+			    jumps[i][1], jumps[i][0], why);
 			return -1;
 		}
 	}
@@ -335,32 +539,48 @@ rules_apply(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 }
 
 int
-rules_remove(int family, char *err, size_t errlen)
+rules_remove(int family, const struct rules_exec *x, char *err, size_t errlen)
 {
 	static const char *const jumps[][2] = { { "mangle", RULES_HIJACK }, { "nat", RULES_DNAT } };
-	char msg[512];
-	int fail = 0;
+	char msg[512], ipt[RULES_TOOL_MAX], w[16];
+	int fail = 0, rc;
 
+	x = exec_or_default(x);
+	if (rules_tool(x, family, "", ipt, sizeof(ipt)) == -1) {
+		errbuf_set(err, errlen, "tool name too long");
+		return -1;
+	}
+	snprintf(w, sizeof(w), "%u", x->wait_s);
 	for (size_t i = 0; i < 2; i++) {
 		const char *t = jumps[i][0], *ch = jumps[i][1];
 		/* A crash between two inserts could leave the jump twice. */
-		for (int k = 0; k < 16 && jump(family, t, ch, "-C", msg, sizeof(msg)) == 0; k++)
-			if (jump(family, t, ch, "-D", msg, sizeof(msg)) != 0)
+		for (int k = 0; k < 16 && (rc = jump(x, family, t, ch, "-C", msg, sizeof(msg))) == 0;
+		    k++)
+			if ((rc = jump(x, family, t, ch, "-D", msg, sizeof(msg))) != 0)
 				break;
-		char *flush[] = { (char *)tool(family, 0), "-w", "-t", (char *)t, "-F", (char *)ch, NULL };
-		char *del[] = { (char *)tool(family, 0), "-w", "-t", (char *)t, "-X", (char *)ch, NULL };
-		if (run(flush, NULL, msg, sizeof(msg)) == 0 && run(del, NULL, msg, sizeof(msg)) != 0) {
-			errbuf_set(err, errlen, "removing %s from %s: %s", ch, t, msg);
+		/* Held lock or deadline: every other run would wait as long. */
+		if (rc == RULES_KILLED || rules_lock_busy(rc, msg)) {
+			char why[600];
+			explain(ipt, rc, msg, why, sizeof(why));
+			errbuf_set(err, errlen, "removing the jump to %s from %s: %s", ch, t, why);
+			return -1;
+		}
+		char *flush[] = { ipt, "-w", w, "-t", (char *)t, "-F", (char *)ch, NULL };
+		char *del[] = { ipt, "-w", w, "-t", (char *)t, "-X", (char *)ch, NULL };
+		rc = run(x, flush, NULL, msg, sizeof(msg));
+		/* An absent chain is fine; a lock or a deadline is not. */
+		if (rc == 0)
+			rc = run(x, del, NULL, msg, sizeof(msg));
+		else if (rc != RULES_KILLED && !rules_lock_busy(rc, msg))
+			rc = 0;
+		if (rc != 0) {
+			char why[600];
+			explain(ipt, rc, msg, why, sizeof(why));
+			errbuf_set(err, errlen, "removing %s from %s: %s", ch, t, why);
 			fail = 1;
 		}
 	}
 	return fail ? -1 : 0;
-}
-
-static const char *
-tool_save(int family)
-{
-	return family == AF_INET6 ? "ip6tables-save" : "iptables-save";
 }
 
 /* True if rule (after "-A OUTPUT ") jumps to chain: "... -j CHAIN" at its
@@ -431,17 +651,24 @@ rules_list_free(struct rules_entry *v, size_t n)
 }
 
 int
-rules_list(int family, struct rules_entry **out, size_t *n, char *err, size_t errlen)
+rules_list(int family, const struct rules_exec *x, struct rules_entry **out, size_t *n,
+    char *err, size_t errlen)
 {
 	static const char *const tables[] = { "mangle", "nat" };
-	char msg[512];
+	char msg[512], save[RULES_TOOL_MAX];
 
 	*out = NULL;
 	*n = 0;
+	x = exec_or_default(x);
+	if (rules_tool(x, family, "-save", save, sizeof(save)) == -1) {
+		errbuf_set(err, errlen, "tool name too long");
+		return -1;
+	}
 	for (size_t i = 0; i < 2; i++) {
-		char *argv[] = { (char *)tool_save(family), "-c", "-t", (char *)tables[i], NULL };
+		char *argv[] = { save, "-c", "-t", (char *)tables[i], NULL };
 		char *text = NULL;
-		int rc = run_capture(argv, NULL, msg, sizeof(msg), &text);
+		int rc = run_capture(argv, NULL, (int64_t)x->wait_s * 1000 + KILL_GRACE_MS, msg,
+		    sizeof(msg), &text);
 		if (rc != 0) {
 			errbuf_set(err, errlen, "%s -t %s failed (%d): %s", argv[0], tables[i],
 			    rc, msg);

@@ -4,6 +4,7 @@
  * See DESIGN.md, "One hijacked connection, step by step", and docs/slotd.md. */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #include "rank.h"
 #include "relays.h"
 #include "rules.h"
+#include "rulesync.h"
 
 #ifndef SLOT_VERSION
 #define SLOT_VERSION "0.1.0"
@@ -57,6 +59,12 @@ set_env(struct slotd *d)
 	d->env.keepalive_timeout_ms = d->conf.keepalive_timeout_ms;
 	d->env.reconnect_min_ms = d->conf.reconnect_min_ms;
 	d->env.reconnect_max_ms = d->conf.reconnect_max_ms;
+}
+
+static unsigned
+wait_s(const struct cconf *c)
+{
+	return (unsigned)((c->rules_timeout_ms + 999) / 1000);
 }
 
 static void
@@ -109,8 +117,14 @@ reload(struct slotd *d)
 		    d->conf.bypass_mark);
 		nc.bypass_mark = d->conf.bypass_mark;
 	}
+	if (strcmp(nc.user, d->conf.user) != 0) {
+		log_warnx("reload: user needs a restart; keeping %s", d->conf.user);
+		memcpy(nc.user, d->conf.user, sizeof(nc.user));
+	}
 	dirsync_reload_conf(d, &nc);
-	/* The directory's relays stay in the set. */
+	(void)rsync_set_exec(d->rsync, &(struct rules_exec){ nc.iptables, wait_s(&nc) });
+	/* The directory's relays stay in the set; their rules follow off the
+	 * loop (rulesync.h). */
 	if (dirsync_apply(d, &nc, err, sizeof(err)) == -1) {
 		d->ctr.reload_failures++;
 		log_warnx("reload: rules: %s; keeping the running configuration", err);
@@ -127,6 +141,7 @@ reload(struct slotd *d)
 	}
 	cconf_free(&d->conf);
 	d->conf = nc;
+	d->rules_exec = (struct rules_exec){ d->conf.iptables, wait_s(&d->conf) };
 	auth_key_wipe(&d->key);
 	d->key = nk;
 	dirsync_set_key(d, &d->key);
@@ -150,6 +165,59 @@ signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 	log_info("signal %d: removing the rules and stopping", w->signum);
 	d->stopping = true;
 	ev_break(loop, EVBREAK_ALL);
+}
+
+/* What the user needs before the switch: its control socket, and for
+ * iptables-legacy a lock file it may open (flock needs read access only;
+ * group, not others, so that no other user can hold the lock). */
+static void
+hand_over(struct slotd *d, uid_t uid, gid_t gid, int legacy)
+{
+	const char *lock = getenv("XTABLES_LOCKFILE");
+	struct stat st;
+	int fd;
+
+	if (chown(d->conf.control_socket, uid, gid) == -1)
+		log_warn("chown %s", d->conf.control_socket);
+	if (!legacy || uid == 0)
+		return;
+	if (lock == NULL || lock[0] == '\0')
+		lock = RULES_XTABLES_LOCK;
+	if ((fd = open(lock, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640)) == -1 ||
+	    fstat(fd, &st) == -1) {
+		log_warn("iptables-legacy as %s needs %s readable", d->conf.user, lock);
+	} else if ((st.st_mode & S_IRGRP) == 0 || st.st_gid != gid) {
+		if (fchown(fd, (uid_t)-1, gid) == -1 || fchmod(fd, (st.st_mode & 07777) | S_IRGRP) == -1)
+			log_warn("iptables-legacy as %s needs %s readable by group %u", d->conf.user,
+			    lock, (unsigned)gid);
+		else
+			log_info("%s: made readable by group %u for iptables-legacy", lock,
+			    (unsigned)gid);
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
+/* From here slotd parses the network (probe replies, the directory's
+ * answers) as [slotd] user with CAP_NET_ADMIN alone: NFQUEUE verdicts,
+ * SO_MARK, and the rules through iptables-restore, which gets it ambient.
+ * iptables-legacy gets CAP_NET_RAW too (ambient and permitted only: slotd
+ * itself never uses it). The raw socket of the direct probes was opened
+ * before. */
+static int
+drop_privileges(struct slotd *d, uid_t uid, gid_t gid, int legacy, char *err, size_t errlen)
+{
+	hand_over(d, uid, gid, legacy);
+	if (caps_drop(uid, gid, 1ull << CAP_NET_ADMIN, legacy ? 1ull << CAP_NET_RAW : 0, err,
+	    errlen) == -1)
+		return -1;
+	if (uid == 0)
+		log_warnx("running as root (with CAP_NET_ADMIN alone): set [slotd] user to an "
+		    "unprivileged account");
+	else
+		log_info("running as %s (uid %u) with CAP_NET_ADMIN%s", d->conf.user, (unsigned)uid,
+		    legacy ? " (and CAP_NET_RAW for iptables-legacy)" : "");
+	return 0;
 }
 
 static int
@@ -184,8 +252,10 @@ main(int argc, char **argv)
 	const char *path = "/etc/slot/slotd.conf";
 	const char *level_arg = NULL;
 	enum slog_level level;
-	int check_only = 0, ch, ctl_fd, metrics_fd = -1;
-	char err[512], mb[EP_STRLEN];
+	int check_only = 0, ch, ctl_fd, metrics_fd = -1, legacy;
+	char err[512], err2[512], mb[EP_STRLEN];
+	uid_t uid;
+	gid_t gid;
 
 	while ((ch = getopt(argc, argv, "c:l:tVh")) != -1) {
 		switch (ch) {
@@ -223,6 +293,7 @@ main(int argc, char **argv)
 	d->probe_fd[0] = d->probe_fd[1] = -1;
 	if (cconf_load(&d->conf, path, err, sizeof(err)) == -1)
 		fatalx("%s", err);
+	d->rules_exec = (struct rules_exec){ d->conf.iptables, wait_s(&d->conf) };
 	if (level_arg)
 		d->conf.log_level = level;
 	log_set_level(d->conf.log_level);
@@ -234,8 +305,14 @@ main(int argc, char **argv)
 		return 0;
 	}
 	if (geteuid() != 0)
-		fatalx("slotd needs root (NFQUEUE, iptables, SO_MARK); it keeps only "
-		    "CAP_NET_ADMIN once set up");
+		fatalx("slotd needs root to start (NFQUEUE, iptables, SO_MARK); it runs as "
+		    "[slotd] user with CAP_NET_ADMIN alone once set up");
+	if (caps_lookup(d->conf.user, &uid, &gid, err, sizeof(err)) == -1)
+		fatalx("%s", err);
+	/* iptables-legacy opens a raw socket (CAP_NET_RAW) and the xtables
+	 * lock file; iptables-nft needs CAP_NET_ADMIN alone. */
+	if ((legacy = rules_is_legacy(&d->rules_exec, err, sizeof(err))) == -1)
+		fatalx("[slotd] iptables = %s: %s", d->conf.iptables, err);
 
 	signal(SIGPIPE, SIG_IGN);
 	/* A held SYN costs a descriptor for its direct probe. */
@@ -256,7 +333,7 @@ main(int argc, char **argv)
 	    sizeof(err))) == NULL)
 		fatalx("%s", err);
 	/* Leftovers of a run that crashed: our chains only. */
-	if (rules_remove(AF_INET, err, sizeof(err)) == -1)
+	if (rules_remove(AF_INET, &d->rules_exec, err, sizeof(err)) == -1)
 		fatalx("removing old rules: %s", err);
 	ev_io_init(&d->q_io, queue_cb, synq_fd(d->q), EV_READ);
 	d->q_io.data = d;
@@ -291,13 +368,19 @@ main(int argc, char **argv)
 		(void)unlink(d->conf.control_socket);
 		fatalx("installing the rules: %s", err);
 	}
-	if (caps_keep_only(1ull << CAP_NET_ADMIN, err, sizeof(err)) == -1) {
-		(void)rules_remove(AF_INET, err, sizeof(err));
+	/* From here rule sets go off the loop. */
+	if ((d->rsync = rsync_new(d->loop, relays_rules_done, d)) == NULL ||
+	    rsync_set_exec(d->rsync, &d->rules_exec) == -1)
+		fatalx("out of memory");
+	rsync_mark_installed(d->rsync, d->rules_gen);
+	if (drop_privileges(d, uid, gid, legacy, err, sizeof(err)) == -1) {
+		(void)rules_remove(AF_INET, &d->rules_exec, err2, sizeof(err2));
+		(void)unlink(d->conf.control_socket);
 		fatalx("%s", err);
 	}
 	/* After the capabilities are dropped: the thread inherits the rest. */
 	if (dirsync_start(d, err, sizeof(err)) == -1) {
-		(void)rules_remove(AF_INET, err, sizeof(err));
+		(void)rules_remove(AF_INET, &d->rules_exec, err, sizeof(err));
 		(void)unlink(d->conf.control_socket);
 		fatalx("%s", err);
 	}
@@ -319,8 +402,11 @@ main(int argc, char **argv)
 
 	ev_run(d->loop, 0);
 
-	/* Rules first: from here new SYNs go direct, without us. */
-	if (rules_remove(AF_INET, err, sizeof(err)) == -1)
+	/* Rules first: from here new SYNs go direct, without us. A restore
+	 * still running is stopped: the removal supersedes it. */
+	rsync_free(d->rsync);
+	d->rsync = NULL;
+	if (rules_remove(AF_INET, &d->rules_exec, err, sizeof(err)) == -1)
 		log_warnx("removing the rules: %s", err);
 	rank_stop(d);
 	dirsync_stop(d);

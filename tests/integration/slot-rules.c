@@ -59,9 +59,9 @@ main(int argc, char **argv)
 		relays[n].mark = (uint32_t)strtoul(argv[optind], NULL, 0);
 	}
 	if (strcmp(cmd, "apply") == 0)
-		rc = rules_apply(&c, relays, n, err, sizeof(err));
+		rc = rules_apply(&c, relays, n, NULL, err, sizeof(err));
 	else if (strcmp(cmd, "remove") == 0)
-		rc = rules_remove(c.family, err, sizeof(err));
+		rc = rules_remove(c.family, NULL, err, sizeof(err));
 	else if (strcmp(cmd, "render") == 0) {
 		static char text[1 << 20];
 		rc = rules_render(&c, relays, n, text, sizeof(text));

@@ -535,8 +535,10 @@ class Slotd:
 
     def default_conf(self):
         return {
+            # user root: files in the run directory stay root's; tests of
+            # the unprivileged slotd set user (test_ops_faults.py)
             "slotd": {"key_file": self.sb.slotd_key, "control_socket": self.sock,
-                      "log_level": "debug", "queue": 7600},
+                      "log_level": "debug", "queue": 7600, "user": "root"},
             # the default exclude has 10.0.0.0/8, the test bed's network
             "hijack": {"ports": "80, 5201", "include": "", "exclude": ""},
             "select": {"strategy": "cover", "k": 20, "c_wait": 1.25, "min_gain": 1.1,
@@ -610,7 +612,9 @@ class Slotd:
                 self.counters()
             except (OSError, ValueError):
                 return False
-            return self.sb.run_client("iptables", "-w", "-t", "mangle", "-S", "SLOT_HIJACK",
+            # [slotd] iptables: the tools slotd uses (legacy or nft)
+            ipt = self.conf["slotd"].get("iptables", "iptables")
+            return self.sb.run_client(ipt, "-w", "-t", "mangle", "-S", "SLOT_HIJACK",
                                       check=False).returncode == 0
         try:
             wait_for(ready, timeout, "slotd to be ready")
