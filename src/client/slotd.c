@@ -20,6 +20,7 @@
 #include "slot/ctlsrv.h"
 #include "slot/errbuf.h"
 #include "slot/log.h"
+#include "slot/notify.h"
 #include "slot/sock.h"
 #include "slot/synprobe.h"
 #include "caps.h"
@@ -152,6 +153,9 @@ reload(struct slotd *d)
 	log_info("reloaded %s: %zu relays", d->conf_path, d->nrelays);
 }
 
+/* The service manager (sd_notify): READY, RELOADING, STOPPING, WATCHDOG. */
+static struct notify notify;
+
 static void
 signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 {
@@ -159,9 +163,12 @@ signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 	(void)revents;
 
 	if (w->signum == SIGHUP) {
+		(void)notify_send(&notify, "RELOADING=1");
 		reload(d);
+		(void)notify_send(&notify, "READY=1");
 		return;
 	}
+	(void)notify_send(&notify, "STOPPING=1");
 	log_info("signal %d: removing the rules and stopping", w->signum);
 	d->stopping = true;
 	ev_break(loop, EVBREAK_ALL);
@@ -373,6 +380,9 @@ main(int argc, char **argv)
 	    rsync_set_exec(d->rsync, &d->rules_exec) == -1)
 		fatalx("out of memory");
 	rsync_mark_installed(d->rsync, d->rules_gen);
+	/* Connected before the drop: the manager's socket may be root's. */
+	if (notify_init(&notify, err, sizeof(err)) == -1)
+		log_warnx("%s; not telling the service manager", err);
 	if (drop_privileges(d, uid, gid, legacy, err, sizeof(err)) == -1) {
 		(void)rules_remove(AF_INET, &d->rules_exec, err2, sizeof(err2));
 		(void)unlink(d->conf.control_socket);
@@ -400,7 +410,14 @@ main(int argc, char **argv)
 	if (d->metrics)
 		log_info("metrics on http://%s/metrics", ep_fmt(&d->conf.metrics_listen, mb));
 
+	/* The rules are in, the queue bound, the control socket listening. */
+	if (notify_send(&notify, "READY=1\nSTATUS=hijacking") == -1)
+		log_warn("telling the service manager READY=1");
+	notify_watchdog_start(&notify, d->loop);
+
 	ev_run(d->loop, 0);
+
+	(void)notify_send(&notify, "STOPPING=1");
 
 	/* Rules first: from here new SYNs go direct, without us. A restore
 	 * still running is stopped: the removal supersedes it. */
@@ -425,6 +442,7 @@ main(int argc, char **argv)
 	replay_free(d->replay);
 	auth_key_wipe(&d->key);
 	cconf_free(&d->conf);
+	notify_fini(&notify);
 	ev_loop_destroy(d->loop);
 	return 0;
 }

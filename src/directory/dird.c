@@ -21,6 +21,7 @@
 #include "slot/ctlsrv.h"
 #include "slot/grpstab.h"
 #include "slot/log.h"
+#include "slot/notify.h"
 #include "slot/mcl.h"
 #include "slot/sock.h"
 #include "dhttp.h"
@@ -360,6 +361,9 @@ reload(struct daemon *dm)
 	log_info("configuration reloaded from %s", dm->conf_path);
 }
 
+/* The service manager (sd_notify): READY, RELOADING, STOPPING, WATCHDOG. */
+static struct notify notify;
+
 static void
 signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 {
@@ -367,9 +371,12 @@ signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 	(void)revents;
 
 	if (w->signum == SIGHUP) {
+		(void)notify_send(&notify, "RELOADING=1");
 		reload(dm);
+		(void)notify_send(&notify, "READY=1");
 		return;
 	}
+	(void)notify_send(&notify, "STOPPING=1");
 	log_info("signal %d: saving the state and exiting", w->signum);
 	ev_break(loop, EVBREAK_ALL);
 }
@@ -543,8 +550,17 @@ main(int argc, char **argv)
 	if (dm->metrics)
 		log_info("metrics on http://%s/metrics", ep_fmt(&d->conf.metrics_listen, b));
 
+	/* The HTTP server and the counters socket serve. */
+	if (notify_init(&notify, err, sizeof(err)) == -1)
+		log_warnx("%s; not telling the service manager", err);
+	if (notify_send(&notify, "READY=1\nSTATUS=serving") == -1)
+		log_warn("telling the service manager READY=1");
+	notify_watchdog_start(&notify, dm->loop);
+
 	ev_run(dm->loop, 0);
 
+	(void)notify_send(&notify, "STOPPING=1");
+	notify_fini(&notify);
 	/* No call can change the state once the server has stopped: the last
 	 * snapshot is then exact, and says so. */
 	dhttp_stop(dm->http);

@@ -16,6 +16,7 @@
 #include "slot/auth.h"
 #include "slot/clock.h"
 #include "slot/log.h"
+#include "slot/notify.h"
 #include "slot/sock.h"
 #include "slot/dirclient.h"
 #include "ctrl.h"
@@ -202,6 +203,9 @@ drain_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	ev_break(r->loop, EVBREAK_ALL);
 }
 
+/* The service manager (sd_notify): READY, RELOADING, STOPPING, WATCHDOG. */
+static struct notify notify;
+
 static void
 signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 {
@@ -209,9 +213,12 @@ signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 	(void)revents;
 
 	if (w->signum == SIGHUP) {
+		(void)notify_send(&notify, "RELOADING=1");
 		reload(r);
+		(void)notify_send(&notify, "READY=1");
 		return;
 	}
+	(void)notify_send(&notify, "STOPPING=1");
 	if (r->draining) {
 		log_warnx("second signal: exiting now");
 		pipe_reset_all(r);
@@ -396,6 +403,9 @@ main(int argc, char **argv)
 		fatalx("%s", err);
 	if (policy_load_self(&r->conf.policy) == -1)
 		fatal("reading the host's addresses");
+	/* Connected before the drop: the manager's socket may be root's. */
+	if (notify_init(&notify, err, sizeof(err)) == -1)
+		log_warnx("%s; not telling the service manager", err);
 	/* The raw socket needs CAP_NET_RAW: opened now, kept after the drop. */
 	if ((synp = synp_open(r->loop, 0, err, sizeof(err))) == NULL)
 		log_warnx("RTT measurements by TCP connect, which servers' applications "
@@ -452,8 +462,15 @@ main(int argc, char **argv)
 	if (r->metrics)
 		log_info("metrics on http://%s/metrics", ep_fmt(&r->conf.metrics_listen, pb));
 
+	/* Listening, the counters socket open, the directory thread started. */
+	if (notify_send(&notify, "READY=1\nSTATUS=relaying") == -1)
+		log_warn("telling the service manager READY=1");
+	notify_watchdog_start(&notify, r->loop);
+
 	ev_run(r->loop, 0);
 
+	(void)notify_send(&notify, "STOPPING=1");
+	notify_fini(&notify);
 	log_info("exiting: %llu pipes served, %llu bytes client->server, %llu server->client",
 	    r->ctr.pipes_total, r->ctr.bytes_client_to_server, r->ctr.bytes_server_to_client);
 	probe_stop(r->probe);

@@ -756,6 +756,7 @@ class BedDird(DirClient):
         }
         self.proc = None
         self._log_f = None
+        self.wrapper = []           # e.g. env NOTIFY_SOCKET=...
         self.update(overrides or {})
         DirClient.__init__(self, "http://%s:%d/RPC2" % (self.ip, port),
                            bytes.fromhex(sb.key_hex),
@@ -769,7 +770,7 @@ class BedDird(DirClient):
 
     def start(self, timeout=10):
         self._log_f = open(self.log_path, "ab")
-        self.proc = self.bed.popen(self.host, [DIRD, "-c", self.conf_path],
+        self.proc = self.bed.popen(self.host, self.wrapper + [DIRD, "-c", self.conf_path],
                                    stdout=self._log_f, stderr=self._log_f)
         end = time.monotonic() + timeout
         while True:

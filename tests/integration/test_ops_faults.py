@@ -20,6 +20,7 @@ the lock was held, must answer within its usual timeout.
 """
 
 import json
+import signal
 import os
 import re
 import subprocess
@@ -298,3 +299,112 @@ def test_unprivileged_slotd_hijacks_relays_reloads_and_cleans_up(sb, slotd):
 
     assert s.stop(timeout=20) == 0
     assert sb.slot_rules() == []
+
+
+# ---------------------------------------------------------------- sd_notify
+
+class Manager:
+    """A datagram socket standing in for systemd's $NOTIFY_SOCKET (a path:
+    abstract names do not cross network namespaces)."""
+
+    def __init__(self, path):
+        import socket
+        self.path = path
+        if os.path.exists(path):
+            os.unlink(path)
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.s.bind(path)
+        self.msgs = []
+
+    def env(self, watchdog_us):
+        return ["env", "NOTIFY_SOCKET=" + self.path, "WATCHDOG_USEC=%d" % watchdog_us]
+
+    def wait(self, want, timeout):
+        """Reads until a message with the line `want` arrives; returns it."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.s.settimeout(max(0.01, end - time.monotonic()))
+            try:
+                m = self.s.recv(4096).decode()
+            except OSError:
+                break
+            self.msgs.append(m)
+            if want in m.split("\n"):
+                return m
+        raise AssertionError("no %s in %ss; got %r" % (want, timeout, self.msgs[-10:]))
+
+    def count(self, line, seconds):
+        """How many messages with `line` arrive in the next `seconds`."""
+        n, end = 0, time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.s.settimeout(max(0.01, end - time.monotonic()))
+            try:
+                m = self.s.recv(4096).decode()
+            except OSError:
+                continue
+            self.msgs.append(m)
+            n += line in m.split("\n")
+        return n
+
+    def close(self):
+        self.s.close()
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+WD_US = 400000          # a ping every 200 ms
+WD_WINDOW_S = 2.0       # ~10 pings expected; 3 asked, for a loaded machine
+
+
+@pytest.mark.parametrize("daemon", ["slotd", "slot-relayd", "slot-dird"])
+def test_sd_notify(sb, slotd, daemon):
+    """Each daemon under a stand-in service manager: READY=1 once it serves
+    (checked the moment READY arrives: rules in place and control socket
+    answering; ports listening), WATCHDOG=1 from its loop at half of
+    WATCHDOG_USEC, RELOADING=1 then READY=1 around SIGHUP, STOPPING=1 on
+    SIGTERM and a clean exit."""
+    m = Manager(os.path.join(sb.dir, "notify-%s.sock" % daemon))
+    d = None
+    try:
+        if daemon == "slotd":
+            d = sb.slotd([sb.relay("relay1")], {"slotd": {"user": "root"}})
+            d.wrapper = m.env(WD_US)
+            d.start(wait=False)
+            proc = d.proc
+            m.wait("READY=1", 20)
+            # At READY the rules are in and the control socket answers.
+            assert any(l.startswith("-A SLOT_HIJACK") for l in sb.slot_rules()), sb.slot_rules()
+            assert "syn_received" in d.counters()
+        elif daemon == "slot-relayd":
+            d = slotbed.Relay(sb, "relay2", sb.relay_key, sb.relay_conf, port=7700)
+            d.stats = os.path.join(sb.dir, "relay2-notify.sock")
+            d.update({"relay": {"stats_socket": d.stats}})
+            d.wrapper = m.env(WD_US)
+            d._log_f = open(d.log_path, "ab")
+            d.proc = proc = sb.bed.popen("relay2", d.wrapper + [slotbed.RELAYD, "-c", d.conf_path],
+                                         stdout=d._log_f, stderr=d._log_f)
+            m.wait("READY=1", 20)
+            assert d._listening(), sb.bed.run("relay2", "ss", "-Hltn").stdout
+            assert "pipes_open" in d.counters()
+        else:
+            d = slotbed.BedDird(sb, "relay1")
+            d.wrapper = m.env(WD_US)
+            d._log_f = open(d.log_path, "ab")
+            d.proc = proc = sb.bed.popen("relay1", d.wrapper + [slotbed.DIRD, "-c", d.conf_path],
+                                         stdout=d._log_f, stderr=d._log_f)
+            m.wait("READY=1", 20)
+            d.counters()
+            assert d.list("")["relays"] == []          # XML-RPC answers
+        n = m.count("WATCHDOG=1", WD_WINDOW_S)
+        assert n >= 3, (n, m.msgs[-5:])
+        proc.send_signal(signal.SIGHUP)
+        m.wait("RELOADING=1", 10)
+        m.wait("READY=1", 10)
+        proc.send_signal(signal.SIGTERM)
+        m.wait("STOPPING=1", 10)
+        assert proc.wait(30) == 0
+    finally:
+        if d is not None:
+            d.stop()
+        m.close()
+
