@@ -174,9 +174,10 @@ signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 	ev_break(loop, EVBREAK_ALL);
 }
 
-/* What the user needs before the switch: its control socket, and for
- * iptables-legacy a lock file it may open (flock needs read access only;
- * group, not others, so that no other user can hold the lock). */
+/* What the user needs before the switch: for iptables-legacy, a lock file
+ * it may open (flock needs read access only; group, not others, so that no
+ * other user can hold the lock). The control socket stays root's: the user
+ * may unlink it where the directory lets it (/run/slot is root:slot). */
 static void
 hand_over(struct slotd *d, uid_t uid, gid_t gid, int legacy)
 {
@@ -184,8 +185,6 @@ hand_over(struct slotd *d, uid_t uid, gid_t gid, int legacy)
 	struct stat st;
 	int fd;
 
-	if (chown(d->conf.control_socket, uid, gid) == -1)
-		log_warn("chown %s", d->conf.control_socket);
 	if (!legacy || uid == 0)
 		return;
 	if (lock == NULL || lock[0] == '\0')

@@ -371,25 +371,33 @@ COMMON = {
     # Shared by the three daemons, made by each unit's first ExecStartPre=
     # (not RuntimeDirectory=, which would chown it to each unit's user in turn).
     "ReadWritePaths": "-/run/slot",
+    # sd_notify: READY once serving, WATCHDOG=1 from the event loop.
+    "Type": "notify", "NotifyAccess": "main", "WatchdogSec": "30s",
 }
 UNITS = {
-    "slotd": {"CapabilityBoundingSet": "CAP_NET_ADMIN CAP_NET_RAW CAP_SETPCAP",
+    "slotd": {"CapabilityBoundingSet": "CAP_NET_ADMIN CAP_NET_RAW CAP_SETPCAP CAP_SETUID "
+                                       "CAP_SETGID CAP_DAC_READ_SEARCH",
               "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX AF_NETLINK",
-              "StateDirectory": "slotd", "LimitNOFILE": "16384"},
+              "StateDirectory": "slotd", "LimitNOFILE": "16384",
+              "MemoryMax": "256M", "TasksMax": "16", "Group": "slot",
+              "StateDirectoryMode": "0775"},
     "slot-relayd": {"CapabilityBoundingSet": "CAP_SETUID CAP_SETGID CAP_CHOWN CAP_DAC_READ_SEARCH "
                                              "CAP_NET_RAW",
                     "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX AF_NETLINK",
-                    "LimitNOFILE": "65536"},
+                    "LimitNOFILE": "65536", "MemoryMax": "4G", "TasksMax": "16"},
     "slot-dird": {"CapabilityBoundingSet": "", "User": "slot", "Group": "slot",
                   "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX",
-                  "StateDirectory": "slot", "PrivateUsers": "yes", "LimitNOFILE": "4096"},
+                  "StateDirectory": "slot", "PrivateUsers": "yes", "LimitNOFILE": "4096",
+                  "MemoryMax": "1G", "TasksMax": "128"},
 }
 # systemd-analyze security --offline: 10 is fully exposed. Measured with
 # systemd 252: slotd 2.4, slot-relayd 2.6, slot-dird 1.1 (the units said 5.4,
 # 4.6 and 1.8 before; 2.3 and 2.5 before CAP_NET_RAW, which the daemons hold
-# only until their probe raw socket is open). A change that loosens a unit
-# fails here.
-EXPOSURE_MAX = {"slotd": 2.4, "slot-relayd": 2.6, "slot-dird": 1.1}
+# only until their probe raw socket is open). slotd 2.6 since it switches to
+# slot once set up: CAP_SETUID, CAP_SETGID and CAP_DAC_READ_SEARCH (the
+# slot-owned key) in its bounding set until then, as slot-relayd has. A
+# change that loosens a unit fails here.
+EXPOSURE_MAX = {"slotd": 2.6, "slot-relayd": 2.6, "slot-dird": 1.1}
 
 
 @pytest.mark.parametrize("daemon", DAEMONS)
@@ -400,7 +408,8 @@ def test_unit_hardening(daemon):
     assert s.get("SystemCallFilter", [""])[0] == "@system-service"
     assert "RuntimeDirectory" not in s
     pre = s["ExecStartPre"][0]
-    if daemon == "slot-dird":
+    if daemon in ("slot-dird", "slotd"):
+        # slotd runs as slot once set up, and unlinks its socket there
         assert pre == "+/usr/bin/install -d -m 0775 -o root -g slot /run/slot"
     else:
         assert pre == "+/bin/mkdir -p -m 0755 /run/slot"
@@ -543,16 +552,14 @@ class Booted:
                 f.write("slot:x:%d:\n" % self.gid)
             with open(os.path.join(up, "shadow"), "a") as f:
                 f.write("slot:!:19000::::::\n")
-        # One key, as deployed: owned by slot for slot-dird and slot-relayd
-        # (which re-reads it as slot on SIGHUP), and a root copy for slotd,
-        # which keeps no CAP_DAC_* to read another user's file.
+        # One key, as deployed: owned by slot, which every daemon re-reads
+        # it as on SIGHUP (slotd reads it as root at start).
         k = os.urandom(32).hex() + "\n"
-        for name, uid, gid in (("key", self.uid, self.gid), ("slotd.key", 0, 0)):
-            p = os.path.join(up, "slot", name)
-            with open(p, "w") as f:
-                f.write(k)
-            os.chmod(p, 0o600)
-            os.chown(p, uid, gid)
+        p = os.path.join(up, "slot", "key")
+        with open(p, "w") as f:
+            f.write(k)
+        os.chmod(p, 0o600)
+        os.chown(p, self.uid, self.gid)
         ex = os.path.join(self.stage, "etc/slot")
         url = "http://127.0.0.1:7602/RPC2"
         edits = {
@@ -560,8 +567,9 @@ class Booted:
             "relayd": {"urls =": "urls = " + url, "advertise =": "advertise = 127.0.0.1:7600",
                        "measure_interval = 10m": "measure_interval = 10s",
                        "metrics_listen =": "metrics_listen = 127.0.0.1:9761"},
-            "slotd": {"metrics_listen =": "metrics_listen = 127.0.0.1:9760","urls =": "urls = " + url, "refresh = 2h": "refresh = 1s", "retry = 30s": "retry = 1s",
-                      "key_file = /etc/slot/key": "key_file = /etc/slot/slotd.key"},
+            # slotd reads the slot-owned key as root at start and as slot
+            # on SIGHUP, like slot-relayd
+            "slotd": {"metrics_listen =": "metrics_listen = 127.0.0.1:9760","urls =": "urls = " + url, "refresh = 2h": "refresh = 1s", "retry = 30s": "retry = 1s"},
         }
         for c, e in edits.items():
             lines = open(os.path.join(ex, c + ".conf.example")).read().split("\n")
@@ -700,6 +708,11 @@ def test_units_run_the_daemons(booted):
         for d in DAEMONS:
             assert b.show(d, "ActiveState") == "active", d
             assert b.show(d, "NRestarts") == "0", d
+            # Type=notify: active means READY=1 came; the watchdog hears
+            # WATCHDOG=1 from the event loop.
+            assert b.show(d, "NotifyAccess") == "main", d
+            b.wait(lambda: b.show(d, "WatchdogTimestampMonotonic") not in ("", "0"), 20,
+                   "%s sent no WATCHDOG=1" % d)
         # The whole deployment: the relay registered with the directory, and
         # slotd took it from there and holds an authenticated control
         # connection to it.
@@ -721,7 +734,7 @@ def test_units_run_the_daemons(booted):
             assert "slot_%s_info{" % name in out, out[:500]
 
         # What each daemon holds once running.
-        want = {"slotd": (0, 1 << 12, 1 << 12), "slot-relayd": (b.uid, 0, None),
+        want = {"slotd": (b.uid, 1 << 12, 1 << 12), "slot-relayd": (b.uid, 0, None),
                 "slot-dird": (b.uid, 0, 0)}
         for d, (uid, eff, bnd) in want.items():
             pid = b.show(d, "MainPID")  # in systemd's pid namespace
@@ -730,6 +743,8 @@ def test_units_run_the_daemons(booted):
             assert int(st["CapEff"], 16) == eff and int(st["CapPrm"], 16) == eff, (d, st)
             if bnd is not None:
                 assert int(st["CapBnd"], 16) == bnd, (d, st["CapBnd"])
+            if d == "slotd":    # for the iptables-restore it runs as slot
+                assert int(st["CapAmb"], 16) == 1 << 12, (d, st["CapAmb"])
             assert st["NoNewPrivs"] == "1" and st["Seccomp"] == "2", d
             # LimitNOFILE=, or as much of it as this systemd may give.
             lim = nofile(b.run("cat", "/proc/%s/limits" % pid).stdout)
