@@ -58,7 +58,8 @@ enum {
 	ADDR_C_LINKLOCAL = 1 << 3,	/* 169.254/16, fe80::/10 */
 	ADDR_C_MULTICAST = 1 << 4,	/* 224/4, ff00::/8 */
 	ADDR_C_BROADCAST = 1 << 5,	/* 255.255.255.255 */
-	ADDR_C_RESERVED = 1 << 6,	/* 240/4 (not broadcast), documentation ranges */
+	ADDR_C_RESERVED = 1 << 6,	/* 240/4 (not broadcast), documentation ranges,
+					 * the rest of RFC 6890's registry (addr.c) */
 };
 unsigned addr_classify(const struct addr *a);
 

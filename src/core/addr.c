@@ -332,6 +332,9 @@ static const struct class_range class4[] = {
 	{ { 198, 51, 100 }, 24, ADDR_C_RESERVED },
 	{ { 203, 0, 113 }, 24, ADDR_C_RESERVED },
 	{ { 198, 18 }, 15, ADDR_C_RESERVED },
+	/* RFC 6890: IETF protocol assignments; 6to4 relay anycast (RFC 7526). */
+	{ { 192, 0, 0 }, 24, ADDR_C_RESERVED },
+	{ { 192, 88, 99 }, 24, ADDR_C_RESERVED },
 };
 
 static const struct class_range class6[] = {
@@ -341,6 +344,24 @@ static const struct class_range class6[] = {
 	{ { 0xfe, 0x80 }, 10, ADDR_C_LINKLOCAL },
 	{ { 0xff }, 8, ADDR_C_MULTICAST },
 	{ { 0x20, 0x01, 0x0d, 0xb8 }, 32, ADDR_C_RESERVED },
+	/* Prefixes that embed an IPv4 address (so they could reach a private
+	 * one) or are not globally reachable (RFC 6890 and its updates):
+	 * IPv4-compatible ::/96 (after :: and ::1 above), IPv4-mapped, NAT64
+	 * well-known and local-use, 6to4, Teredo; discard-only, benchmarking,
+	 * ORCHID and ORCHIDv2, documentation 3fff::/20, SRv6 SIDs, site-local. */
+	{ { 0 }, 96, ADDR_C_RESERVED },
+	{ { [10] = 0xff, [11] = 0xff }, 96, ADDR_C_RESERVED },
+	{ { 0x00, 0x64, 0xff, 0x9b }, 96, ADDR_C_RESERVED },
+	{ { 0x00, 0x64, 0xff, 0x9b, 0x00, 0x01 }, 48, ADDR_C_RESERVED },
+	{ { 0x20, 0x02 }, 16, ADDR_C_RESERVED },
+	{ { 0x20, 0x01, 0x00, 0x00 }, 32, ADDR_C_RESERVED },
+	{ { 0x01, 0x00 }, 64, ADDR_C_RESERVED },
+	{ { 0x20, 0x01, 0x00, 0x02, 0x00, 0x00 }, 48, ADDR_C_RESERVED },
+	{ { 0x20, 0x01, 0x00, 0x10 }, 28, ADDR_C_RESERVED },
+	{ { 0x20, 0x01, 0x00, 0x20 }, 28, ADDR_C_RESERVED },
+	{ { 0x3f, 0xff }, 20, ADDR_C_RESERVED },
+	{ { 0x5f, 0x00 }, 16, ADDR_C_RESERVED },
+	{ { 0xfe, 0xc0 }, 10, ADDR_C_RESERVED },
 };
 
 unsigned

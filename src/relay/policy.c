@@ -19,6 +19,7 @@ policy_free(struct policy *p)
 {
 	cidr_list_free(&p->allow);
 	cidr_list_free(&p->deny);
+	cidr_list_free(&p->public);
 	free(p->self);
 	p->self = NULL;
 	p->nself = 0;
@@ -65,7 +66,7 @@ policy_is_self(const struct policy *p, const struct addr *a)
 	for (size_t i = 0; i < p->nself; i++)
 		if (addr_eq(&p->self[i], a))
 			return true;
-	return false;
+	return cidr_list_match(&p->public, a);
 }
 
 enum policy_verdict

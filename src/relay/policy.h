@@ -10,14 +10,17 @@
  * link-local, private, reserved) are refused unless an allow CIDR covers
  * them, so that a relay cannot be used to reach the network behind it; its
  * own addresses, multicast, broadcast and deny CIDRs are refused always; the
- * port must be in the allowed set. */
+ * port must be in the allowed set. Its own addresses are the interfaces'
+ * (getifaddrs) and those the operator names ([policy] public_address): a
+ * cloud VM's public address behind 1:1 NAT is on no interface. */
 
 struct policy {
 	struct portset ports;
 	struct cidr_list allow;
 	struct cidr_list deny;
-	struct addr *self;	/* the host's own addresses */
+	struct addr *self;	/* the host's own addresses (interfaces) */
 	size_t nself;
+	struct cidr_list public;	/* and those it is reached at (NAT) */
 };
 
 enum policy_verdict {

@@ -104,6 +104,7 @@ static const struct key_spec keys[] = {
 	{ "policy", "allowed_ports", K_PORTS, F(policy.ports), 0, 0 },
 	{ "policy", "allow_destinations", K_CIDRS, F(policy.allow), 0, 0 },
 	{ "policy", "deny_destinations", K_CIDRS, F(policy.deny), 0, 0 },
+	{ "policy", "public_address", K_CIDRS, F(policy.public), 0, 0 },
 	{ "probe", "rtt_cache_ttl", K_MS, F(rtt_cache_ttl_ms), 0, 7 * DAY_MS },
 	{ "probe", "probe_timeout", K_MS, F(probe_timeout_ms), 10, 60000 },
 	{ "probe", "requester_rate", K_DOUBLE, F(requester_rate), 0, 0 },

@@ -50,6 +50,75 @@ test_default_refuses_special(void **state)
 	policy_free(&p);
 }
 
+/* RFC 6890's special-purpose registry and its updates: every prefix that
+ * embeds an IPv4 address or is not globally reachable, refused by default;
+ * their global neighbours relayed. */
+static void
+test_special_purpose_registry(void **state)
+{
+	static const char *const refused[] = {
+		"[::]:80", "[::1]:80", "[::10.0.0.1]:80", "[::8.8.8.8]:80",	/* ::/96 */
+		"[64:ff9b::10.0.0.1]:80", "[64:ff9b::808:808]:80",		/* NAT64 */
+		"[64:ff9b:1::1]:80",						/* local NAT64 */
+		"[2002:a00:1::1]:80", "[2002:808:808::1]:80",			/* 6to4 */
+		"[2001::1]:80", "[2001:0:4136:e378::1]:80",			/* Teredo */
+		"[100::1]:80",							/* discard */
+		"[2001:2::1]:80",						/* benchmarking */
+		"[2001:10::1]:80", "[2001:20::1]:80",				/* ORCHID */
+		"[2001:db8::1]:80", "[3fff::1]:80", "[3fff:fff::1]:80",	/* documentation */
+		"[5f00::1]:80",							/* SRv6 SIDs */
+		"[fec0::1]:80", "[feff::1]:80",					/* site-local */
+		"[fc00::1]:80", "[fe80::1]:80", "[ff02::1]:80",
+		"192.0.0.1:80", "192.0.0.170:80",				/* IETF assignments */
+		"192.88.99.1:80",						/* 6to4 anycast */
+		"198.18.0.1:80", "198.19.255.255:80", "240.0.0.1:80",
+		"192.0.2.1:80", "198.51.100.1:80", "203.0.113.1:80",
+		"100.64.0.1:80",
+	};
+	static const char *const relayed[] = {
+		"[2001:4860::8888]:80", "[2003::1]:80", "[2001:200::1]:80",
+		"[64:ff9a::1]:80", "[64:ff9b:2::1]:80", "[1::1]:80", "[3ffe::1]:80",
+		"[4000::1]:80", "[5f01::1]:80", "[fe00::1]:80", "[2001:30::1]:80",
+		"[2001:3::1]:80",					/* AMT: global */
+		"192.0.1.1:80", "192.88.98.1:80", "192.88.100.1:80", "198.20.0.1:80",
+		"8.8.8.8:80", "1.1.1.1:443",
+	};
+	struct policy p;
+	(void)state;
+
+	policy_init(&p);
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		verdict(&p, refused[i], POLICY_ADDR);
+	for (size_t i = 0; i < sizeof(relayed) / sizeof(relayed[0]); i++)
+		verdict(&p, relayed[i], POLICY_OK);
+	policy_free(&p);
+}
+
+/* The address a relay is reached at behind 1:1 NAT is its own, although no
+ * interface has it: never relayed to, whatever allow says. */
+static void
+test_public_address_is_self(void **state)
+{
+	struct policy p;
+	char err[128];
+	struct addr a;
+	(void)state;
+
+	policy_init(&p);
+	verdict(&p, "198.51.99.7:80", POLICY_OK);
+	assert_int_equal(cidr_list_parse("198.51.99.7, 2a00:1450::/64", &p.public, err,
+	    sizeof(err)), 0);
+	assert_int_equal(cidr_list_parse("0.0.0.0/0, ::/0", &p.allow, err, sizeof(err)), 0);
+	verdict(&p, "198.51.99.7:80", POLICY_ADDR);
+	verdict(&p, "198.51.99.7:443", POLICY_ADDR);
+	verdict(&p, "198.51.99.8:80", POLICY_OK);
+	verdict(&p, "[2a00:1450::1]:80", POLICY_ADDR);
+	verdict(&p, "[2a00:1450:0:1::1]:80", POLICY_OK);
+	assert_int_equal(addr_parse("198.51.99.7", &a), 0);
+	assert_true(policy_is_self(&p, &a));
+	policy_free(&p);
+}
+
 static void
 test_allow_overrides_special_but_not_multicast(void **state)
 {
@@ -139,6 +208,8 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_default_refuses_special),
+		cmocka_unit_test(test_special_purpose_registry),
+		cmocka_unit_test(test_public_address_is_self),
 		cmocka_unit_test(test_allow_overrides_special_but_not_multicast),
 		cmocka_unit_test(test_deny_wins),
 		cmocka_unit_test(test_self_always_refused),

@@ -82,6 +82,7 @@ test_values(void **state)
 	    "metrics_listen = [::1]:9761\n"
 	    "[limits]\nconnect_timeout = 1500ms\npipe_size = 256k\nmax_pipes = 10\n"
 	    "[policy]\nallowed_ports = 80, 443\nallow_destinations = 10.0.0.0/8, fd00::/8\n"
+	    "public_address = 198.51.99.7, 2a00:1450::1\n"
 	    "[probe]\nrequester_rate = 2.5\n[auth]\nmax_clock_skew = 1m\n");
 	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
 	unlink(path);
@@ -97,6 +98,7 @@ test_values(void **state)
 	assert_true(portset_has(&c.policy.ports, 443));
 	assert_false(portset_has(&c.policy.ports, 22));
 	assert_int_equal(c.policy.allow.n, 2);
+	assert_int_equal(c.policy.public.n, 2);
 	assert_true(c.requester_rate == 2.5);
 	assert_int_equal(c.max_clock_skew_ms, 60000);
 	rconf_free(&c);
