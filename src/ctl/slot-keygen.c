@@ -41,7 +41,7 @@ usage(FILE *f)
 	    "         what a certificate, CA or key file holds (never a secret)\n"
 	    "       %s shared [-f] FILE\n"
 	    "         a shared deployment key, for a lab's [auth] mode = shared\n"
-	    "       %s --help | --version\n",
+	    "       %s -h | --help | -V | --version\n",
 	    prog, prog, DEFAULT_DAYS, prog, prog, prog);
 }
 
@@ -375,7 +375,7 @@ main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
-	if (strcmp(argv[1], "--version") == 0) {
+	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
 		printf("slot-keygen %s\n", SLOT_VERSION);
 		return 0;
 	}
