@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "slot/conf.h"
+#include "slot/ident.h"
 #include "cconf.h"
 
 /* LAN, loopback, link-local and multicast traffic is never hijacked unless
@@ -33,6 +34,10 @@ cconf_defaults(struct cconf *c)
 	c->bypass_mark = 0x10000000;
 	c->relay_mask = 0x0fff0000;
 	c->max_clock_skew_ms = 30000;
+	c->auth_mode = IDENT_MODE_IDENTITY;
+	snprintf(c->id_key, sizeof(c->id_key), IDENT_DEFAULT_KEY);
+	snprintf(c->id_cert, sizeof(c->id_cert), IDENT_DEFAULT_CERT);
+	snprintf(c->id_ca, sizeof(c->id_ca), IDENT_DEFAULT_CA);
 
 	/* ports: none, the file must say which. include: empty, i.e. all.
 	 * Out of memory leaves exclude empty; cconf_load catches that. */
@@ -214,6 +219,7 @@ struct key_spec {
 	enum {
 		K_STR, K_LEVEL, K_UINT, K_MS, K_US, K_DOUBLE, K_BIT, K_MASK,
 		K_STRATEGY, K_PORTS, K_CIDRS, K_RELAY, K_URLS, K_BOOL, K_EP_OPT,
+		K_AUTHMODE,
 	} kind;
 	size_t off, size;	/* of the member; K_UINT stores 2, 4 or 8 bytes */
 	uint64_t min, max;	/* K_UINT, K_DOUBLE; K_MS and K_US in ms */
@@ -230,6 +236,10 @@ static const struct key_spec keys[] = {
 	{ "slotd", "bypass_mark", K_BIT, F(bypass_mark), 0, 0 },
 	{ "slotd", "relay_mask", K_MASK, F(relay_mask), 0, 0 },
 	{ "slotd", "max_clock_skew", K_MS, F(max_clock_skew_ms), 1000, HOUR_MS },
+	{ "auth", "mode", K_AUTHMODE, F(auth_mode), 0, 0 },
+	{ "auth", "key", K_STR, F(id_key), 0, 0 },
+	{ "auth", "certificate", K_STR, F(id_cert), 0, 0 },
+	{ "auth", "ca", K_STR, F(id_ca), 0, 0 },
 	{ "hijack", "ports", K_PORTS, F(ports), 0, 0 },
 	{ "hijack", "include", K_CIDRS, F(include), 0, 0 },
 	{ "hijack", "exclude", K_CIDRS, F(exclude), 0, 0 },
@@ -299,6 +309,12 @@ set_key(void *user, const char *section, const char *name, const char *value,
 	switch (k->kind) {
 	case K_STR:
 		rc = conf_string(value, dst, k->size, sub, sizeof(sub));
+		break;
+	case K_AUTHMODE:
+		if ((*(int *)dst = ident_mode_parse(value)) == -1) {
+			snprintf(sub, sizeof(sub), "expected identity or shared");
+			rc = -1;
+		}
 		break;
 	case K_LEVEL:
 		if (log_level_parse(value, dst) == -1) {
@@ -414,6 +430,12 @@ cconf_load(struct cconf *c, const char *path, char *err, size_t errlen)
 	}
 	if (c->key_file[0] == '\0' || c->control_socket[0] == '\0') {
 		snprintf(err, errlen, "%s: [slotd] key_file and control_socket must be set",
+		    path);
+		goto fail;
+	}
+	if (c->auth_mode == IDENT_MODE_IDENTITY &&
+	    (c->id_key[0] == '\0' || c->id_cert[0] == '\0' || c->id_ca[0] == '\0')) {
+		snprintf(err, errlen, "%s: [auth] mode identity needs key, certificate and ca",
 		    path);
 		goto fail;
 	}

@@ -46,6 +46,11 @@ struct cconf {
 	uint32_t relay_mask;		/* contiguous bits, disjoint from bypass_mark,
 					 * room for the relays' marks */
 	uint64_t max_clock_skew_ms;
+	/* [auth] */
+	int auth_mode;			/* enum ident_mode */
+	char id_key[CCONF_PATH_MAX];	/* this host's key, certificate, the CA */
+	char id_cert[CCONF_PATH_MAX];
+	char id_ca[CCONF_PATH_MAX];
 
 	/* [hijack] */
 	struct portset ports;		/* required: at least one port */
