@@ -1241,10 +1241,11 @@ identity_flipped(void **state)
 	(void)state;
 	for (i = 0; i < NVEC; i++) {
 		const struct proto_vector *v = &proto_vectors[i];
-		int hello = v->bytes[3] == PROTO_HELLO;
+		int hello;
 
 		if (v->result != PROTO_OK || v->at == PV_SHARED)
 			continue;
+		hello = v->bytes[3] == PROTO_HELLO;
 		n++;
 		for (k = 6; k < v->len; k++)
 			for (bit = 0; bit < 8; bit++) {
