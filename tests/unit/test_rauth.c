@@ -143,9 +143,11 @@ setup(void **state)
 	R.auth_mode = IDENT_MODE_IDENTITY;
 	make_ident(IDENT_ROLE_RELAY, "relay1", ca_seed, &R.id);
 	R.known = peertab_new(RAUTH_PEERS_MAX);
-	R.replay = replay_new(1024, 30000000);
+	struct admit_conf ac = { .max_conns = 64, .max_per_source = 64,
+	    .rate = { 1000, 1000 }, .burst = { 1000, 1000 }, .window_us = 30000000 };
+	R.admit = admit_new(&ac, 1024, 64);
 	assert_non_null(R.known);
-	assert_non_null(R.replay);
+	assert_non_null(R.admit);
 	assert_int_equal(pipes_init(&R), 0);
 	assert_int_equal(ep_parse("127.0.0.1:1", 0, &any), 0);
 	any.port = 0;		/* any free port */
@@ -186,7 +188,7 @@ teardown(void **state)
 	ctrl_close_all(&R);
 	ctrl_stop_accepting(&R);
 	pipes_destroy(&R);
-	replay_free(R.replay);
+	admit_free(R.admit);
 	rauth_free(&R);
 	rconf_free(&R.conf);
 	replay_free(D.replay);
