@@ -123,15 +123,25 @@ def hello(seed, cert, nonce=None, ts=None, sender=None):
     return head + slotcrypto.sign(seed, b"slot-hello/2\0" + head)
 
 
-def send_and_read(sb, relay, data, timeout=5):
+def send_and_read(sb, relay, data, timeout=5, then=None):
     """Connects from the client host to relay's control port, sends data and
-    reads until the relay closes (or timeout). Returns (bytes, closed)."""
+    reads until the relay closes (or timeout). then: more bytes, sent once
+    the relay has answered data with one whole message (the relay resets the
+    connection on a bad message, which would discard an answer still
+    queued). Returns (bytes, closed)."""
     def conn():
         return socket.create_connection((relay.ip, relay.ctl_port), timeout=timeout)
     s = sb.bed.in_ns("client", conn)
     got, closed = b"", False
     try:
         s.sendall(data)
+        if then is not None:
+            while len(messages(got)) < 1:
+                b = s.recv(4096)
+                if not b:
+                    return got, True
+                got += b
+            s.sendall(then)
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             try:
@@ -370,25 +380,25 @@ class Recorder:
 
     def _udp_loop(self):
         # datagrams from the client go to the relay from a socket of ours;
-        # the relay's answers come back there and go to the client
-        self.us.settimeout(0.5)
+        # the relay's answers come back there and go to the client at once
+        # (a probe answer late by more than C_wait would not count)
+        import select
         up = self.sb.bed.in_ns(self.relay.host, lambda: socket.socket(socket.AF_INET,
                                                                       socket.SOCK_DGRAM))
-        up.settimeout(0.01)
         client = None
         while not self.stop:
+            ready, _, _ = select.select([self.us, up], [], [], 0.2)
             try:
-                d, client = self.us.recvfrom(2048)
-                up.sendto(d, (self.relay.ip, self.relay.probe_port))
-            except (socket.timeout, OSError):
-                pass
-            try:
-                while True:
+                if self.us in ready:
+                    d, client = self.us.recvfrom(2048)
+                    up.sendto(d, (self.relay.ip, self.relay.probe_port))
+                if up in ready:
                     d, _ = up.recvfrom(2048)
                     if client:
                         self.us.sendto(d, client)
-            except (socket.timeout, OSError):
+            except OSError:
                 pass
+        up.close()
 
     def close(self):
         self.stop = True
@@ -415,7 +425,7 @@ def test_captured_establish_replayed_to_another_relay_is_refused(sb, slotds, tag
     assert types[0] == T_HELLO and T_PIPE_ESTABLISH in types, types
     establish = ms[types.index(T_PIPE_ESTABLISH)]
     c0 = r2.counters()
-    got, closed = send_and_read(sb, r2, ms[0] + establish, timeout=3)
+    got, closed = send_and_read(sb, r2, ms[0], then=establish, timeout=3)
     c1 = r2.counters()
     # relay2 takes the HELLO (it proves only the client's key), answers with
     # its own, then closes on the establish: MACed for relay1, not for it
