@@ -212,7 +212,7 @@ INST_SBIN  := slot-relayd slotd slot-dird slotctl slot-keygen
 INST_BIN   := slot-sim
 INST_UNITS := slot-relayd slotd slot-dird
 INST_CONFS := relayd slotd dird
-INST_MAN   := slotd.8 slot-relayd.8 slot-dird.8 slotctl.8 slot.conf.5 slot-sim.1
+INST_MAN   := slotd.8 slot-relayd.8 slot-dird.8 slotctl.8 slot.conf.5 slot-sim.1 slot-keygen.1
 INST_DOCS  := README.md $(wildcard docs/*.md)
 INST_SUBST := sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
               -e 's|@UNITDIR@|$(UNITDIR)|g'

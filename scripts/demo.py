@@ -269,6 +269,8 @@ def make_bed_class(slotbed):
                                                      self.key_hex, owner="nobody")
             self.slotd_key = slotbed.netns.write_key(os.path.join(self.dir, "slotd.key"),
                                                      self.key_hex)
+            # identity mode (docs/keys.md): a CA of the run, a certificate per daemon
+            self.ids = slotbed.Identities(os.path.join(self.dir, "ids"))
 
         def start_relay(self, host, directory_url):
             conf = {"relay": {"log_level": "info"}, "probe": {"probe_timeout": "1s"},
@@ -607,7 +609,7 @@ def main(argv=None):
     if os.geteuid() != 0:
         say("demo: must run as root (it builds network namespaces): sudo make demo")
         return 1
-    missing = [b for b in ("slot-relayd", "slotd", "slot-dird", "slot-wanem")
+    missing = [b for b in ("slot-relayd", "slotd", "slot-dird", "slot-wanem", "slot-keygen")
                if not os.access(os.path.join(build, b), os.X_OK)]
     missing += [p for p in ("/usr/sbin/nginx", "/usr/bin/curl") if not os.access(p, os.X_OK)]
     if missing:

@@ -76,6 +76,20 @@ struct ident_revoked {
 	size_t n;
 };
 
+/* How a daemon authenticates wire messages ([auth] mode). */
+enum ident_mode {
+	IDENT_MODE_IDENTITY = 0,	/* per-host keys and certificates */
+	IDENT_MODE_SHARED = 1,		/* the lab's one pre-shared key */
+};
+/* "identity", "shared" -> the mode, else -1. */
+int ident_mode_parse(const char *s);
+const char *ident_mode_str(int mode);
+
+/* Default paths of a host's identity files. */
+#define IDENT_DEFAULT_KEY "/etc/slot/host.key"
+#define IDENT_DEFAULT_CERT "/etc/slot/host.cert"
+#define IDENT_DEFAULT_CA "/etc/slot/ca.pub"
+
 const char *ident_role_str(uint8_t role);
 /* "client", "relay", "directory" -> role, else 0. */
 uint8_t ident_role_parse(const char *s);

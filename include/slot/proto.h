@@ -6,30 +6,40 @@
 
 #include "slot/addr.h"
 #include "slot/auth.h"
+#include "slot/ident.h"
 
 /* Wire codec, normative description in docs/protocol.md. Every message:
  *
  *   0  magic "SL" (0x53 0x4c)      2
- *   2  version (1)                 1
+ *   2  version (2)                 1
  *   3  type                        1
  *   4  length of the whole message 2   big endian, header + body + MAC
  *   6  flags (send 0, ignore)      2
  *   8  timestamp, unix us          8
  *  16  nonce                       8
  *  24  request id                  4
- *  28  body                        fixed size per type
+ *  28  sender's Ed25519 public key 32  zero in shared mode
+ *  60  body                        fixed size per type
  *  ..  HMAC-SHA256(key, bytes 0 .. length-33)   32
+ *
+ * The MAC key is the deployment's shared key (shared mode, sender zero) or
+ * the pair key of sender and recipient (identity mode, ident_pair_key). A
+ * HELLO ends with an Ed25519 signature (64) instead of a MAC: its body is
+ * the sender's certificate, and it introduces the sender.
  *
  * An endpoint in a body is 20 bytes: family (4 or 6), 0, port (2), address
  * (16, IPv4 in the first 4 bytes, the rest zero). */
 
 #define PROTO_MAGIC0 0x53
 #define PROTO_MAGIC1 0x4c
-#define PROTO_VERSION 1
-#define PROTO_HDR_LEN 28
+#define PROTO_VERSION 2
+#define PROTO_PK_LEN IDENT_PK_LEN
+#define PROTO_HDR_LEN (28 + PROTO_PK_LEN)
 #define PROTO_EP_LEN 20
 #define PROTO_MIN_LEN (PROTO_HDR_LEN + AUTH_MAC_LEN)
 #define PROTO_MAX_LEN 512	/* longest accepted; longer is malformed */
+/* What a HELLO's signature covers, after this context string. */
+#define PROTO_HELLO_CTX "slot-hello/2"
 
 enum proto_type {
 	PROTO_PROBE_REQUEST = 0x01,
@@ -40,6 +50,7 @@ enum proto_type {
 	PROTO_KEEPALIVE = 0x13,
 	PROTO_KEEPALIVE_ACK = 0x14,
 	PROTO_ERROR = 0x1f,
+	PROTO_HELLO = 0x20,
 };
 
 /* PROBE_REPLY status */
@@ -83,6 +94,7 @@ struct proto_msg {
 	uint64_t ts_us;
 	uint64_t nonce;
 	uint32_t id;
+	uint8_t sender[PROTO_PK_LEN];	/* all zero in shared mode */
 	union {
 		struct {
 			struct endpoint target;
@@ -109,8 +121,25 @@ struct proto_msg {
 		struct {
 			uint8_t code;
 		} error;
+		struct {
+			/* Decoded, its signature not checked: the caller
+			 * checks it against the CA (ident_cert_check). */
+			struct ident_cert cert;
+		} hello;
 	} u;
 };
+
+/* The framing fields of a message, read before its MAC is checked: what a
+ * key lookup may use to find the sender's key. Unauthenticated. */
+struct proto_hdr {
+	uint8_t type;
+	uint32_t id;
+	const uint8_t *sender;		/* PROTO_PK_LEN bytes */
+};
+
+/* The MAC key of a message's sender, or NULL if the sender is not known
+ * (the message is then BAD, PERR_SENDER). */
+typedef const struct auth_key *(*proto_key_fn)(void *arg, const struct proto_hdr *h);
 
 enum proto_result {
 	PROTO_OK = 0,
@@ -126,28 +155,61 @@ enum proto_err {
 	PERR_LENGTH,	/* length field out of range or wrong for the type */
 	PERR_TYPE,	/* unknown type */
 	PERR_BODY,	/* field value invalid (family, reserved bytes, port 0...) */
-	PERR_MAC,
+	PERR_MAC,	/* MAC, or a HELLO's signature, does not verify */
+	PERR_SENDER,	/* no key for the sender (unknown, or the wrong mode) */
 };
 
 /* Sets m's timestamp (now, wall clock) and a fresh random nonce, as every
  * message sent needs. */
 void proto_stamp(struct proto_msg *m);
 
-/* Encodes and signs m into buf. Returns the message length, or -1 if cap is
- * too small or m holds a value the format cannot carry (unknown type, bad
- * family, port 0). */
+/* Encodes m into buf and MACs it with key; m->sender goes on the wire as it
+ * is (zero in shared mode, this host's public key in identity mode). Returns
+ * the message length, or -1 if cap is too small or m holds a value the
+ * format cannot carry (unknown type, HELLO, bad family, port 0). */
 int proto_encode(const struct proto_msg *m, const struct auth_key *key,
     uint8_t *buf, size_t cap);
 
-/* Decodes the message at the start of buf[0..len). PROTO_OK: *m is filled,
- * the MAC checked, *used is its length. PROTO_NEED_MORE: fewer bytes than the
- * header or its length field says (header fields already read are checked
- * first, so garbage is BAD as early as possible). PROTO_BAD: *why says why;
- * a stream carrying it cannot be resynchronised. Freshness (timestamp, nonce)
- * is the caller's job, with replay_check(). */
+/* Encodes a HELLO introducing self: m's timestamp, nonce and id, self's
+ * public key as sender, self's certificate as body, and self's signature
+ * over header and body (context PROTO_HELLO_CTX). Returns its length or
+ * -1 if cap is too small. */
+int proto_encode_hello(const struct proto_msg *m, const struct ident *self,
+    uint8_t *buf, size_t cap);
+
+/* Decodes the message at the start of buf[0..len). key_fn(arg, header)
+ * gives the MAC key of the sender (not called for a HELLO, whose signature
+ * is checked with the public key in its sender field, which must be the
+ * certificate's). PROTO_OK: *m is filled, the MAC or signature checked,
+ * *used is its length. PROTO_NEED_MORE: fewer bytes than the header or its
+ * length field says (header fields already read are checked first, so
+ * garbage is BAD as early as possible). PROTO_BAD: *why says why; a stream
+ * carrying it cannot be resynchronised. Freshness (timestamp, nonce) is the
+ * caller's job, with replay_check(); whether the certificate of a HELLO is
+ * acceptable is too (ident_cert_check). */
+enum proto_result proto_decode_with(const uint8_t *buf, size_t len,
+    proto_key_fn key_fn, void *arg, struct proto_msg *m, size_t *used,
+    enum proto_err *why);
+
+/* Shared mode: proto_decode_with where every sender must be zero and every
+ * MAC is under key. */
 enum proto_result proto_decode(const uint8_t *buf, size_t len,
     const struct auth_key *key, struct proto_msg *m, size_t *used,
     enum proto_err *why);
+
+/* One known peer: the key lookup of a connection whose other end has
+ * introduced itself (proto_key_pair with arg a struct proto_pair *):
+ * messages must come from pk, MACed with key. */
+struct proto_pair {
+	uint8_t pk[PROTO_PK_LEN];
+	struct auth_key key;
+};
+const struct auth_key *proto_key_pair(void *pair, const struct proto_hdr *h);
+/* Shared mode (arg a const struct auth_key *): the sender must be zero. */
+const struct auth_key *proto_key_shared(void *key, const struct proto_hdr *h);
+
+/* True if pk is all zero (a shared-mode sender). */
+int proto_sender_is_zero(const uint8_t pk[PROTO_PK_LEN]);
 
 /* Expected body length for a type, or -1 if the type is unknown. */
 int proto_body_len(uint8_t type);

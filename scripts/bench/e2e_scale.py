@@ -191,8 +191,10 @@ class Bench:
         relay_conf = {"relay": {"log_level": "warn"},
                       "limits": {"max_pipes": 30000, "max_pending_per_client": 30000,
                                  "pending_timeout": "10s", "connect_timeout": "5s"}}
+        # slot-bench-peer speaks the lab's shared key, not identities
         self.sb = slotbed.SlotBed({"relay": (0, 0)}, direct_rtt=0, other_rtt=0,
-                                  host_sysctls=sysctls, relay_conf=relay_conf, spec_edit=edit)
+                                  host_sysctls=sysctls, relay_conf=relay_conf, spec_edit=edit,
+                                  auth="shared")
         self.sb.up()
         self.relay = self.sb.relays["relay"]
         # slot-relayd raises its descriptor limit to the hard limit: give it room

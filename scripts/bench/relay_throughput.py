@@ -172,6 +172,9 @@ stats_socket = %(dir)s/%(name)s.sock
 log_level = warn
 %(limits)s[policy]
 allow_destinations = 10.71.2.0/24
+[auth]
+# slot-bench-peer speaks the lab's shared key
+mode = shared
 """ % {"dir": tmpdir, "addr": R_C_ADDR, "port": port, "dport": port + 1, "name": name,
                "limits": "[limits]\npipe_size = %s\n" % pipe_size if pipe_size else ""})
     p = start(NS_R, [binary or os.path.join(build, "slot-relayd"), "-c", conf])

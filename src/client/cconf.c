@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "slot/conf.h"
+#include "slot/ident.h"
 #include "cconf.h"
 
 /* LAN, loopback, link-local and multicast traffic is never hijacked unless
@@ -36,6 +37,10 @@ cconf_defaults(struct cconf *c)
 	snprintf(c->user, sizeof(c->user), "slot");
 	snprintf(c->iptables, sizeof(c->iptables), "iptables");
 	c->rules_timeout_ms = 10000;
+	c->auth_mode = IDENT_MODE_IDENTITY;
+	snprintf(c->id_key, sizeof(c->id_key), IDENT_DEFAULT_KEY);
+	snprintf(c->id_cert, sizeof(c->id_cert), IDENT_DEFAULT_CERT);
+	snprintf(c->id_ca, sizeof(c->id_ca), IDENT_DEFAULT_CA);
 
 	/* ports: none, the file must say which. include: empty, i.e. all.
 	 * Out of memory leaves exclude empty; cconf_load catches that. */
@@ -217,6 +222,7 @@ struct key_spec {
 	enum {
 		K_STR, K_LEVEL, K_UINT, K_MS, K_US, K_DOUBLE, K_BIT, K_MASK,
 		K_STRATEGY, K_PORTS, K_CIDRS, K_RELAY, K_URLS, K_BOOL, K_EP_OPT,
+		K_AUTHMODE,
 	} kind;
 	size_t off, size;	/* of the member; K_UINT stores 2, 4 or 8 bytes */
 	uint64_t min, max;	/* K_UINT, K_DOUBLE; K_MS and K_US in ms */
@@ -236,6 +242,10 @@ static const struct key_spec keys[] = {
 	{ "slotd", "user", K_STR, F(user), 0, 0 },
 	{ "slotd", "iptables", K_STR, F(iptables), 0, 0 },
 	{ "slotd", "rules_timeout", K_MS, F(rules_timeout_ms), 1000, 600000 },
+	{ "auth", "mode", K_AUTHMODE, F(auth_mode), 0, 0 },
+	{ "auth", "key", K_STR, F(id_key), 0, 0 },
+	{ "auth", "certificate", K_STR, F(id_cert), 0, 0 },
+	{ "auth", "ca", K_STR, F(id_ca), 0, 0 },
 	{ "hijack", "ports", K_PORTS, F(ports), 0, 0 },
 	{ "hijack", "include", K_CIDRS, F(include), 0, 0 },
 	{ "hijack", "exclude", K_CIDRS, F(exclude), 0, 0 },
@@ -305,6 +315,12 @@ set_key(void *user, const char *section, const char *name, const char *value,
 	switch (k->kind) {
 	case K_STR:
 		rc = conf_string(value, dst, k->size, sub, sizeof(sub));
+		break;
+	case K_AUTHMODE:
+		if ((*(int *)dst = ident_mode_parse(value)) == -1) {
+			snprintf(sub, sizeof(sub), "expected identity or shared");
+			rc = -1;
+		}
 		break;
 	case K_LEVEL:
 		if (log_level_parse(value, dst) == -1) {
@@ -426,6 +442,12 @@ cconf_load(struct cconf *c, const char *path, char *err, size_t errlen)
 	if (c->user[0] == '\0' || c->iptables[0] == '\0' ||
 	    c->iptables[strcspn(c->iptables, " \t")] != '\0') {
 		snprintf(err, errlen, "%s: [slotd] user and iptables must be set (one word each)",
+		    path);
+		goto fail;
+	}
+	if (c->auth_mode == IDENT_MODE_IDENTITY &&
+	    (c->id_key[0] == '\0' || c->id_cert[0] == '\0' || c->id_ca[0] == '\0')) {
+		snprintf(err, errlen, "%s: [auth] mode identity needs key, certificate and ca",
 		    path);
 		goto fail;
 	}

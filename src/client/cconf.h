@@ -49,6 +49,11 @@ struct cconf {
 	char user[64];			/* runs as this user once set up; "root": stays */
 	char iptables[CCONF_PATH_MAX];	/* iptables, iptables-legacy, iptables-nft or a path */
 	uint64_t rules_timeout_ms;	/* xtables lock wait of each run; killed 2 s later */
+	/* [auth] */
+	int auth_mode;			/* enum ident_mode */
+	char id_key[CCONF_PATH_MAX];	/* this host's key, certificate, the CA */
+	char id_cert[CCONF_PATH_MAX];
+	char id_ca[CCONF_PATH_MAX];
 
 	/* [hijack] */
 	struct portset ports;		/* required: at least one port */

@@ -10,6 +10,7 @@
 #include "slot/auth.h"
 #include "slot/ctlsrv.h"
 #include "slot/htab.h"
+#include "slot/ident.h"
 #include "slot/replay.h"
 #include "slot/rng.h"
 #include "slot/selcache.h"
@@ -83,7 +84,10 @@ struct slotd {
 	struct ev_loop *loop;
 	struct cconf conf;
 	const char *conf_path;
-	struct auth_key key;
+	struct auth_key key;		/* shared mode; the directory's calls */
+	int auth_mode;			/* enum ident_mode, set at start */
+	struct ident id;		/* identity mode: ours */
+	struct ident_revoked revoked;	/* relays refused (rlinks_revoke) */
 	struct replay *replay;		/* probe replies and control messages */
 	struct rng rng;
 	uint8_t hkey[16];

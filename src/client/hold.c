@@ -602,6 +602,8 @@ probe_send(struct slotd *d, struct hconn *c, size_t i)
 	socklen_t sl;
 	int n, fd;
 
+	const struct proto_pair *pair = NULL;
+
 	fd = d->probe_fd[r->conf.control.addr.family == AF_INET6];
 	if (++d->next_probe_id == 0)
 		d->next_probe_id = 1;
@@ -612,7 +614,15 @@ probe_send(struct slotd *d, struct hconn *c, size_t i)
 	c->pr[i].c = c;
 	c->pr[i].idx = (uint32_t)i;
 	htab_insert(&d->probes, &c->pr[i].node, id_hash(m.id));
-	if (fd < 0 || (n = proto_encode(&m, &d->key, buf, sizeof(buf))) < 0)
+	/* Identity mode: MACed for this relay alone, with the pair key of
+	 * its control link (only relays whose link is up are probed). */
+	if (d->env.id != NULL) {
+		if (r->link == NULL || (pair = rlink_pair(r->link)) == NULL)
+			return;
+		memcpy(m.sender, d->id.cert.pk, PROTO_PK_LEN);
+	}
+	if (fd < 0 || (n = proto_encode(&m, pair ? &pair->key : &d->key, buf,
+	    sizeof(buf))) < 0)
 		return;		/* counts as a relay that never answers */
 	sl = ep_to_sockaddr(&r->conf.control, &ss);
 	if (sendto(fd, buf, (size_t)n, MSG_DONTWAIT, (struct sockaddr *)&ss, sl) == n) {
@@ -692,6 +702,27 @@ fresh(const struct slotd *d, uint64_t ts_us)
 	return ts_us + win >= now && ts_us <= now + win;
 }
 
+/* Identity mode: a reply is MACed with the pair key of the relay we asked,
+ * found by the request id it carries. */
+static const struct auth_key *
+reply_key_fn(void *arg, const struct proto_hdr *h)
+{
+	struct slotd *d = arg;
+	uint64_t hh = id_hash(h->id);
+
+	for (struct hnode *x = htab_first(&d->probes, hh); x; x = htab_next(x, hh)) {
+		struct hprobe *q = container_of(x, struct hprobe, node);
+		const struct crelay *r;
+		const struct proto_pair *pair;
+
+		if (q->id != h->id || (r = q->c->cand[q->idx]) == NULL || r->link == NULL ||
+		    (pair = rlink_pair(r->link)) == NULL)
+			continue;
+		return proto_key_pair((void *)pair, h);
+	}
+	return NULL;
+}
+
 static void
 probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
@@ -713,7 +744,10 @@ probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 			return;
 		uint64_t now = clock_mono_us();
 		if (ep_from_sockaddr((struct sockaddr *)&ss, sl, &from) == -1 ||
-		    proto_decode(buf, (size_t)n, &d->key, &m, &used, &why) != PROTO_OK ||
+		    (d->env.id == NULL ?
+		    proto_decode(buf, (size_t)n, &d->key, &m, &used, &why) :
+		    proto_decode_with(buf, (size_t)n, reply_key_fn, d, &m, &used, &why)) !=
+		    PROTO_OK ||
 		    used != (size_t)n || m.type != PROTO_PROBE_REPLY || !fresh(d, m.ts_us)) {
 			d->ctr.probe_replies_dropped++;
 			continue;

@@ -229,6 +229,30 @@ out:
 	return rc;
 }
 
+int
+rlinks_revoke(struct slotd *d, const struct ident_revoked *rev)
+{
+	struct ident_revoked copy = { NULL, 0 };
+	int n = 0;
+
+	if (rev->n > 0) {
+		if ((copy.serial = malloc(rev->n * sizeof(*copy.serial))) == NULL)
+			return -1;
+		memcpy(copy.serial, rev->serial, rev->n * sizeof(*copy.serial));
+		copy.n = rev->n;
+	}
+	ident_revoked_free(&d->revoked);
+	d->revoked = copy;
+	d->env.revoked = &d->revoked;
+	for (size_t i = 0; i < d->nrelays; i++)
+		if (d->relays[i]->link && rlink_revoke(d->relays[i]->link, &d->revoked))
+			n++;
+	if (n > 0)
+		log_warnx("revocation: %d relays dropped (%zu serials revoked)", n,
+		    d->revoked.n);
+	return n;
+}
+
 void
 relays_rules_done(void *user, uint64_t gen)
 {

@@ -36,4 +36,12 @@ void relay_quarantine(struct slotd *d, struct crelay *r, const char *why);
 
 const char *relay_state_str(const struct crelay *r);
 
+/* The revocation hook (fed from the directory's list): remembers rev, so
+ * that relays holding these certificates are refused from now on, and drops
+ * the control link of every relay whose certificate is in it (it keeps
+ * retrying, and is refused, until the relay has a new certificate). Returns
+ * how many links were dropped, or -1 if rev could not be copied (out of
+ * memory; nothing changed). */
+int rlinks_revoke(struct slotd *d, const struct ident_revoked *rev);
+
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "slot/clock.h"
@@ -53,6 +54,11 @@ struct rlink {
 
 	struct rl_req_list reqs;
 	size_t nreqs;
+
+	/* Identity mode: the relay's HELLO accepted on this connection. */
+	bool authed;
+	struct proto_pair pair;
+	struct ident_cert cert;
 };
 
 static void rl_connect(struct rlink *l);
@@ -106,6 +112,8 @@ rl_close_fd(struct rlink *l)
 	l->connected = false;
 	l->inlen = l->outlen = 0;
 	l->ka_outstanding = false;
+	l->authed = false;
+	auth_key_wipe(&l->pair.key);
 }
 
 static void
@@ -199,7 +207,16 @@ rl_send(struct rlink *l, struct proto_msg *m)
 		l->next_id = 1;
 	m->id = l->next_id;
 	proto_stamp(m);
-	if ((n = proto_encode(m, l->env->key, buf, sizeof(buf))) < 0)
+	if (l->env->id == NULL)
+		n = proto_encode(m, l->env->key, buf, sizeof(buf));
+	else if (m->type == PROTO_HELLO)
+		n = proto_encode_hello(m, l->env->id, buf, sizeof(buf));
+	else if (l->authed) {
+		memcpy(m->sender, l->env->id->cert.pk, PROTO_PK_LEN);
+		n = proto_encode(m, &l->pair.key, buf, sizeof(buf));
+	} else
+		return 0;	/* nothing but a HELLO before the relay's */
+	if (n < 0)
 		return 0;
 	if (l->outlen + (size_t)n > RL_OUT_MAX)
 		return 0;
@@ -225,7 +242,8 @@ rl_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 
-	rl_down(l, l->state == RL_CONNECTING ? "no answer to the first keepalive" :
+	rl_down(l, l->env->id != NULL && !l->authed ? "no HELLO from the relay in time" :
+	    l->state == RL_CONNECTING ? "no answer to the first keepalive" :
 	    "keepalive not answered in time");
 }
 
@@ -278,9 +296,58 @@ rl_connect(struct rlink *l)
 	ev_io_init(&l->io, rl_io_cb, l->fd, EV_WRITE);
 	l->io.data = l;
 	l->events = 0;
+	if (l->env->id != NULL) {
+		/* Identity mode: our HELLO goes out with the connect; the
+		 * relay's answer brings its key, then the first keepalive. */
+		struct proto_msg m = { .type = PROTO_HELLO };
+		if (rl_send(l, &m) == 0) {
+			rl_down(l, "cannot queue our HELLO");
+			return;
+		}
+		rl_arm_deadline(l);
+		(void)rl_flush(l);
+		return;
+	}
 	/* The first keepalive goes out with the connect; its answer proves
 	 * that the relay holds our key. */
 	rl_keepalive(l);
+}
+
+/* Identity mode: the relay's answer to our HELLO. A relay certificate of
+ * our CA, valid now and not revoked, for a key other than ours. Returns -1
+ * if the link went down. */
+static int
+rl_hello(struct rlink *l, const struct proto_msg *m)
+{
+	const struct rlink_env *e = l->env;
+	const struct ident_cert *c = &m->u.hello.cert;
+	char why[256], b[320];
+
+	if (m->type != PROTO_HELLO) {
+		snprintf(b, sizeof(b), "relay's first message is %s, not HELLO (relay in "
+		    "[auth] mode shared?)", proto_type_str(m->type));
+		rl_down(l, b);
+		return -1;
+	}
+	if (ident_cert_check(c, e->id->ca_pk, IDENT_MASK(IDENT_ROLE_RELAY),
+	    (uint64_t)time(NULL), e->revoked, why, sizeof(why)) == -1 ||
+	    memcmp(c->pk, e->id->cert.pk, IDENT_PK_LEN) == 0) {
+		snprintf(b, sizeof(b), "relay refused: %s", why);
+		rl_down(l, b);
+		return -1;
+	}
+	if (ident_pair_key(e->id, c->pk, &l->pair.key) == -1) {
+		rl_down(l, "relay's key is unusable");
+		return -1;
+	}
+	memcpy(l->pair.pk, c->pk, IDENT_PK_LEN);
+	l->cert = *c;
+	l->authed = true;
+	log_debug("relay %s: is '%s' (serial %016llx)", l->name, c->name,
+	    (unsigned long long)c->serial);
+	ev_timer_stop(e->loop, &l->timer);
+	rl_keepalive(l);
+	return l->fd < 0 ? -1 : 0;
 }
 
 static struct rl_req *
@@ -312,6 +379,8 @@ rl_message(struct rlink *l, const struct proto_msg *m)
 		rl_down(l, "replayed message");
 		return -1;
 	}
+	if (l->env->id != NULL && !l->authed)
+		return rl_hello(l, m);
 	switch (m->type) {
 	case PROTO_KEEPALIVE_ACK:
 		if (!l->ka_outstanding || m->id != l->ka_id)
@@ -359,6 +428,16 @@ rl_message(struct rlink *l, const struct proto_msg *m)
 	return 0;
 }
 
+/* Identity mode: the relay's messages, MACed with our pair key, once its
+ * HELLO is in; before, only its HELLO decodes. */
+static const struct auth_key *
+rl_key_fn(void *arg, const struct proto_hdr *h)
+{
+	struct rlink *l = arg;
+
+	return l->authed ? proto_key_pair(&l->pair, h) : NULL;
+}
+
 static void
 rl_read(struct rlink *l)
 {
@@ -376,14 +455,18 @@ rl_read(struct rlink *l)
 	}
 	l->inlen += (size_t)n;
 	while (off < l->inlen) {
-		enum proto_result r = proto_decode(l->in + off, l->inlen - off, l->env->key, &m,
-		    &used, &why);
+		enum proto_result r = l->env->id == NULL ?
+		    proto_decode(l->in + off, l->inlen - off, l->env->key, &m, &used, &why) :
+		    proto_decode_with(l->in + off, l->inlen - off, rl_key_fn, l, &m, &used,
+		    &why);
 		if (r == PROTO_NEED_MORE)
 			break;
 		if (r == PROTO_BAD) {
-			char b[80];
-			snprintf(b, sizeof(b), "bad message from the relay: %s "
-			    "(is the deployment key the same?)", proto_err_str(why));
+			char b[120];
+			snprintf(b, sizeof(b), "bad message from the relay: %s (%s)",
+			    proto_err_str(why), l->env->id == NULL ?
+			    "is the deployment key the same?" :
+			    "is the relay in [auth] mode identity?");
 			rl_down(l, b);
 			return;
 		}
@@ -488,6 +571,34 @@ size_t
 rlink_pending(const struct rlink *l)
 {
 	return l->nreqs;
+}
+
+const struct proto_pair *
+rlink_pair(const struct rlink *l)
+{
+	return l->authed ? &l->pair : NULL;
+}
+
+const struct ident_cert *
+rlink_cert(const struct rlink *l)
+{
+	return l->authed ? &l->cert : NULL;
+}
+
+void
+rlink_drop(struct rlink *l, const char *why)
+{
+	if (l->fd >= 0)
+		rl_down(l, why);
+}
+
+bool
+rlink_revoke(struct rlink *l, const struct ident_revoked *rev)
+{
+	if (!l->authed || !ident_revoked_has(rev, l->cert.serial))
+		return false;
+	rl_down(l, "certificate revoked");
+	return true;
 }
 
 uint32_t

@@ -1,18 +1,22 @@
 #ifndef SLOT_CLIENT_RLINK_H
 #define SLOT_CLIENT_RLINK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <ev.h>
 
 #include "slot/addr.h"
 #include "slot/auth.h"
+#include "slot/ident.h"
 #include "slot/proto.h"
 #include "slot/replay.h"
 
 /* slotd's persistent, authenticated control connection to one relay
  * (docs/protocol.md, "Control connection"): connects with the bypass mark,
- * proves the key with a KEEPALIVE before calling itself up, carries
+ * in identity mode introduces itself with a HELLO and takes the relay's
+ * (a relay certificate of our CA, not revoked), proves the key with a
+ * KEEPALIVE before calling itself up, carries
  * PIPE_ESTABLISH requests by id, keeps alive, and reconnects with
  * exponential backoff when anything goes wrong. */
 
@@ -22,7 +26,9 @@ enum rlink_state { RL_DOWN = 0, RL_CONNECTING, RL_UP };
  * takes effect at once. */
 struct rlink_env {
 	struct ev_loop *loop;
-	const struct auth_key *key;
+	const struct auth_key *key;	/* shared mode */
+	const struct ident *id;		/* identity mode: ours; NULL: shared mode */
+	const struct ident_revoked *revoked;	/* relays refused; NULL: none */
 	struct replay *replay;
 	uint32_t bypass_mark;
 	uint64_t keepalive_interval_ms, keepalive_timeout_ms;
@@ -50,6 +56,18 @@ unsigned rlink_failures(const struct rlink *l);
 /* The kernel's smoothed RTT of the link while up (keepalives keep it
  * fresh), in microseconds; 0 when down or unknown. */
 uint32_t rlink_rtt_us(const struct rlink *l);
+
+/* Identity mode, once the relay's HELLO was accepted: its public key and
+ * our pair key (the MAC key of probes to it too); else NULL. */
+const struct proto_pair *rlink_pair(const struct rlink *l);
+/* The relay's certificate while authenticated (identity mode), else NULL. */
+const struct ident_cert *rlink_cert(const struct rlink *l);
+/* Drops the connection if the relay's certificate serial is in rev (it
+ * reconnects later, and env->revoked decides then). Returns true if so. */
+bool rlink_revoke(struct rlink *l, const struct ident_revoked *rev);
+
+/* Drops the connection now (our identity changed); it reconnects later. */
+void rlink_drop(struct rlink *l, const char *why);
 
 /* Requests sent and not answered yet. */
 size_t rlink_pending(const struct rlink *l);

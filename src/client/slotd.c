@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +46,24 @@ usage(FILE *f)
 	    "usage: slotd [-c config] [-l level] [-t] [-V]\n"
 	    "  -c config  configuration file (default /etc/slot/slotd.conf)\n"
 	    "  -l level   log level: error, warn, info, debug (overrides the file)\n"
-	    "  -t         check the configuration and the key file, then exit\n"
+	    "  -t         check the configuration and the keys, then exit\n"
 	    "  -V         print the version\n");
+}
+
+/* The lab's shared key: the wire's in shared mode, and the directory's calls
+ * in either mode. */
+static bool
+need_shared_key(const struct cconf *c)
+{
+	return c->auth_mode == IDENT_MODE_SHARED || c->dir_urls.n > 0;
+}
+
+/* Identity mode: this host's key, its client certificate and the CA. */
+static int
+load_identity(const struct cconf *c, struct ident *id, char *err, size_t errlen)
+{
+	return ident_load(c->id_key, c->id_cert, c->id_ca, IDENT_MASK(IDENT_ROLE_CLIENT), id,
+	    err, errlen);
 }
 
 static void
@@ -54,6 +71,8 @@ set_env(struct slotd *d)
 {
 	d->env.loop = d->loop;
 	d->env.key = &d->key;
+	d->env.id = d->auth_mode == IDENT_MODE_IDENTITY ? &d->id : NULL;
+	d->env.revoked = &d->revoked;
 	d->env.replay = d->replay;
 	d->env.bypass_mark = d->conf.bypass_mark;
 	d->env.keepalive_interval_ms = d->conf.keepalive_interval_ms;
@@ -83,7 +102,9 @@ static void
 reload(struct slotd *d)
 {
 	struct cconf nc;
-	struct auth_key nk;
+	struct auth_key nk = d->key;
+	struct ident nid;
+	bool id_changed = false;
 	char err[512];
 
 	if (cconf_load(&nc, d->conf_path, err, sizeof(err)) == -1) {
@@ -91,11 +112,28 @@ reload(struct slotd *d)
 		log_warnx("reload: %s; keeping the running configuration", err);
 		return;
 	}
-	if (auth_key_load(nc.key_file, &nk, err, sizeof(err)) == -1) {
+	if (nc.auth_mode != d->auth_mode) {
+		log_warnx("reload: [auth] mode changes only on restart; keeping %s",
+		    ident_mode_str(d->auth_mode));
+		nc.auth_mode = d->auth_mode;
+	}
+	if (need_shared_key(&nc) && auth_key_load(nc.key_file, &nk, err, sizeof(err)) == -1) {
 		d->ctr.reload_failures++;
 		log_warnx("reload: %s; keeping the running configuration", err);
 		cconf_free(&nc);
 		return;
+	}
+	if (d->auth_mode == IDENT_MODE_IDENTITY) {
+		if (load_identity(&nc, &nid, err, sizeof(err)) == -1) {
+			d->ctr.reload_failures++;
+			log_warnx("reload: identity: %s; keeping the running configuration",
+			    err);
+			cconf_free(&nc);
+			auth_key_wipe(&nk);
+			return;
+		}
+		id_changed = memcmp(nid.cert.pk, d->id.cert.pk, IDENT_PK_LEN) != 0 ||
+		    memcmp(nid.ca_pk, d->id.ca_pk, IDENT_PK_LEN) != 0;
 	}
 	/* The queue is bound and the socket made once, with privileges we no
 	 * longer hold. */
@@ -131,6 +169,8 @@ reload(struct slotd *d)
 		log_warnx("reload: rules: %s; keeping the running configuration", err);
 		cconf_free(&nc);
 		auth_key_wipe(&nk);
+		if (d->auth_mode == IDENT_MODE_IDENTITY)
+			ident_wipe(&nid);
 		return;
 	}
 	if (nc.cache_size != d->conf.cache_size || nc.cache_ttl_ms != d->conf.cache_ttl_ms) {
@@ -145,6 +185,16 @@ reload(struct slotd *d)
 	d->rules_exec = (struct rules_exec){ d->conf.iptables, wait_s(&d->conf) };
 	auth_key_wipe(&d->key);
 	d->key = nk;
+	if (d->auth_mode == IDENT_MODE_IDENTITY) {
+		ident_wipe(&d->id);
+		d->id = nid;
+		/* Pair keys were made with the old key: introduce ourselves
+		 * to every relay again. */
+		if (id_changed)
+			for (size_t i = 0; i < d->nrelays; i++)
+				if (d->relays[i]->link)
+					rlink_drop(d->relays[i]->link, "our identity changed");
+	}
 	dirsync_set_key(d, &d->key);
 	replay_set_window(d->replay, d->conf.max_clock_skew_ms * 1000);
 	set_env(d);
@@ -303,10 +353,20 @@ main(int argc, char **argv)
 	if (level_arg)
 		d->conf.log_level = level;
 	log_set_level(d->conf.log_level);
-	if (auth_key_load(d->conf.key_file, &d->key, err, sizeof(err)) == -1)
+	d->auth_mode = d->conf.auth_mode;
+	if (need_shared_key(&d->conf) &&
+	    auth_key_load(d->conf.key_file, &d->key, err, sizeof(err)) == -1)
 		fatalx("%s", err);
+	if (d->auth_mode == IDENT_MODE_IDENTITY &&
+	    load_identity(&d->conf, &d->id, err, sizeof(err)) == -1)
+		fatalx("identity: %s", err);
 	if (check_only) {
-		printf("%s: configuration ok\n", path);
+		if (d->auth_mode == IDENT_MODE_IDENTITY)
+			printf("%s: configuration ok; identity '%s' (client), [auth] mode "
+			    "identity\n", path, d->id.cert.name);
+		else
+			printf("%s: configuration ok; [auth] mode shared\n", path);
+		ident_wipe(&d->id);
 		cconf_free(&d->conf);
 		return 0;
 	}
@@ -403,6 +463,12 @@ main(int argc, char **argv)
 	ev_signal_start(d->loop, &d->sig_term);
 	ev_signal_start(d->loop, &d->sig_int);
 
+	if (d->auth_mode == IDENT_MODE_IDENTITY)
+		log_info("identity '%s', certificate serial %016llx, [auth] mode identity",
+		    d->id.cert.name, (unsigned long long)d->id.cert.serial);
+	else
+		log_warnx("[auth] mode shared: any holder of the shared key can speak as "
+		    "any host (a lab setting)");
 	log_info("slotd %s: NFQUEUE %u, %zu relays, strategy %s k=%u, counters %s",
 	    SLOT_VERSION, d->conf.queue, d->nrelays, sel_strategy_name(d->conf.sel.strategy),
 	    d->conf.sel.k, d->conf.control_socket);
@@ -440,6 +506,8 @@ main(int argc, char **argv)
 	selc_free(d->cache);
 	replay_free(d->replay);
 	auth_key_wipe(&d->key);
+	ident_wipe(&d->id);
+	ident_revoked_free(&d->revoked);
 	cconf_free(&d->conf);
 	notify_fini(&notify);
 	ev_loop_destroy(d->loop);

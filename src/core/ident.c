@@ -29,6 +29,22 @@ _Static_assert(IDENT_SK_LEN == crypto_sign_SECRETKEYBYTES, "sk length");
 _Static_assert(IDENT_SEED_LEN == crypto_sign_SEEDBYTES, "seed length");
 _Static_assert(IDENT_SIG_LEN == crypto_sign_BYTES, "sig length");
 
+int
+ident_mode_parse(const char *s)
+{
+	if (strcmp(s, "identity") == 0)
+		return IDENT_MODE_IDENTITY;
+	if (strcmp(s, "shared") == 0)
+		return IDENT_MODE_SHARED;
+	return -1;
+}
+
+const char *
+ident_mode_str(int mode)
+{
+	return mode == IDENT_MODE_SHARED ? "shared" : "identity";
+}
+
 const char *
 ident_role_str(uint8_t role)
 {

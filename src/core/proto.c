@@ -24,6 +24,7 @@
 #define BODY_PIPE_FAIL		8
 #define BODY_KEEPALIVE		0
 #define BODY_ERROR		4
+#define BODY_HELLO		IDENT_CERT_LEN			/* certificate */
 
 /* Wire values of the endpoint family byte, independent of AF_* numbers. */
 #define EP_FAM_V4 4
@@ -58,8 +59,23 @@ proto_body_len(uint8_t type)
 		return BODY_KEEPALIVE;
 	case PROTO_ERROR:
 		return BODY_ERROR;
+	case PROTO_HELLO:
+		return BODY_HELLO;
 	}
 	return -1;
+}
+
+/* What ends a message: its MAC, or a HELLO's signature. */
+static size_t
+trailer_len(uint8_t type)
+{
+	return type == PROTO_HELLO ? IDENT_SIG_LEN : AUTH_MAC_LEN;
+}
+
+int
+proto_sender_is_zero(const uint8_t pk[PROTO_PK_LEN])
+{
+	return all_zero(pk, PROTO_PK_LEN);
 }
 
 static int
@@ -143,20 +159,9 @@ ep_get(const uint8_t *p, struct endpoint *e)
 	return -1;
 }
 
-int
-proto_encode(const struct proto_msg *m, const struct auth_key *key,
-    uint8_t *buf, size_t cap)
+static void
+put_header(const struct proto_msg *m, size_t len, uint8_t *buf)
 {
-	uint8_t *b;
-	int blen;
-	size_t len;
-
-	if ((blen = proto_body_len(m->type)) < 0)
-		return -1;
-	len = PROTO_HDR_LEN + (size_t)blen + AUTH_MAC_LEN;
-	if (cap < len)
-		return -1;
-
 	buf[0] = PROTO_MAGIC0;
 	buf[1] = PROTO_MAGIC1;
 	buf[2] = PROTO_VERSION;
@@ -166,6 +171,25 @@ proto_encode(const struct proto_msg *m, const struct auth_key *key,
 	put64(buf + 8, m->ts_us);
 	put64(buf + 16, m->nonce);
 	put32(buf + 24, m->id);
+	memcpy(buf + 28, m->sender, PROTO_PK_LEN);
+}
+
+int
+proto_encode(const struct proto_msg *m, const struct auth_key *key,
+    uint8_t *buf, size_t cap)
+{
+	uint8_t *b;
+	int blen;
+	size_t len;
+
+	/* A HELLO is signed, not MACed: proto_encode_hello. */
+	if ((blen = proto_body_len(m->type)) < 0 || m->type == PROTO_HELLO)
+		return -1;
+	len = PROTO_HDR_LEN + (size_t)blen + AUTH_MAC_LEN;
+	if (cap < len)
+		return -1;
+
+	put_header(m, len, buf);
 
 	b = buf + PROTO_HDR_LEN;
 	memset(b, 0, (size_t)blen);	/* reserved bytes */
@@ -214,6 +238,24 @@ proto_encode(const struct proto_msg *m, const struct auth_key *key,
 	return (int)len;
 }
 
+int
+proto_encode_hello(const struct proto_msg *m, const struct ident *self,
+    uint8_t *buf, size_t cap)
+{
+	struct proto_msg h = *m;
+	size_t len = PROTO_HDR_LEN + BODY_HELLO + IDENT_SIG_LEN;
+
+	if (cap < len)
+		return -1;
+	h.type = PROTO_HELLO;
+	memcpy(h.sender, self->cert.pk, PROTO_PK_LEN);
+	put_header(&h, len, buf);
+	memcpy(buf + PROTO_HDR_LEN, self->cert.raw, IDENT_CERT_LEN);
+	ident_sign(self, PROTO_HELLO_CTX, buf, len - IDENT_SIG_LEN,
+	    buf + len - IDENT_SIG_LEN);
+	return (int)len;
+}
+
 /* Parses a body whose MAC has already been checked. Returns 0 or -1. */
 static int
 body_get(const uint8_t *b, struct proto_msg *m)
@@ -252,6 +294,13 @@ body_get(const uint8_t *b, struct proto_msg *m)
 			return -1;
 		m->u.error.code = b[0];
 		return 0;
+	case PROTO_HELLO:
+		/* The certificate must be well formed and for the key that
+		 * signed the HELLO. */
+		if (ident_cert_decode(b, &m->u.hello.cert, NULL, 0) == -1 ||
+		    memcmp(m->u.hello.cert.pk, m->sender, PROTO_PK_LEN) != 0)
+			return -1;
+		return 0;
 	}
 	return -1;
 }
@@ -265,11 +314,13 @@ body_get(const uint8_t *b, struct proto_msg *m)
  * PERR_MAC, never PERR_BODY.
  */
 enum proto_result
-proto_decode(const uint8_t *buf, size_t len, const struct auth_key *key,
-    struct proto_msg *m, size_t *used, enum proto_err *why)
+proto_decode_with(const uint8_t *buf, size_t len, proto_key_fn key_fn,
+    void *arg, struct proto_msg *m, size_t *used, enum proto_err *why)
 {
 	enum proto_err e = PERR_NONE;
-	size_t mlen;
+	const struct auth_key *key;
+	struct proto_hdr h;
+	size_t mlen, tlen;
 	int blen;
 
 	*used = 0;
@@ -293,18 +344,34 @@ proto_decode(const uint8_t *buf, size_t len, const struct auth_key *key,
 	if (len < 6)
 		return PROTO_NEED_MORE;
 	mlen = get16(buf + 4);
+	tlen = trailer_len(buf[3]);
 	if (mlen < PROTO_MIN_LEN || mlen > PROTO_MAX_LEN ||
-	    mlen != PROTO_HDR_LEN + (size_t)blen + AUTH_MAC_LEN) {
+	    mlen != PROTO_HDR_LEN + (size_t)blen + tlen) {
 		e = PERR_LENGTH;
 		goto bad;
 	}
 	if (len < mlen)
 		return PROTO_NEED_MORE;
 
-	if (!auth_verify(key, buf, mlen - AUTH_MAC_LEN,
-	    buf + mlen - AUTH_MAC_LEN)) {
-		e = PERR_MAC;
-		goto bad;
+	if (buf[3] == PROTO_HELLO) {
+		/* Signed by the key it names as its sender. */
+		if (!ident_verify(buf + 28, PROTO_HELLO_CTX, buf, mlen - tlen,
+		    buf + mlen - tlen)) {
+			e = PERR_MAC;
+			goto bad;
+		}
+	} else {
+		h.type = buf[3];
+		h.id = get32(buf + 24);
+		h.sender = buf + 28;
+		if ((key = key_fn(arg, &h)) == NULL) {
+			e = PERR_SENDER;
+			goto bad;
+		}
+		if (!auth_verify(key, buf, mlen - tlen, buf + mlen - tlen)) {
+			e = PERR_MAC;
+			goto bad;
+		}
 	}
 
 	memset(m, 0, sizeof(*m));
@@ -313,6 +380,7 @@ proto_decode(const uint8_t *buf, size_t len, const struct auth_key *key,
 	m->ts_us = get64(buf + 8);
 	m->nonce = get64(buf + 16);
 	m->id = get32(buf + 24);
+	memcpy(m->sender, buf + 28, PROTO_PK_LEN);
 	if (body_get(buf + PROTO_HDR_LEN, m) == -1) {
 		e = PERR_BODY;
 		goto bad;
@@ -323,6 +391,28 @@ proto_decode(const uint8_t *buf, size_t len, const struct auth_key *key,
 bad:
 	*why = e;
 	return PROTO_BAD;
+}
+
+const struct auth_key *
+proto_key_shared(void *key, const struct proto_hdr *h)
+{
+	return proto_sender_is_zero(h->sender) ? key : NULL;
+}
+
+const struct auth_key *
+proto_key_pair(void *pair, const struct proto_hdr *h)
+{
+	const struct proto_pair *p = pair;
+
+	return memcmp(h->sender, p->pk, PROTO_PK_LEN) == 0 ? &p->key : NULL;
+}
+
+enum proto_result
+proto_decode(const uint8_t *buf, size_t len, const struct auth_key *key,
+    struct proto_msg *m, size_t *used, enum proto_err *why)
+{
+	return proto_decode_with(buf, len, proto_key_shared, (void *)key, m,
+	    used, why);
 }
 
 const char *
@@ -345,6 +435,8 @@ proto_type_str(uint8_t type)
 		return "KEEPALIVE_ACK";
 	case PROTO_ERROR:
 		return "ERROR";
+	case PROTO_HELLO:
+		return "HELLO";
 	}
 	return "unknown";
 }
@@ -367,6 +459,8 @@ proto_err_str(enum proto_err e)
 		return "invalid body";
 	case PERR_MAC:
 		return "bad MAC";
+	case PERR_SENDER:
+		return "unknown sender";
 	}
 	return "unknown";
 }
@@ -455,6 +549,7 @@ proto_error_for(enum proto_err e)
 	case PERR_VERSION:
 		return ERR_VERSION;
 	case PERR_MAC:
+	case PERR_SENDER:
 		return ERR_AUTH;
 	case PERR_MAGIC:
 	case PERR_LENGTH:

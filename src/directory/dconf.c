@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "slot/conf.h"
+#include "slot/ident.h"
 #include "dconf.h"
 
 #define DAY_MS (24ull * 3600 * 1000)
@@ -17,6 +18,10 @@ dconf_defaults(struct dconf *c)
 	snprintf(c->control_socket, sizeof(c->control_socket), "/run/slot/dird.sock");
 	c->log_level = SLOG_INFO;
 	c->max_clock_skew_ms = 30000;
+	c->auth_mode = IDENT_MODE_IDENTITY;
+	snprintf(c->id_key, sizeof(c->id_key), IDENT_DEFAULT_KEY);
+	snprintf(c->id_cert, sizeof(c->id_cert), IDENT_DEFAULT_CERT);
+	snprintf(c->id_ca, sizeof(c->id_ca), IDENT_DEFAULT_CA);
 
 	c->max_body = 64 * 1024;
 	c->max_header = 8 * 1024;
@@ -38,7 +43,8 @@ dconf_defaults(struct dconf *c)
 
 struct key_spec {
 	const char *section, *name;
-	enum { K_STR, K_EP, K_EP_OPT, K_LEVEL, K_UINT, K_MS, K_TIMEOUTS, K_SIZE, K_DOUBLE } kind;
+	enum { K_STR, K_EP, K_EP_OPT, K_LEVEL, K_UINT, K_MS, K_TIMEOUTS, K_SIZE, K_DOUBLE,
+	    K_AUTHMODE } kind;
 	size_t off;
 	uint64_t min, max;	/* K_UINT, K_MS, K_SIZE; K_STR: buffer size */
 	double dmin, dmax;	/* K_DOUBLE */
@@ -53,6 +59,11 @@ static const struct key_spec keys[] = {
 	{ "dird", "metrics_listen", K_EP_OPT, F(metrics_listen), 0, 0, 0, 0 },
 	{ "dird", "log_level", K_LEVEL, F(log_level), 0, 0, 0, 0 },
 	{ "dird", "max_clock_skew", K_MS, F(max_clock_skew_ms), 1000, 3600000, 0, 0 },
+	{ "auth", "mode", K_AUTHMODE, F(auth_mode), 0, 0, 0, 0 },
+	{ "auth", "key", K_STR, F(id_key), 0, DCONF_PATH_MAX, 0, 0 },
+	{ "auth", "certificate", K_STR, F(id_cert), 0, DCONF_PATH_MAX, 0, 0 },
+	{ "auth", "ca", K_STR, F(id_ca), 0, DCONF_PATH_MAX, 0, 0 },
+	{ "auth", "revoked", K_STR, F(revoked), 0, DCONF_PATH_MAX, 0, 0 },
 	/* Below 4k not even a register call with its XML fits. */
 	{ "limits", "max_body", K_SIZE, F(max_body), 4096, 64ull << 20, 0, 0 },
 	/* Below 512 not even a request line and Content-Length fit. */
@@ -110,6 +121,12 @@ set_key(void *user, const char *section, const char *name, const char *value,
 			rc = -1;
 		}
 		break;
+	case K_AUTHMODE:
+		if ((*(int *)dst = ident_mode_parse(value)) == -1) {
+			snprintf(sub, sizeof(sub), "expected identity or shared");
+			rc = -1;
+		}
+		break;
 	case K_LEVEL:
 		if (log_level_parse(value, dst) == -1) {
 			snprintf(sub, sizeof(sub), "expected error, warn, info or debug");
@@ -154,6 +171,12 @@ dconf_load(struct dconf *c, const char *path, char *err, size_t errlen)
 		return 0;
 	if (conf_load(path, set_key, c, err, errlen) == -1)
 		return -1;
+	if (c->auth_mode == IDENT_MODE_IDENTITY &&
+	    (c->id_key[0] == '\0' || c->id_cert[0] == '\0' || c->id_ca[0] == '\0')) {
+		snprintf(err, errlen, "%s: [auth] mode identity needs key, certificate and ca",
+		    path);
+		return -1;
+	}
 	if (c->key_file[0] == '\0' || c->control_socket[0] == '\0') {
 		snprintf(err, errlen, "%s: [dird] key_file and control_socket must be set", path);
 		return -1;

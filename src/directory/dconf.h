@@ -22,6 +22,13 @@ struct dconf {
 	enum slog_level log_level;
 	uint64_t max_clock_skew_ms;
 
+	/* [auth] */
+	int auth_mode;			/* enum ident_mode */
+	char id_key[DCONF_PATH_MAX];	/* this host's key, certificate, the CA */
+	char id_cert[DCONF_PATH_MAX];
+	char id_ca[DCONF_PATH_MAX];
+	char revoked[DCONF_PATH_MAX];	/* revoked serials; "": none */
+
 	/* [limits] */
 	uint64_t max_body;		/* bytes of one XML-RPC request */
 	uint64_t max_header;		/* bytes of its request line and headers */

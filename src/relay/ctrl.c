@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -10,6 +11,7 @@
 #include "slot/sock.h"
 #include "ctrl.h"
 #include "pipe.h"
+#include "rauth.h"
 
 /* Answers queued beyond this stop the reading of requests until the client
  * takes them: a client that never reads cannot make us buffer without end. */
@@ -29,6 +31,10 @@ struct ctrl_conn {
 	size_t outlen, outcap;
 	int closing;		/* answer sent, close once flushed */
 	int authed;		/* a message passed its MAC: in r->ctrls, else r->ctrls_new */
+	/* Identity mode: authed once its HELLO is accepted; then the peer's
+	 * key, our pair key and its certificate's serial. */
+	struct proto_pair pair;
+	uint64_t serial;
 	TAILQ_ENTRY(ctrl_conn) link;
 };
 
@@ -58,6 +64,7 @@ ctrl_close(struct ctrl_conn *c, enum ctrl_how how, const char *why)
 		close(c->fd);
 	TAILQ_REMOVE(c->authed ? &r->ctrls : &r->ctrls_new, c, link);
 	admit_conn_close(r->admit, &c->peer.addr);
+	auth_key_wipe(&c->pair.key);
 	r->ctr.control_conns--;
 	free(c->out);
 	free(c);
@@ -106,16 +113,8 @@ ctrl_flush(struct ctrl_conn *c)
 }
 
 static void
-ctrl_queue(struct ctrl_conn *c, struct proto_msg *m)
+ctrl_queue_bytes(struct ctrl_conn *c, const uint8_t *buf, int n)
 {
-	uint8_t buf[PROTO_MAX_LEN];
-	int n;
-
-	proto_stamp(m);
-	if ((n = proto_encode(m, &c->r->key, buf, sizeof(buf))) < 0) {
-		log_warnx("control: cannot encode %s", proto_type_str(m->type));
-		return;
-	}
 	if (c->outlen + (size_t)n > c->outcap) {
 		size_t cap = c->outcap ? c->outcap * 2 : 1024;
 		while (cap < c->outlen + (size_t)n)
@@ -133,6 +132,22 @@ ctrl_queue(struct ctrl_conn *c, struct proto_msg *m)
 	/* Sent from the loop's write event, so that an answer produced inside
 	 * another connection's callback never closes this one under it. */
 	ctrl_set_events(c);
+}
+
+static void
+ctrl_queue(struct ctrl_conn *c, struct proto_msg *m)
+{
+	uint8_t buf[PROTO_MAX_LEN];
+	int n;
+
+	rauth_stamp(c->r, m);
+	n = proto_encode(m, rauth_identity(c->r) ? &c->pair.key : &c->r->key, buf,
+	    sizeof(buf));
+	if (n < 0) {
+		log_warnx("control: cannot encode %s", proto_type_str(m->type));
+		return;
+	}
+	ctrl_queue_bytes(c, buf, n);
 }
 
 void
@@ -188,11 +203,62 @@ ctrl_authenticated(struct ctrl_conn *c)
 	ev_timer_start(r->loop, &c->idle);
 }
 
+/*
+ * Identity mode: the first message must be a valid, fresh HELLO of a client
+ * or relay of this deployment's CA; we answer with ours, and from then on
+ * every message both ways is MACed with the pair key. Anything else closes
+ * the connection unanswered: we cannot MAC an answer for a peer we do not
+ * know, and an unauthenticated peer learns nothing.
+ */
+static void
+ctrl_hello(struct ctrl_conn *c, const struct proto_msg *m)
+{
+	struct relay *r = c->r;
+	uint8_t buf[PROTO_MAX_LEN];
+	char why[256], b[EP_STRLEN];
+	int n;
+
+	if (m->type != PROTO_HELLO) {
+		snprintf(why, sizeof(why), "first message %s, not HELLO (client in "
+		    "[auth] mode shared?)", proto_type_str(m->type));
+		goto refuse;
+	}
+	if (admit_message(r->admit, ADMIT_CONTROL, &c->peer.addr, m->ts_us, m->nonce,
+	    clock_mono_us(), clock_real_us()) != ADMIT_OK) {
+		snprintf(why, sizeof(why), "stale, replayed or too frequent HELLO");
+		goto refuse;
+	}
+	if (rauth_admit(r, m, IDENT_MASK(IDENT_ROLE_CLIENT) | IDENT_MASK(IDENT_ROLE_RELAY),
+	    &c->pair.key, why, sizeof(why)) == -1)
+		goto refuse;
+	if ((n = rauth_hello(r, m->id, buf, sizeof(buf))) < 0) {
+		snprintf(why, sizeof(why), "cannot encode our HELLO");
+		goto refuse;
+	}
+	memcpy(c->pair.pk, m->sender, PROTO_PK_LEN);
+	c->serial = m->u.hello.cert.serial;
+	ctrl_authenticated(c);
+	r->ctr.hellos_accepted++;
+	log_debug("control %s: %s '%s' authenticated", ep_fmt(&c->peer, b),
+	    ident_role_str(m->u.hello.cert.role), m->u.hello.cert.name);
+	ctrl_queue_bytes(c, buf, n);
+	return;
+refuse:
+	r->ctr.hellos_refused++;
+	log_info("control %s: refused: %s", ep_fmt(&c->peer, b), why);
+	c->closing = 1;
+	ctrl_set_events(c);
+}
+
 static void
 ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
 {
 	struct relay *r = c->r;
 
+	if (rauth_identity(r) && !c->authed) {
+		ctrl_hello(c, m);
+		return;
+	}
 	ctrl_authenticated(c);
 	switch (admit_message(r->admit, ADMIT_CONTROL, &c->peer.addr, m->ts_us, m->nonce,
 	    clock_mono_us(), clock_real_us())) {
@@ -232,6 +298,16 @@ ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
 	}
 }
 
+/* Identity mode: messages from the peer that introduced itself, MACed with
+ * our pair key; none before its HELLO. */
+static const struct auth_key *
+ctrl_key_fn(void *arg, const struct proto_hdr *h)
+{
+	struct ctrl_conn *c = arg;
+
+	return c->authed ? proto_key_pair(&c->pair, h) : NULL;
+}
+
 /* Reads and handles whole messages. Returns -1 if the connection closed. */
 static int
 ctrl_read(struct ctrl_conn *c)
@@ -255,8 +331,16 @@ ctrl_read(struct ctrl_conn *c)
 		struct proto_msg m;
 		size_t used;
 		enum proto_err why;
-		enum proto_result res = proto_decode(c->in + off, c->inlen - off,
-		    &c->r->key, &m, &used, &why);
+		enum proto_result res;
+
+		if (!rauth_identity(c->r))
+			res = proto_decode(c->in + off, c->inlen - off, &c->r->key, &m,
+			    &used, &why);
+		else
+			/* Before the HELLO no key is known: only a HELLO
+			 * decodes. */
+			res = proto_decode_with(c->in + off, c->inlen - off, ctrl_key_fn, c,
+			    &m, &used, &why);
 		if (res == PROTO_NEED_MORE)
 			break;
 		if (res == PROTO_BAD) {
@@ -416,6 +500,22 @@ ctrl_stop_accepting(struct relay *r)
 		close(r->ctrl_fd);
 		r->ctrl_fd = -1;
 	}
+}
+
+size_t
+ctrl_revoke(struct relay *r, const struct ident_revoked *rev)
+{
+	struct ctrl_conn *c, *next;
+	size_t n = 0;
+
+	for (c = TAILQ_FIRST(&r->ctrls); c != NULL; c = next) {
+		next = TAILQ_NEXT(c, link);
+		if (rauth_identity(r) && ident_revoked_has(rev, c->serial)) {
+			ctrl_close(c, CTRL_FIN, "certificate revoked");
+			n++;
+		}
+	}
+	return n;
 }
 
 void

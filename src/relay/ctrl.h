@@ -13,6 +13,9 @@ void ctrl_start(struct relay *r);
 void ctrl_stop_accepting(struct relay *r);
 /* Closes every connection. */
 void ctrl_close_all(struct relay *r);
+/* Closes every connection whose peer's certificate serial is in rev.
+ * Returns how many. */
+size_t ctrl_revoke(struct relay *r, const struct ident_revoked *rev);
 /* Accepting was paused on EMFILE; resume. */
 void ctrl_resume_accepting(struct relay *r);
 

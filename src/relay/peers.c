@@ -12,6 +12,7 @@
 #include "slot/rng.h"
 #include "dirlink.h"
 #include "peers.h"
+#include "rauth.h"
 
 #define PEER_SAMPLES 3		/* the minimum of the last few filters queueing */
 #define SETTLE_EXTRA_S 0.2	/* after the probe timeout, before reporting */
@@ -23,6 +24,12 @@ struct peer {
 	bool due, waiting;
 	uint32_t id;
 	uint64_t sent_us;
+	/* Identity mode: the peer's key, learnt from its answer to our HELLO
+	 * (sent before the first probe, and again after a lost one: the peer
+	 * may have restarted or forgotten us). */
+	bool keyed, hello_out;
+	struct proto_pair pair;
+	uint64_t serial;
 };
 
 struct peers {
@@ -43,6 +50,43 @@ jitter(struct peers *p, double s, double spread)
 	return s * (1.0 - spread + 2.0 * spread * rng_unit(&p->rng));
 }
 
+static void send_probe(struct peers *p, struct peer *x);
+
+/* The peer at endpoint from, if any. */
+static struct peer *
+peer_at(struct peers *p, const struct endpoint *from)
+{
+	for (size_t j = 0; j < p->n; j++)
+		if (ep_eq(&p->v[j].ep, from))
+			return &p->v[j];
+	return NULL;
+}
+
+/* A peer's answer to our HELLO: a relay of our CA. Then the probe goes. */
+static void
+hello_answer(struct peers *p, struct peer *x, const struct proto_msg *m)
+{
+	struct relay *r = p->r;
+	char err[256], b[EP_STRLEN];
+
+	if (!x->hello_out || m->id != x->id ||
+	    admit_message(r->admit, ADMIT_PROBE, &x->ep.addr, m->ts_us, m->nonce,
+	    clock_mono_us(), clock_real_us()) != ADMIT_OK)
+		return;
+	x->hello_out = false;
+	if (rauth_admit(r, m, IDENT_MASK(IDENT_ROLE_RELAY), &x->pair.key, err,
+	    sizeof(err)) == -1) {
+		r->ctr.hellos_refused++;
+		log_warnx("peers: %s refused: %s", ep_fmt(&x->ep, b), err);
+		return;
+	}
+	memcpy(x->pair.pk, m->sender, PROTO_PK_LEN);
+	x->serial = m->u.hello.cert.serial;
+	x->keyed = true;
+	r->ctr.hellos_accepted++;
+	send_probe(p, x);
+}
+
 static void
 reply_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
@@ -59,37 +103,52 @@ reply_cb(struct ev_loop *loop, ev_io *w, int revents)
 		ssize_t n = recvfrom(fd, buf, sizeof(buf), 0, (struct sockaddr *)&ss, &len);
 		struct endpoint from;
 		struct proto_msg m;
+		struct peer *x;
 		size_t used;
 		enum proto_err why;
+		enum proto_result res;
 
 		if (n < 0)
 			return;
 		uint64_t now = clock_mono_us();
+		/* Only from a listed peer: its endpoint names the key to check. */
 		if (ep_from_sockaddr((struct sockaddr *)&ss, len, &from) == -1 ||
-		    proto_decode(buf, (size_t)n, &r->key, &m, &used, &why) != PROTO_OK ||
-		    used != (size_t)n || m.type != PROTO_PROBE_REPLY)
+		    (x = peer_at(p, &from)) == NULL)
+			continue;
+		if (!rauth_identity(r))
+			res = proto_decode(buf, (size_t)n, &r->key, &m, &used, &why);
+		else if (n > 3 && buf[3] == PROTO_HELLO)
+			res = proto_decode_with(buf, (size_t)n, rauth_key_fn, r, &m, &used, &why);
+		else if (x->keyed)
+			res = proto_decode_with(buf, (size_t)n, proto_key_pair, &x->pair, &m, &used,
+			    &why);
+		else
+			continue;
+		if (res != PROTO_OK || used != (size_t)n)
+			continue;
+		if (m.type == PROTO_HELLO && rauth_identity(r)) {
+			hello_answer(p, x, &m);
+			continue;
+		}
+		if (m.type != PROTO_PROBE_REPLY)
 			continue;
 		uint64_t real = clock_real_us(), skew = r->conf.max_clock_skew_ms * 1000;
 		if (m.ts_us + skew < real || m.ts_us > real + skew)
 			continue;
 		/* Only the answer to the one request outstanding at that peer:
 		 * a replayed or forged reply cannot plant an RTT. */
-		for (size_t j = 0; j < p->n; j++) {
-			struct peer *x = &p->v[j];
-			if (!x->waiting || x->id != m.id || !ep_eq(&x->ep, &from))
-				continue;
-			x->waiting = false;
-			uint64_t elapsed = now - x->sent_us;
-			if (m.u.probe_reply.hold_us > elapsed)
-				break;
-			uint64_t rtt = elapsed - m.u.probe_reply.hold_us;
-			x->sample[x->next] = rtt > UINT32_MAX ? UINT32_MAX : (uint32_t)rtt;
-			x->next = (uint8_t)((x->next + 1) % PEER_SAMPLES);
-			if (x->nsamples < PEER_SAMPLES)
-				x->nsamples++;
-			r->ctr.peer_probes_answered++;
-			break;
-		}
+		if (!x->waiting || x->id != m.id)
+			continue;
+		x->waiting = false;
+		uint64_t elapsed = now - x->sent_us;
+		if (m.u.probe_reply.hold_us > elapsed)
+			continue;
+		uint64_t rtt = elapsed - m.u.probe_reply.hold_us;
+		x->sample[x->next] = rtt > UINT32_MAX ? UINT32_MAX : (uint32_t)rtt;
+		x->next = (uint8_t)((x->next + 1) % PEER_SAMPLES);
+		if (x->nsamples < PEER_SAMPLES)
+			x->nsamples++;
+		r->ctr.peer_probes_answered++;
 	}
 }
 
@@ -120,10 +179,21 @@ send_probe(struct peers *p, struct peer *x)
 
 	x->due = false;
 	m.id = x->id = ++p->next_id;
-	proto_stamp(&m);
+	rauth_stamp(r, &m);
 	m.u.probe_req.target = x->ep;
-	if ((fd = sock_for(p, x->ep.addr.family)) < 0 ||
-	    (n = proto_encode(&m, &r->key, buf, sizeof(buf))) < 0)
+	if ((fd = sock_for(p, x->ep.addr.family)) < 0)
+		return;
+	if (rauth_identity(r) && !x->keyed) {
+		/* Introduce ourselves first; the probe follows the answer. */
+		if ((n = rauth_hello(r, m.id, buf, sizeof(buf))) < 0)
+			return;
+		socklen_t sl = ep_to_sockaddr(&x->ep, &ss);
+		if (sendto(fd, buf, (size_t)n, MSG_DONTWAIT, (struct sockaddr *)&ss, sl) == n)
+			x->hello_out = true;
+		return;
+	}
+	if ((n = proto_encode(&m, rauth_identity(r) ? &x->pair.key : &r->key, buf,
+	    sizeof(buf))) < 0)
 		return;
 	socklen_t len = ep_to_sockaddr(&x->ep, &ss);
 	x->sent_us = clock_mono_us();
@@ -173,11 +243,15 @@ settle_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 
-	for (size_t i = 0; i < p->n; i++)
+	for (size_t i = 0; i < p->n; i++) {
 		if (p->v[i].waiting) {
 			p->v[i].waiting = false;
+			/* It may have forgotten us: introduce ourselves again. */
+			p->v[i].keyed = false;
 			p->r->ctr.peer_probes_lost++;
 		}
+		p->v[i].hello_out = false;
+	}
 	report(p);
 }
 
@@ -290,6 +364,29 @@ peers_set(struct peers *p, const struct endpoint *self, const struct endpoint *e
 		    1000.0, 0.1), 0.);
 		ev_timer_start(p->r->loop, &p->round);
 	}
+}
+
+void
+peers_forget_keys(struct peers *p)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		p->v[i].keyed = false;
+		auth_key_wipe(&p->v[i].pair.key);
+	}
+}
+
+size_t
+peers_revoke(struct peers *p, const struct ident_revoked *rev)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < p->n; i++)
+		if (p->v[i].keyed && ident_revoked_has(rev, p->v[i].serial)) {
+			p->v[i].keyed = false;
+			auth_key_wipe(&p->v[i].pair.key);
+			n++;
+		}
+	return n;
 }
 
 void

@@ -4,6 +4,7 @@
 #include <stddef.h>
 
 #include "slot/addr.h"
+#include "slot/ident.h"
 #include "relay.h"
 
 /* RTTs to the other relays of the directory, for its grouping. Each peer gets
@@ -22,6 +23,12 @@ struct peers *peers_start(struct relay *r);
 void peers_set(struct peers *p, const struct endpoint *self, const struct endpoint *eps,
     size_t n);
 void peers_stop(struct peers *p);
+
+/* Identity mode: forgets every peer's key (our own identity changed), or
+ * those of peers whose serial is in rev (returns how many). Such peers are
+ * introduced to again before their next probe, and a revoked one refused. */
+void peers_forget_keys(struct peers *p);
+size_t peers_revoke(struct peers *p, const struct ident_revoked *rev);
 
 struct ctl_out;
 /* One line per peer: endpoint, RTT reported (us, "-" none yet), samples. */

@@ -15,6 +15,7 @@
 #include "slot/sock.h"
 #include "slot/synprobe.h"
 #include "probe.h"
+#include "rauth.h"
 
 #define PROBE_MAX_WAITERS 64	/* requesters sharing one measurement */
 #define PROBE_BATCH 64		/* datagrams read per wake-up */
@@ -28,6 +29,7 @@ struct waiter {
 	struct endpoint from;
 	uint32_t id;
 	uint64_t t_recv;
+	struct auth_key key;	/* the reply's MAC key: the requester's */
 };
 
 struct job {
@@ -52,6 +54,7 @@ struct probe_srv {
 	size_t njobs;
 	struct rttcache *cache;
 	struct ratelimit *rl_dst;	/* requesters' rate: admit.h */
+	struct ratelimit *rl_hello;	/* other relays' HELLOs, per source */
 	struct synp_sock *synp;	/* NULL: connect measurements only */
 };
 
@@ -65,13 +68,13 @@ probe_reply(struct probe_srv *ps, const struct waiter *w, const struct endpoint 
 	int n;
 	uint64_t now = clock_mono_us();
 
-	proto_stamp(&m);
+	rauth_stamp(ps->r, &m);
 	m.u.probe_reply.status = status;
 	m.u.probe_reply.flags = flags;
 	m.u.probe_reply.rtt_us = rtt_us;
 	m.u.probe_reply.hold_us = (uint32_t)(now - w->t_recv);
 	m.u.probe_reply.target = *target;
-	if ((n = proto_encode(&m, &ps->r->key, buf, sizeof(buf))) < 0)
+	if ((n = proto_encode(&m, &w->key, buf, sizeof(buf))) < 0)
 		return;
 	socklen_t len = ep_to_sockaddr(&w->from, &ss);
 	/* A full socket buffer loses the reply; the client treats it as a
@@ -263,6 +266,48 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 	ev_timer_start(r->loop, &j->timer);
 }
 
+/*
+ * Identity mode: another relay introduces itself before probing us
+ * (peers.c). Only relays do so here (clients introduce themselves on their
+ * control connection); the answer is our own HELLO, no larger than the
+ * request and within the requester's rate, so the port is no amplifier.
+ */
+static void
+probe_hello(struct probe_srv *ps, const uint8_t *buf, size_t n, const struct endpoint *from,
+    uint64_t now)
+{
+	struct relay *r = ps->r;
+	struct proto_msg m;
+	struct auth_key key;
+	struct sockaddr_storage ss;
+	uint8_t out[PROTO_MAX_LEN];
+	enum proto_err why;
+	size_t used;
+	char err[256], b[EP_STRLEN];
+	int len;
+
+	/* The rate before the signature check, which costs more than a MAC;
+	 * the replay cache once it is authentic. */
+	if (!rl_allow(ps->rl_hello, &from->addr, now) ||
+	    proto_decode_with(buf, n, rauth_key_fn, r, &m, &used, &why) != PROTO_OK ||
+	    used != n || admit_message(r->admit, ADMIT_PROBE, &from->addr, m.ts_us, m.nonce,
+	    now, clock_real_us()) != ADMIT_OK) {
+		r->ctr.probes_dropped++;
+		return;
+	}
+	if (rauth_admit(r, &m, IDENT_MASK(IDENT_ROLE_RELAY), &key, err, sizeof(err)) == -1) {
+		r->ctr.hellos_refused++;
+		log_info("HELLO from %s refused: %s", ep_fmt(from, b), err);
+		return;
+	}
+	auth_key_wipe(&key);
+	r->ctr.hellos_accepted++;
+	if ((len = rauth_hello(r, m.id, out, sizeof(out))) < 0)
+		return;
+	socklen_t sl = ep_to_sockaddr(from, &ss);
+	(void)sendto(ps->fd, out, (size_t)len, MSG_DONTWAIT, (struct sockaddr *)&ss, sl);
+}
+
 static void
 probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
@@ -281,15 +326,33 @@ probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 
 		struct waiter wt = { .t_recv = clock_mono_us() };
 		struct proto_msg m;
+		struct proto_hdr h;
+		const struct auth_key *k;
 		size_t used;
 		enum proto_err why;
-		if (ep_from_sockaddr((struct sockaddr *)&ss, len, &wt.from) == -1 ||
-		    proto_decode(buf, (size_t)n, &r->key, &m, &used, &why) != PROTO_OK ||
+		if (ep_from_sockaddr((struct sockaddr *)&ss, len, &wt.from) == -1) {
+			r->ctr.probes_dropped++;
+			continue;
+		}
+		if (rauth_identity(r) && n > 3 && buf[3] == PROTO_HELLO) {
+			probe_hello(ps, buf, (size_t)n, &wt.from, wt.t_recv);
+			continue;
+		}
+		/* An unknown sender is dropped like a forgery. */
+		if (proto_decode_with(buf, (size_t)n, rauth_key_fn, r, &m, &used, &why) != PROTO_OK ||
 		    used != (size_t)n || m.type != PROTO_PROBE_REQUEST) {
 			/* Silently: an answer would help scanners and reflectors. */
 			r->ctr.probes_dropped++;
 			continue;
 		}
+		h.type = m.type;
+		h.id = m.id;
+		h.sender = m.sender;
+		if ((k = rauth_key_fn(r, &h)) == NULL) {
+			r->ctr.probes_dropped++;
+			continue;
+		}
+		wt.key = *k;
 		wt.id = m.id;
 		/* The requester's rate before the replay cache, so that no
 		 * source fills it faster than its rate (admit.h). */
@@ -323,7 +386,8 @@ probe_start(struct relay *r, int fd, struct synp_sock *synp)
 		goto fail;
 	ps->cache = rttc_new(PROBE_CACHE_SLOTS);
 	ps->rl_dst = rl_new(PROBE_RL_SLOTS, r->conf.destination_rate, r->conf.destination_burst);
-	if (!ps->cache || !ps->rl_dst)
+	ps->rl_hello = rl_new(PROBE_RL_SLOTS, r->conf.requester_rate, r->conf.requester_burst);
+	if (!ps->cache || !ps->rl_dst || !ps->rl_hello)
 		goto fail;
 	ev_io_init(&ps->io, probe_read_cb, fd, EV_READ);
 	ps->io.data = ps;
@@ -333,6 +397,7 @@ fail:
 	if (ps) {
 		rttc_free(ps->cache);
 		rl_free(ps->rl_dst);
+		rl_free(ps->rl_hello);
 		htab_destroy(&ps->jobs);
 		free(ps);
 	}
@@ -345,6 +410,7 @@ void
 probe_reconfigure(struct probe_srv *ps)
 {
 	rl_set(ps->rl_dst, ps->r->conf.destination_rate, ps->r->conf.destination_burst);
+	rl_set(ps->rl_hello, ps->r->conf.requester_rate, ps->r->conf.requester_burst);
 }
 
 void
@@ -368,6 +434,7 @@ probe_stop(struct probe_srv *ps)
 	synp_close(ps->synp);
 	rttc_free(ps->cache);
 	rl_free(ps->rl_dst);
+	rl_free(ps->rl_hello);
 	free(ps);
 }
 

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "slot/conf.h"
+#include "slot/ident.h"
 #include "rconf.h"
 
 void
@@ -47,6 +48,10 @@ rconf_defaults(struct rconf *c)
 	c->max_inflight = 1024;
 
 	c->max_clock_skew_ms = 30000;
+	c->auth_mode = IDENT_MODE_IDENTITY;
+	snprintf(c->id_key, sizeof(c->id_key), IDENT_DEFAULT_KEY);
+	snprintf(c->id_cert, sizeof(c->id_cert), IDENT_DEFAULT_CERT);
+	snprintf(c->id_ca, sizeof(c->id_ca), IDENT_DEFAULT_CA);
 
 	c->dir_timeout_ms = 5000;
 	c->list_interval_ms = 5 * 60 * 1000;
@@ -65,7 +70,7 @@ rconf_free(struct rconf *c)
 struct key_spec {
 	const char *section, *name;
 	enum { K_STR, K_EP, K_LEVEL, K_UINT, K_MS, K_MS_OFF, K_SIZE, K_DOUBLE, K_PORTS, K_CIDRS,
-	    K_URLS, K_EP_OPT } kind;
+	    K_URLS, K_EP_OPT, K_AUTHMODE } kind;
 	size_t off;
 	uint64_t min, max;	/* K_UINT, K_MS, K_SIZE; K_STR: buffer size */
 };
@@ -113,6 +118,10 @@ static const struct key_spec keys[] = {
 	{ "probe", "destination_burst", K_DOUBLE, F(destination_burst), 0, 0 },
 	{ "probe", "max_inflight", K_UINT, F(max_inflight), 1, 100000 },
 	{ "auth", "max_clock_skew", K_MS, F(max_clock_skew_ms), 1000, 3600000 },
+	{ "auth", "mode", K_AUTHMODE, F(auth_mode), 0, 0 },
+	{ "auth", "key", K_STR, F(id_key), 0, RCONF_PATH_MAX },
+	{ "auth", "certificate", K_STR, F(id_cert), 0, RCONF_PATH_MAX },
+	{ "auth", "ca", K_STR, F(id_ca), 0, RCONF_PATH_MAX },
 	{ "directory", "urls", K_URLS, F(dir_urls), 0, 0 },
 	{ "directory", "advertise", K_EP_OPT, F(advertise), 0, 0 },
 	{ "directory", "timeout", K_MS, F(dir_timeout_ms), 100, 120000 },
@@ -154,6 +163,12 @@ set_key(void *user, const char *section, const char *name, const char *value,
 	case K_EP:
 		if (ep_parse(value, 0, dst) == -1) {
 			snprintf(sub, sizeof(sub), "expected address:port");
+			rc = -1;
+		}
+		break;
+	case K_AUTHMODE:
+		if ((*(int *)dst = ident_mode_parse(value)) == -1) {
+			snprintf(sub, sizeof(sub), "expected identity or shared");
 			rc = -1;
 		}
 		break;
@@ -235,6 +250,12 @@ rconf_load(struct rconf *c, const char *path, char *err, size_t errlen)
 	}
 	if (c->stats_socket[0] == '\0' || c->key_file[0] == '\0') {
 		snprintf(err, errlen, "%s: [relay] key_file and stats_socket must be set", path);
+		goto fail;
+	}
+	if (c->auth_mode == IDENT_MODE_IDENTITY &&
+	    (c->id_key[0] == '\0' || c->id_cert[0] == '\0' || c->id_ca[0] == '\0')) {
+		snprintf(err, errlen, "%s: [auth] mode identity needs key, certificate and ca",
+		    path);
 		goto fail;
 	}
 	return 0;

@@ -56,6 +56,10 @@ struct rconf {
 
 	/* [auth] */
 	uint64_t max_clock_skew_ms;
+	int auth_mode;			/* enum ident_mode */
+	char id_key[RCONF_PATH_MAX];	/* this host's key, certificate, the CA */
+	char id_cert[RCONF_PATH_MAX];
+	char id_ca[RCONF_PATH_MAX];
 
 	/* [directory] */
 	struct conf_urls dir_urls;	/* none: no directory */

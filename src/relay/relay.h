@@ -7,6 +7,7 @@
 #include "slot/auth.h"
 #include "slot/ctlsrv.h"
 #include "slot/htab.h"
+#include "slot/ident.h"
 #include "admit.h"
 #include "kpipe.h"
 #include "rconf.h"
@@ -45,6 +46,9 @@ struct relay_counters {
 	unsigned long long peer_pings;		/* other relays' RTT probes answered */
 	unsigned long long peers;		/* gauge: other relays listed */
 	unsigned long long peer_probes_sent, peer_probes_answered, peer_probes_lost;
+	unsigned long long hellos_accepted;	/* peers authenticated (control, UDP) */
+	unsigned long long hellos_refused;	/* certificate, role, validity, revoked, replayed */
+	unsigned long long peers_revoked;	/* dropped by relay_revoke */
 };
 
 struct pipe;
@@ -52,6 +56,7 @@ struct ctrl_conn;
 struct probe_srv;
 struct dirlink;
 struct peers;
+struct peertab;
 
 TAILQ_HEAD(pipe_list, pipe);
 TAILQ_HEAD(ctrl_list, ctrl_conn);
@@ -60,7 +65,11 @@ struct relay {
 	struct ev_loop *loop;
 	struct rconf conf;
 	const char *conf_path;
-	struct auth_key key;
+	struct auth_key key;		/* shared mode; the directory's calls */
+	int auth_mode;			/* enum ident_mode */
+	struct ident id;		/* identity mode: this relay's */
+	struct peertab *known;		/* identity mode: authenticated peers */
+	struct ident_revoked revoked;	/* refused serials (relay_revoke) */
 	struct admit *admit;		/* control connection caps; rate, then replay, per kind */
 	struct kpipe_pool kpipes;
 	struct relay_counters ctr;

@@ -3,6 +3,7 @@
  * splices each pipe's two sockets. See docs/relay.md. */
 
 #include <errno.h>
+#include <stdbool.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
@@ -24,6 +25,7 @@
 #include "peers.h"
 #include "pipe.h"
 #include "probe.h"
+#include "rauth.h"
 #include "stats.h"
 
 #ifndef SLOT_VERSION
@@ -46,7 +48,7 @@ usage(FILE *f)
 	    "usage: slot-relayd [-c config] [-l level] [-t] [-V]\n"
 	    "  -c config  configuration file (default /etc/slot/relayd.conf)\n"
 	    "  -l level   log level: error, warn, info, debug (overrides the file)\n"
-	    "  -t         check the configuration and the key file, then exit\n"
+	    "  -t         check the configuration and the keys, then exit\n"
 	    "  -V         print the version\n");
 }
 
@@ -128,6 +130,14 @@ accept_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	ctrl_resume_accepting(r);
 }
 
+/* The lab's shared key: the wire's in shared mode, and the directory's calls
+ * in either mode. */
+static bool
+need_shared_key(const struct rconf *c)
+{
+	return c->auth_mode == IDENT_MODE_SHARED || c->dir_urls.n > 0;
+}
+
 static void
 reload(struct relay *r)
 {
@@ -163,13 +173,22 @@ reload(struct relay *r)
 	n.advertise = r->conf.advertise;
 	n.dir_timeout_ms = r->conf.dir_timeout_ms;
 	n.list_interval_ms = r->conf.list_interval_ms;
-	if (auth_key_load(n.key_file, &k, err, sizeof(err)) == 0) {
+	if (n.auth_mode != r->auth_mode) {
+		log_warnx("reload: [auth] mode changes only on restart; keeping %s",
+		    ident_mode_str(r->auth_mode));
+		n.auth_mode = r->auth_mode;
+	}
+	if (!need_shared_key(&n))
+		;
+	else if (auth_key_load(n.key_file, &k, err, sizeof(err)) == 0) {
 		r->key = k;
 		if (r->dir)
 			dirlink_set_key(r->dir, &k);
 		auth_key_wipe(&k);
 	} else
 		log_warnx("reload: key not reloaded (%s); the running key stays", err);
+	if (rauth_load(r, &n, err, sizeof(err)) == -1)
+		log_warnx("reload: identity not reloaded (%s); the running one stays", err);
 
 	/* Our own addresses were read with privileges at start: keep them. */
 	free(n.policy.self);
@@ -385,10 +404,18 @@ main(int argc, char **argv)
 	if (level_arg)
 		r->conf.log_level = level;
 	log_set_level(r->conf.log_level);
-	if (auth_key_load(r->conf.key_file, &r->key, err, sizeof(err)) == -1)
+	if (need_shared_key(&r->conf) &&
+	    auth_key_load(r->conf.key_file, &r->key, err, sizeof(err)) == -1)
 		fatalx("%s", err);
+	if (rauth_load(r, &r->conf, err, sizeof(err)) == -1)
+		fatalx("identity: %s", err);
 	if (check_only) {
-		printf("%s: configuration ok\n", path);
+		if (rauth_identity(r))
+			printf("%s: configuration ok; identity '%s' (relay), [auth] mode "
+			    "identity\n", path, r->id.cert.name);
+		else
+			printf("%s: configuration ok; [auth] mode shared\n", path);
+		rauth_free(r);
 		rconf_free(&r->conf);
 		return 0;
 	}
@@ -455,6 +482,12 @@ main(int argc, char **argv)
 	ev_signal_start(r->loop, &r->sig_int);
 
 	char pb[EP_STRLEN], cb[EP_STRLEN], db[EP_STRLEN];
+	if (rauth_identity(r))
+		log_info("identity '%s', certificate serial %016llx, [auth] mode identity",
+		    r->id.cert.name, (unsigned long long)r->id.cert.serial);
+	else
+		log_warnx("[auth] mode shared: any holder of the shared key can speak as "
+		    "any host (a lab setting)");
 	log_info("slot-relayd %s: probes %s/udp, control %s, data %s, counters %s, "
 	    "%zu directories", SLOT_VERSION, ep_fmt(&r->conf.probe_listen, pb),
 	    ep_fmt(&r->conf.control_listen, cb), ep_fmt(&r->conf.data_listen, db),
@@ -490,6 +523,7 @@ main(int argc, char **argv)
 	kpipe_pool_destroy(&r->kpipes);
 	admit_free(r->admit);
 	auth_key_wipe(&r->key);
+	rauth_free(r);
 	rconf_free(&r->conf);
 	ev_loop_destroy(r->loop);
 	return 0;

@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "slot/peertab.h"
 #include "slot/proto.h"
 #include "dirlink.h"
 #include "peers.h"
@@ -97,6 +98,14 @@ stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap)
 	    "RTT probes to other relays answered.");
 	C("peer_probes_lost", c->peer_probes_lost, CTL_COUNTER,
 	    "RTT probes to other relays never answered.");
+	C("hellos_accepted", c->hellos_accepted, CTL_COUNTER,
+	    "Peers authenticated by their HELLO (control connections, other relays).");
+	C("hellos_refused", c->hellos_refused, CTL_COUNTER,
+	    "HELLOs refused (certificate, role, validity, revoked, stale) or missing.");
+	C("peers_known", r->known ? peertab_count(r->known) : 0, CTL_GAUGE,
+	    "Authenticated peers remembered (identity mode).");
+	C("peers_revoked", c->peers_revoked, CTL_COUNTER,
+	    "Peers dropped because their certificate was revoked.");
 	C("dir_registered", d.registered, CTL_GAUGE,
 	    "Directories holding this relay's registration.");
 	C("dir_registrations", d.registrations, CTL_COUNTER, "Successful slot.register calls.");

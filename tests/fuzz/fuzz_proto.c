@@ -29,6 +29,13 @@ roundtrip(const struct proto_msg *m)
 	int n;
 
 	(void)proto_type_str(m->type);
+	/* A HELLO is signed with its sender's secret key, which we do not
+	 * have: it cannot be encoded again, but what decodes must name the
+	 * certificate's key as its sender. */
+	if (m->type == PROTO_HELLO) {
+		FUZZ_CHECK(memcmp(m->sender, m->u.hello.cert.pk, PROTO_PK_LEN) == 0);
+		return;
+	}
 	n = proto_encode(m, &key, buf, sizeof(buf));
 	FUZZ_CHECK(n > 0);
 	FUZZ_CHECK(proto_decode(buf, (size_t)n, &key, &again, &used, &why) == PROTO_OK);

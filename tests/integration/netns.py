@@ -290,7 +290,9 @@ class Relay:
                 "allow_destinations": net.server_net,
             },
             "probe": {},
-            "auth": {},
+            # slot-testclient speaks the lab's shared key (tests/integration/
+            # slotbed.py runs the identity mode)
+            "auth": {"mode": "shared"},
         }
         self.update(overrides or {})
         self.proc = None

@@ -47,6 +47,7 @@ RELAYD = os.environ.get("SLOT_RELAYD", os.path.join(BUILD, "slot-relayd"))
 SLOTD = os.environ.get("SLOT_SLOTD", os.path.join(BUILD, "slotd"))
 SLOTD_SRC = os.path.join(ROOT, "src", "client", "slotd.c")
 DIRD = os.environ.get("SLOT_DIRD", os.path.join(BUILD, "slot-dird"))
+KEYGEN = os.environ.get("SLOT_KEYGEN", os.path.join(BUILD, "slot-keygen"))
 NGINX = os.environ.get("SLOT_NGINX", "/usr/sbin/nginx")
 
 KiB = 1 << 10
@@ -166,6 +167,62 @@ class CtEntry:
         return "CtEntry(%s)" % self.line
 
 
+# ---------------------------------------------------------------- identities
+
+class Identities:
+    """A deployment's CA and per-host keys and certificates (docs/keys.md),
+    made with slot-keygen in a directory of the run. issue() returns the
+    [auth] section a daemon's config needs."""
+
+    def __init__(self, directory, name="ca"):
+        self.dir = directory
+        os.makedirs(self.dir, exist_ok=True)
+        os.chmod(self.dir, 0o755)        # relays run as nobody and re-read theirs
+        self.ca = os.path.join(self.dir, name)
+        keygen("ca", self.ca)
+        self.ca_pub = self.ca + ".pub"
+        self.certs = {}                  # name -> prefix
+
+    def issue(self, role, name, owner=None, days=None, key=None):
+        """A key and certificate for host `name` in `role`; owner: the user
+        the key file must belong to (a relay re-reads it as nobody). key: an
+        existing key file to certify again (a renewal). Returns the [auth]
+        section."""
+        prefix = os.path.join(self.dir, name)
+        a = ["issue", "-c", self.ca + ".key", "-r", role, "-n", name, "-f"]
+        if days is not None:
+            a += ["-d", str(days)]
+        if key is not None:
+            a += ["-k", key]
+        keygen(*a, prefix)
+        os.chmod(prefix + ".cert", 0o644)
+        if owner:
+            import pwd
+            pw = pwd.getpwnam(owner)
+            os.chown(prefix + ".key", pw.pw_uid, pw.pw_gid)
+        self.certs[name] = prefix
+        return self.auth(name)
+
+    def auth(self, name):
+        prefix = self.certs[name]
+        return {"mode": "identity", "key": prefix + ".key", "certificate": prefix + ".cert",
+                "ca": self.ca_pub}
+
+    def serial(self, name):
+        """The certificate's serial, 16 hex digits (slot-keygen show)."""
+        out = keygen("show", self.certs[name] + ".cert")
+        m = re.search(r"serial\s*:?\s*([0-9a-f]{16})", out)
+        assert m, out
+        return m.group(1)
+
+
+def keygen(*args):
+    r = subprocess.run([KEYGEN] + list(args), capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise RuntimeError("slot-keygen %s: %s" % (" ".join(args), r.stderr))
+    return r.stdout
+
+
 # ---------------------------------------------------------------- slot-relayd
 
 class Relay:
@@ -200,7 +257,7 @@ class Relay:
                        "deny_destinations": ""},
             # a burst of new connections probes often
             "probe": {"requester_rate": 1000, "requester_burst": 2000},
-            "auth": {},
+            "auth": sb.auth_for("relay", host, owner="nobody"),
         }
         self.proc = None
         self._log_f = None
@@ -548,6 +605,7 @@ class Slotd:
             "relays": {"keepalive_interval": "30s", "keepalive_timeout": "10s",
                        "reconnect_min": "500ms", "reconnect_max": "2s",
                        "failure_quarantine": "30s"},
+            "auth": self.sb.auth_for("client", "client%d" % self.n),
         }
 
     def relay_lines(self):
@@ -753,6 +811,7 @@ class BedDird(DirClient):
                      "state_file": self.state, "control_socket": self.sock,
                      "log_level": "debug"},
             "limits": {}, "relays": {}, "groups": {"regroup_interval": "200ms"},
+            "auth": sb.auth_for("directory", "dird-%s" % host),
         }
         self.proc = None
         self._log_f = None
@@ -822,10 +881,13 @@ class SlotBed:
     relay-server)}; direct_rtt: client-server. extra_hosts: more hosts (a
     directory's, say); extra_pairs: (a, b, rtt) for other pairs. Every other
     pair gets other_rtt. host_sysctls: sysctls of every host. spec_edit(spec)
-    may change the topology (tests/testbed/topo.py format) before it is built."""
+    may change the topology (tests/testbed/topo.py format) before it is built.
+    auth: "identity" (the default: a CA of the run, a key and certificate per
+    daemon) or "shared" (the lab's one key_file, every daemon in [auth] mode
+    shared)."""
 
     def __init__(self, relays, direct_rtt=80, other_rtt=10, host_sysctls=None, relay_conf=None,
-                 extra_hosts=(), extra_pairs=(), spec_edit=None):
+                 extra_hosts=(), extra_pairs=(), spec_edit=None, auth="identity"):
         self.relay_rtts = dict(relays)
         hosts = ["client"] + list(self.relay_rtts) + ["server"] + list(extra_hosts)
         pairs = [{"a": "client", "b": "server", "rtt": direct_rtt}]
@@ -855,6 +917,18 @@ class SlotBed:
         self.dirds = []
         self.proxies = []
         self.key_hex = None
+        assert auth in ("identity", "shared"), auth
+        self.auth_mode = auth
+        self.ids = None                 # Identities, in identity mode
+
+    def auth_for(self, role, name, owner=None):
+        """The [auth] section of a daemon: its own key and certificate
+        (made on first use) in identity mode, mode shared otherwise."""
+        if self.auth_mode == "shared":
+            return {"mode": "shared"}
+        if name not in self.ids.certs:
+            return self.ids.issue(role, name, owner=owner)
+        return self.ids.auth(name)
 
     # -- life cycle --
 
@@ -874,6 +948,8 @@ class SlotBed:
             self.relay_key = netns.write_key(os.path.join(self.dir, "relay.key"), self.key_hex,
                                              owner="nobody")
             self.slotd_key = netns.write_key(os.path.join(self.dir, "slotd.key"), self.key_hex)
+            if self.auth_mode == "identity":
+                self.ids = Identities(os.path.join(self.dir, "ids"))
             for name in self.relay_rtts:
                 self.relays[name] = Relay(self, name, self.relay_key, self.relay_conf).start()
             self.nginx = Nginx(self, "server")

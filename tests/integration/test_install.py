@@ -24,7 +24,7 @@ BIN = ["slot-sim"]
 DAEMONS = ["slotd", "slot-relayd", "slot-dird"]
 CONFS = {"slotd": "slotd", "slot-relayd": "relayd", "slot-dird": "dird"}
 MAN = {"slotd.8": 8, "slot-relayd.8": 8, "slot-dird.8": 8, "slotctl.8": 8,
-       "slot.conf.5": 5, "slot-sim.1": 1}
+       "slot.conf.5": 5, "slot-sim.1": 1, "slot-keygen.1": 1}
 PLACEHOLDER = re.compile(r"@[A-Z]+@")
 
 
@@ -127,12 +127,20 @@ def test_example_configuration_checks(staged, daemon):
     text = open(os.path.join(dest, "etc/slot/%s.conf.example" % conf)).read()
     with tempfile.TemporaryDirectory(prefix="slot-conf-") as d:
         key = key_file(d)
+        # [auth] mode identity, the default: a CA and this daemon's certificate
+        keygen = os.path.join(pre, "sbin", "slot-keygen")
+        role = {"slotd": "client", "slot-relayd": "relay", "slot-dird": "directory"}[daemon]
+        subprocess.run([keygen, "ca", os.path.join(d, "ca")], check=True, capture_output=True)
+        subprocess.run([keygen, "issue", "-c", os.path.join(d, "ca.key"), "-r", role, "-n",
+                        "host", os.path.join(d, "host")], check=True, capture_output=True)
         cpath = os.path.join(d, conf + ".conf")
         with open(cpath, "w") as f:
-            f.write(text.replace("key_file = /etc/slot/key", "key_file = " + key))
+            f.write(text.replace("key_file = /etc/slot/key", "key_file = " + key)
+                    .replace("/etc/slot/host.", os.path.join(d, "host."))
+                    .replace("/etc/slot/ca.pub", os.path.join(d, "ca.pub")))
         res = subprocess.run([binary, "-t", "-c", cpath], capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
-        assert res.stdout == "%s: configuration ok\n" % cpath
+        assert res.stdout.startswith("%s: configuration ok" % cpath), res.stdout
         with open(cpath, "a") as f:
             f.write("[nosuchsection]\nkey = 1\n")
         res = subprocess.run([binary, "-t", "-c", cpath], capture_output=True, text=True)

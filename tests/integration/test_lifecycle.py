@@ -182,10 +182,10 @@ def test_garbage_on_control_is_closed_unanswered(net, relays, key, servers, port
     relay = relays()
     cases = [
         (b"GET / HTTP/1.0\r\n\r\n", "bad magic"),
-        (b"SL\x02\x10" + bytes(96), "unsupported version"),
-        (b"SL\x01\x10\xff\xff" + bytes(64), "bad length"),
-        (b"SL\x01\x10\x00\x64" + bytes(94), "bad MAC"),          # right size, no MAC
-        (b"SL\x01\x7e\x00\x3c" + bytes(54), "unknown type"),
+        (b"SL\x01\x10" + bytes(96), "unsupported version"),         # version 1
+        (b"SL\x02\x10\xff\xff" + bytes(64), "bad length"),
+        (b"SL\x02\x10\x00\x84" + bytes(126), "bad MAC"),          # right size, no MAC
+        (b"SL\x02\x7e\x00\x5c" + bytes(86), "unknown type"),
     ]
     before = relay.counters()
     for payload, why in cases:
@@ -199,7 +199,7 @@ def test_garbage_on_control_is_closed_unanswered(net, relays, key, servers, port
         assert "%s, closing unanswered" % why in log, why
     # A peer that sends half a header and goes away costs nothing either.
     s = net.connect("client", net.relay_cip, relay.ctl_port)
-    s.sendall(b"SL\x01")
+    s.sendall(b"SL\x02")
     s.close()
     # The relay still serves.
     client = make_client(net, relay, key)
@@ -215,8 +215,8 @@ def test_malformed_probes_dropped(net, relays, key, port):
     relay = relays()
     u = net.udp("client")
     u.settimeout(0.5)
-    junk = [b"", b"x", b"SL", os.urandom(100), b"SL\x01\x01\x00\x50" + bytes(74),
-            os.urandom(2000), b"SL\x01\x01\x00\x50" + bytes(200)]
+    junk = [b"", b"x", b"SL", os.urandom(100), b"SL\x02\x01\x00\x70" + bytes(106),
+            os.urandom(2000), b"SL\x02\x01\x00\x70" + bytes(200)]
     try:
         before = relay.counters()["probes_dropped"]
         for j in junk:

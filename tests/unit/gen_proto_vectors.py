@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Test vectors for the slot wire protocol, from an implementation that
-shares no code with src/core/proto.c (stdlib only), so the C codec is checked
-against a second reading of docs/protocol.md.
+shares no code with src/core/proto.c (stdlib only; the Ed25519, X25519 and
+certificates of identity mode from slotcrypto.py, which shares none with
+src/core/ident.c), so the C codec is checked against a second reading of
+docs/protocol.md.
 
 This script is the single source of the vectors. It writes them twice:
   tests/unit/proto_vectors.h      byte arrays and expected results, for cmocka
@@ -18,10 +20,34 @@ import os
 import struct
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import slotcrypto  # noqa: E402
+
 KEY = bytes(range(32))
 TS = 1700000000000000            # 2023-11-14T22:13:20Z in microseconds
 MAGIC = b"SL"
-VERSION = 1
+VERSION = 2
+
+# Identity mode: a CA, a client, a relay and a second relay, from fixed seeds.
+CA_SEED = bytes(range(0x40, 0x60))
+CLIENT_SEED = bytes(range(0x60, 0x80))
+RELAY_SEED = bytes(range(0x80, 0xa0))
+RELAY2_SEED = bytes(range(0xa0, 0xc0))
+CA_PK = slotcrypto.public_key(CA_SEED)
+CLIENT_PK = slotcrypto.public_key(CLIENT_SEED)
+RELAY_PK = slotcrypto.public_key(RELAY_SEED)
+RELAY2_PK = slotcrypto.public_key(RELAY2_SEED)
+NOT_BEFORE = TS // 1000000 - 3600
+NOT_AFTER = TS // 1000000 + 365 * 86400
+CLIENT_CERT = slotcrypto.cert(CA_SEED, "client", "client1", 0x0102030405060708,
+                              NOT_BEFORE, NOT_AFTER, CLIENT_PK)
+RELAY_CERT = slotcrypto.cert(CA_SEED, "relay", "relay1", 0x1112131415161718,
+                             NOT_BEFORE, NOT_AFTER, RELAY_PK)
+# Client and relay share this MAC key; relay 2 shares another with each.
+PAIR = slotcrypto.pair_key(CLIENT_SEED, RELAY_PK)
+PAIR_CLIENT_RELAY2 = slotcrypto.pair_key(CLIENT_SEED, RELAY2_PK)
+ZERO = bytes(32)
+HELLO_CTX = b"slot-hello/2\0"
 
 T_PROBE_REQUEST = 0x01
 T_PROBE_REPLY = 0x02
@@ -31,9 +57,16 @@ T_PIPE_FAIL = 0x12
 T_KEEPALIVE = 0x13
 T_KEEPALIVE_ACK = 0x14
 T_ERROR = 0x1F
+T_HELLO = 0x20
 
-HDR_LEN = 28
+HDR_LEN = 60
 MAC_LEN = 32
+SIG_LEN = 64
+
+# Who decodes a vector (the C test sets up the same): the shared key
+# (shared mode), the relay knowing the client only, or the client knowing
+# the relay only (identity mode).
+AT_SHARED, AT_RELAY, AT_CLIENT = "PV_SHARED", "PV_AT_RELAY", "PV_AT_CLIENT"
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 HEADER_PATH = os.path.join(ROOT, "tests", "unit", "proto_vectors.h")
@@ -70,10 +103,12 @@ class Msg:
     """A message as a list of (bytes, comment) segments plus its MAC."""
 
     def __init__(self, mtype, body, ts=TS, nonce=0, mid=0, flags=0,
-                 length=None, version=VERSION, magic=MAGIC):
+                 length=None, version=VERSION, magic=MAGIC, sender=ZERO, key=KEY,
+                 sign_seed=None):
         blen = sum(len(b) for b, _ in body)
+        self.key = key
         if length is None:
-            length = HDR_LEN + blen + MAC_LEN
+            length = HDR_LEN + blen + (SIG_LEN if sign_seed else MAC_LEN)
         self.segs = [
             (magic, "magic \"SL\""),
             (bytes([version]), "version"),
@@ -83,14 +118,19 @@ class Msg:
             (struct.pack(">Q", ts), "timestamp %d us" % ts),
             (struct.pack(">Q", nonce), "nonce"),
             (struct.pack(">I", mid), "request id %d" % mid),
+            (sender, "sender" if sender != ZERO else "sender: zero (shared mode)"),
         ] + body
-        self.segs.append((self.mac(), "HMAC-SHA256"))
+        if sign_seed:
+            self.segs.append((slotcrypto.sign(sign_seed, HELLO_CTX + self.data()),
+                              "Ed25519 signature"))
+        else:
+            self.segs.append((self.mac(), "HMAC-SHA256"))
 
     def data(self):
         return b"".join(b for b, _ in self.segs)
 
     def mac(self):
-        return hmac.new(KEY, b"".join(b for b, _ in self.segs), hashlib.sha256).digest()
+        return hmac.new(self.key, b"".join(b for b, _ in self.segs), hashlib.sha256).digest()
 
     def flip_last(self, offset_from_end, mask):
         """Flips bits without re-signing: a forged or damaged message."""
@@ -149,6 +189,31 @@ def probe_request(target, **kw):
     return Msg(T_PROBE_REQUEST, label(target, "target"), **kw)
 
 
+def cert_segs(raw):
+    """A certificate (slotcrypto.cert) as labelled fields."""
+    return [
+        (raw[0:4], "certificate magic \"SLC1\""),
+        (raw[4:5], "certificate role"),
+        (raw[5:8], "certificate reserved"),
+        (raw[8:16], "certificate serial"),
+        (raw[16:24], "certificate not before %d" % struct.unpack(">Q", raw[16:24])[0]),
+        (raw[24:32], "certificate not after %d" % struct.unpack(">Q", raw[24:32])[0]),
+        (raw[32:64], "certificate public key"),
+        (raw[64:96], "certificate name %r" % raw[64:96].rstrip(b"\0").decode()),
+        (raw[96:160], "certificate: the CA's signature"),
+    ]
+
+
+def hello(raw, seed, sender=None, **kw):
+    """A HELLO carrying certificate raw, signed by seed."""
+    sender = sender or slotcrypto.public_key(seed)
+    return Msg(T_HELLO, cert_segs(raw), sender=sender, sign_seed=seed, **kw)
+
+
+def establish_v4(**kw):
+    return Msg(T_PIPE_ESTABLISH, label(CLIENT4, "client") + label(TARGET4, "server"), **kw)
+
+
 NONCE = 0x0123456789ABCD00
 
 # name, description, message, expected result, expected error.
@@ -183,6 +248,19 @@ VALID = [
      Msg(T_KEEPALIVE_ACK, [], nonce=NONCE | 0x0A, mid=9)),
     ("error_replay", "ERROR to id 7: REPLAY",
      error(4, nonce=NONCE | 0x0B, mid=7)),
+    # identity mode
+    ("hello_client", "HELLO from the client (certificate client1, role client), id 0",
+     hello(CLIENT_CERT, CLIENT_SEED, nonce=NONCE | 0x41, mid=0), AT_RELAY),
+    ("hello_relay", "HELLO from the relay answering it (certificate relay1, role relay)",
+     hello(RELAY_CERT, RELAY_SEED, nonce=NONCE | 0x42, mid=0), AT_CLIENT),
+    ("pipe_establish_identity", "PIPE_ESTABLISH from the client to the relay, id 7, "
+     "client 198.51.100.7:40000, server 203.0.113.5:443, MACed with their pair key",
+     establish_v4(nonce=NONCE | 0x43, mid=7, sender=CLIENT_PK, key=PAIR), AT_RELAY),
+    ("pipe_ok_identity", "PIPE_OK from the relay to the client, id 7: connect_us 48213, "
+     "pending_ms 10000, MACed with their pair key",
+     Msg(T_PIPE_OK, [(struct.pack(">I", 48213), "connect_us 48213"),
+                     (struct.pack(">I", 10000), "pending_ms 10000")],
+         nonce=NONCE | 0x44, mid=7, sender=RELAY_PK, key=PAIR), AT_CLIENT),
 ]
 
 PREQ = probe_request(TARGET4, nonce=NONCE | 0x01, mid=1)
@@ -196,15 +274,17 @@ INVALID = [
      Raw(PREQ.data()[:-1]), "PROTO_NEED_MORE", "PERR_NONE"),
     ("bad_magic_1byte", "one byte that cannot start a message",
      Raw(b"\x54"), "PROTO_BAD", "PERR_MAGIC"),
-    ("bad_version", "version 2, rejected after 3 bytes",
-     Raw(b"SL\x02"), "PROTO_BAD", "PERR_VERSION"),
+    ("bad_version", "version 1 (before the sender field), rejected after 3 bytes",
+     Raw(b"SL\x01"), "PROTO_BAD", "PERR_VERSION"),
+    ("bad_version_3", "version 3, rejected after 3 bytes",
+     Raw(b"SL\x03"), "PROTO_BAD", "PERR_VERSION"),
     ("unknown_type", "type 0x03, otherwise a signed probe_request_v4",
      Msg(0x03, label(TARGET4, "target"), nonce=NONCE | 0x01, mid=1),
      "PROTO_BAD", "PERR_TYPE"),
     ("length_mismatch", "probe_request_v4 header with length 81",
      Raw(PREQ.data()[:4] + struct.pack(">H", 81)), "PROTO_BAD", "PERR_LENGTH"),
     ("length_oversized", "ERROR header with length 513 (> 512)",
-     Raw(b"SL\x01\x1f" + struct.pack(">H", 513)), "PROTO_BAD", "PERR_LENGTH"),
+     Raw(b"SL\x02\x1f" + struct.pack(">H", 513)), "PROTO_BAD", "PERR_LENGTH"),
     ("bad_mac", "probe_request_v4 with the last MAC byte flipped",
      PREQ.flip_last(1, 0x01), "PROTO_BAD", "PERR_MAC"),
     ("forged_body", "probe_request_v4 with the port changed to 444, old MAC",
@@ -244,13 +324,57 @@ INVALID = [
      error(7, nonce=NONCE | 0x2B, mid=0), "PROTO_BAD", "PERR_BODY"),
     ("error_reserved", "signed ERROR with a non-zero reserved byte",
      error(1, reserved=b"\x01\0\0", nonce=NONCE | 0x2C, mid=0), "PROTO_BAD", "PERR_BODY"),
+    ("sender_in_shared_mode", "pipe_establish_identity given to a shared-mode receiver",
+     establish_v4(nonce=NONCE | 0x43, mid=7, sender=CLIENT_PK, key=PAIR),
+     "PROTO_BAD", "PERR_SENDER"),
+    # identity mode, at the relay (it knows the client) or the client (it
+    # knows the relay)
+    ("wrong_recipient", "PIPE_ESTABLISH from the client MACed for relay 2 (their pair "
+     "key), given to the relay",
+     establish_v4(nonce=NONCE | 0x51, mid=7, sender=CLIENT_PK, key=PAIR_CLIENT_RELAY2),
+     "PROTO_BAD", "PERR_MAC", AT_RELAY),
+    ("unknown_sender", "PROBE_REQUEST from relay 2, which the relay does not know",
+     probe_request(TARGET4, nonce=NONCE | 0x52, mid=1, sender=RELAY2_PK,
+                   key=slotcrypto.pair_key(RELAY2_SEED, RELAY_PK)),
+     "PROTO_BAD", "PERR_SENDER", AT_RELAY),
+    ("reflected", "pipe_ok_identity sent back to the relay: its own key is no peer's",
+     Msg(T_PIPE_OK, [(struct.pack(">I", 48213), "connect_us 48213"),
+                     (struct.pack(">I", 10000), "pending_ms 10000")],
+         nonce=NONCE | 0x44, mid=7, sender=RELAY_PK, key=PAIR),
+     "PROTO_BAD", "PERR_SENDER", AT_RELAY),
+    ("zero_sender", "pipe_establish_v4 (shared mode) given to the relay in identity mode",
+     Msg(T_PIPE_ESTABLISH, label(CLIENT4, "client") + label(TARGET4, "server"),
+         nonce=NONCE | 0x05, mid=7),
+     "PROTO_BAD", "PERR_SENDER", AT_RELAY),
+    ("hello_forged", "hello_client with the certificate's name changed, old signature",
+     Raw(bytes(b ^ (1 if i == HDR_LEN + 64 else 0) for i, b in enumerate(
+         hello(CLIENT_CERT, CLIENT_SEED, nonce=NONCE | 0x41, mid=0).data()))),
+     "PROTO_BAD", "PERR_MAC", AT_RELAY),
+    ("hello_other_key", "HELLO carrying the client's certificate, signed by relay 2 "
+     "and naming relay 2 as sender",
+     hello(CLIENT_CERT, RELAY2_SEED, nonce=NONCE | 0x53, mid=0),
+     "PROTO_BAD", "PERR_BODY", AT_RELAY),
+    ("hello_length", "hello_client header with length 252 (a MAC, not a signature)",
+     Raw(hello(CLIENT_CERT, CLIENT_SEED, nonce=NONCE | 0x41, mid=0).data()[:4] +
+         struct.pack(">H", HDR_LEN + 160 + MAC_LEN)),
+     "PROTO_BAD", "PERR_LENGTH", AT_RELAY),
 ]
 
 
 def all_vectors():
-    for name, desc, msg in VALID:
-        yield name, desc, msg, "PROTO_OK", "PERR_NONE"
-    yield from INVALID
+    """(name, description, message, result, error, decoded at)."""
+    for v in VALID:
+        yield v[0], v[1], v[2], "PROTO_OK", "PERR_NONE", v[3] if len(v) > 3 else AT_SHARED
+    for v in INVALID:
+        yield v[:5] + ((v[5] if len(v) > 5 else AT_SHARED),)
+
+
+def c_bytes(out, name, data):
+    out.append("static const uint8_t %s[] = {" % name)
+    for i in range(0, len(data), 12):
+        out.append("\t" + " ".join("0x%02x," % b for b in data[i:i + 12]))
+    out.append("};")
+    out.append("")
 
 
 def c_header():
@@ -266,30 +390,45 @@ def c_header():
         "",
         "#include \"slot/proto.h\"",
         "",
+        "/* Who decodes: shared mode (the key above), the relay knowing the",
+        " * client only, the client knowing the relay only (identity mode). */",
+        "enum proto_vector_at { PV_SHARED, PV_AT_RELAY, PV_AT_CLIENT };",
+        "",
         "struct proto_vector {",
         "\tconst char *name;",
         "\tconst uint8_t *bytes;",
         "\tsize_t len;",
         "\tenum proto_result result;",
         "\tenum proto_err err;",
+        "\tenum proto_vector_at at;",
         "};",
         "",
+        "/* Identity mode: seeds, certificates and the CA of the vectors. */",
     ]
+    c_bytes(out, "pv_ca_pk", CA_PK)
+    c_bytes(out, "pv_client_seed", CLIENT_SEED)
+    c_bytes(out, "pv_client_cert", CLIENT_CERT)
+    c_bytes(out, "pv_relay_seed", RELAY_SEED)
+    c_bytes(out, "pv_relay_cert", RELAY_CERT)
+    c_bytes(out, "pv_pair_key", PAIR)
+    out.append("#define PV_NOW %d\t/* unix seconds the certificates are valid at */"
+               % (TS // 1000000))
+    out.append("")
     vecs = list(all_vectors())
-    for name, _, msg, _, _ in vecs:
-        data = msg.data()
-        out.append("static const uint8_t pv_%s[] = {" % name)
-        for i in range(0, len(data), 12):
-            out.append("\t" + " ".join("0x%02x," % b for b in data[i:i + 12]))
-        out.append("};")
-        out.append("")
+    for name, _, msg, _, _, _ in vecs:
+        c_bytes(out, "pv_" + name, msg.data())
     out.append("static const struct proto_vector proto_vectors[] = {")
-    for name, _, _, res, err in vecs:
-        out.append("\t{ \"%s\", pv_%s, sizeof(pv_%s), %s, %s }," % (name, name, name, res, err))
+    for name, _, _, res, err, at in vecs:
+        out.append("\t{ \"%s\", pv_%s, sizeof(pv_%s), %s, %s, %s },"
+                   % (name, name, name, res, err, at))
     out.append("};")
     out.append("")
     out.append("#endif")
     return "\n".join(out) + "\n"
+
+
+AT_TEXT = {AT_SHARED: "", AT_RELAY: " (identity mode, decoded by the relay)",
+           AT_CLIENT: " (identity mode, decoded by the client)"}
 
 
 def doc_block(name, desc, msg, expect=None):
@@ -310,15 +449,18 @@ def doc_section():
     out = [BEGIN, ""]
     out.append("### Valid messages")
     out.append("")
-    for name, desc, msg in VALID:
-        out += doc_block(name, desc, msg)
+    for name, desc, msg, _, _, at in all_vectors():
+        if any(v[0] == name for v in VALID):
+            out += doc_block(name, desc + AT_TEXT[at], msg)
     out.append("### Edge cases and invalid messages")
     out.append("")
     out.append("Each is the whole input given to the decoder.")
     out.append("")
-    for name, desc, msg, res, err in INVALID:
+    for name, desc, msg, res, err, at in all_vectors():
+        if any(v[0] == name for v in VALID):
+            continue
         e = res if err == "PERR_NONE" else "%s, %s" % (res, err)
-        out += doc_block(name, desc, msg, e)
+        out += doc_block(name, desc + AT_TEXT[at], msg, e)
     out.append(END)
     return "\n".join(out)
 

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "slot/auth.h"
+#include "slot/ident.h"
 #include "slot/proto.h"
 
 #include "proto_vectors.h"
@@ -27,6 +28,10 @@
 #define NONCE 0x0123456789abcd00ULL
 
 static struct auth_key key;
+/* Identity mode: the vectors' client and relay, and what each knows of the
+ * other (its public key and their pair key, derived here by ident.c). */
+static struct ident id_client, id_relay;
+static struct proto_pair at_relay, at_client;
 
 static struct endpoint
 ep4(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint16_t port)
@@ -124,6 +129,24 @@ vector_msg(const char *name, struct proto_msg *m)
 	} else if (strcmp(name, "error_replay") == 0) {
 		*m = msg(PROTO_ERROR, 0x0b, 7);
 		m->u.error.code = ERR_REPLAY;
+	} else if (strcmp(name, "hello_client") == 0) {
+		*m = msg(PROTO_HELLO, 0x41, 0);
+		memcpy(m->sender, id_client.cert.pk, PROTO_PK_LEN);
+		m->u.hello.cert = id_client.cert;
+	} else if (strcmp(name, "hello_relay") == 0) {
+		*m = msg(PROTO_HELLO, 0x42, 0);
+		memcpy(m->sender, id_relay.cert.pk, PROTO_PK_LEN);
+		m->u.hello.cert = id_relay.cert;
+	} else if (strcmp(name, "pipe_establish_identity") == 0) {
+		*m = msg(PROTO_PIPE_ESTABLISH, 0x43, 7);
+		memcpy(m->sender, id_client.cert.pk, PROTO_PK_LEN);
+		m->u.establish.client = ep4(198, 51, 100, 7, 40000);
+		m->u.establish.server = ep4(203, 0, 113, 5, 443);
+	} else if (strcmp(name, "pipe_ok_identity") == 0) {
+		*m = msg(PROTO_PIPE_OK, 0x44, 7);
+		memcpy(m->sender, id_relay.cert.pk, PROTO_PK_LEN);
+		m->u.ok.connect_us = 48213;
+		m->u.ok.pending_ms = 10000;
 	} else
 		return -1;
 	return 0;
@@ -141,9 +164,15 @@ static int
 msg_same(const struct proto_msg *a, const struct proto_msg *b)
 {
 	if (a->type != b->type || a->ts_us != b->ts_us ||
-	    a->nonce != b->nonce || a->id != b->id)
+	    a->nonce != b->nonce || a->id != b->id ||
+	    memcmp(a->sender, b->sender, PROTO_PK_LEN) != 0)
 		return 0;
 	switch (a->type) {
+	case PROTO_HELLO:
+		return memcmp(a->u.hello.cert.raw, b->u.hello.cert.raw, IDENT_CERT_LEN) == 0 &&
+		    a->u.hello.cert.serial == b->u.hello.cert.serial &&
+		    a->u.hello.cert.role == b->u.hello.cert.role &&
+		    strcmp(a->u.hello.cert.name, b->u.hello.cert.name) == 0;
 	case PROTO_PROBE_REQUEST:
 		return ep_same(&a->u.probe_req.target, &b->u.probe_req.target);
 	case PROTO_PROBE_REPLY:
@@ -177,6 +206,31 @@ dec(const uint8_t *buf, size_t len, struct proto_msg *m, size_t *used,
 	return proto_decode(buf, len, &key, m, used, why);
 }
 
+/* Decodes as the vector's receiver does. */
+static enum proto_result
+dec_at(enum proto_vector_at at, const uint8_t *buf, size_t len, struct proto_msg *m,
+    size_t *used, enum proto_err *why)
+{
+	switch (at) {
+	case PV_AT_RELAY:
+		return proto_decode_with(buf, len, proto_key_pair, &at_relay, m, used, why);
+	case PV_AT_CLIENT:
+		return proto_decode_with(buf, len, proto_key_pair, &at_client, m, used, why);
+	default:
+		return dec(buf, len, m, used, why);
+	}
+}
+
+/* Encodes as the vector's sender does. */
+static int
+enc_at(enum proto_vector_at at, const struct proto_msg *m, uint8_t *buf, size_t cap)
+{
+	if (m->type == PROTO_HELLO)
+		return proto_encode_hello(m, at == PV_AT_RELAY ? &id_client : &id_relay, buf,
+		    cap);
+	return proto_encode(m, at == PV_SHARED ? &key : &at_relay.key, buf, cap);
+}
+
 static const struct proto_vector *
 vec(const char *name)
 {
@@ -206,6 +260,16 @@ setup(void **state)
 		return -1;
 	for (i = 0; i < AUTH_KEY_LEN; i++)
 		key.k[i] = (uint8_t)i;
+	if (ident_from_parts(pv_client_seed, pv_client_cert, pv_ca_pk,
+	    IDENT_MASK(IDENT_ROLE_CLIENT), PV_NOW, &id_client, NULL, 0) == -1 ||
+	    ident_from_parts(pv_relay_seed, pv_relay_cert, pv_ca_pk,
+	    IDENT_MASK(IDENT_ROLE_RELAY), PV_NOW, &id_relay, NULL, 0) == -1)
+		return -1;
+	memcpy(at_relay.pk, id_client.cert.pk, PROTO_PK_LEN);
+	memcpy(at_client.pk, id_relay.cert.pk, PROTO_PK_LEN);
+	if (ident_pair_key(&id_relay, at_relay.pk, &at_relay.key) == -1 ||
+	    ident_pair_key(&id_client, at_client.pk, &at_client.key) == -1)
+		return -1;
 	return 0;
 }
 
@@ -225,17 +289,18 @@ vectors_encode(void **state)
 			continue;
 		if (vector_msg(v->name, &m) == -1)
 			fail_msg("valid vector %s has no message in the test", v->name);
-		len = proto_encode(&m, &key, buf, sizeof(buf));
+		/* HELLOs too: Ed25519 signatures are deterministic. */
+		len = enc_at(v->at, &m, buf, sizeof(buf));
 		if (len < 0 || (size_t)len != v->len ||
 		    memcmp(buf, v->bytes, v->len) != 0)
 			fail_msg("%s: encoding differs from the vector", v->name);
 		/* Exactly enough room is enough; one byte less is not. */
-		assert_int_equal(proto_encode(&m, &key, buf, v->len), len);
-		assert_int_equal(proto_encode(&m, &key, buf, v->len - 1), -1);
+		assert_int_equal(enc_at(v->at, &m, buf, v->len), len);
+		assert_int_equal(enc_at(v->at, &m, buf, v->len - 1), -1);
 		n++;
 	}
 	/* Every type has a vector. */
-	assert_true(n >= 8);
+	assert_true(n >= 9);
 }
 
 static void
@@ -251,7 +316,7 @@ vectors_decode(void **state)
 		const struct proto_vector *v = &proto_vectors[i];
 
 		used = 12345;
-		r = dec(v->bytes, v->len, &m, &used, &why);
+		r = dec_at(v->at, v->bytes, v->len, &m, &used, &why);
 		if (r != v->result || why != v->err)
 			fail_msg("%s: got %d/%s, want %d/%s", v->name, r,
 			    proto_err_str(why), v->result, proto_err_str(v->err));
@@ -272,7 +337,7 @@ vectors_cover_types(void **state)
 {
 	static const uint8_t types[] = { PROTO_PROBE_REQUEST, PROTO_PROBE_REPLY,
 	    PROTO_PIPE_ESTABLISH, PROTO_PIPE_OK, PROTO_PIPE_FAIL,
-	    PROTO_KEEPALIVE, PROTO_KEEPALIVE_ACK, PROTO_ERROR };
+	    PROTO_KEEPALIVE, PROTO_KEEPALIVE_ACK, PROTO_ERROR, PROTO_HELLO };
 	size_t i, j;
 	int found;
 
@@ -420,7 +485,7 @@ truncation(void **state)
 			continue;
 		for (k = 0; k < v->len; k++) {
 			used = 99;
-			if (dec(v->bytes, k, &m, &used, &why) != PROTO_NEED_MORE)
+			if (dec_at(v->at, v->bytes, k, &m, &used, &why) != PROTO_NEED_MORE)
 				fail_msg("%s: prefix of %zu bytes is not NEED_MORE",
 				    v->name, k);
 			assert_int_equal(used, 0);
@@ -454,11 +519,13 @@ early_rejection(void **state)
 	expect_bad((const uint8_t *)"\x16\x03\x01", 3, PERR_MAGIC);
 	expect_bad((const uint8_t *)"SX", 2, PERR_MAGIC);
 	expect_bad((const uint8_t *)"SL\x00", 3, PERR_VERSION);
-	expect_bad((const uint8_t *)"SL\x02", 3, PERR_VERSION);
+	expect_bad((const uint8_t *)"SL\x01", 3, PERR_VERSION);
+	expect_bad((const uint8_t *)"SL\x03", 3, PERR_VERSION);
 	expect_bad((const uint8_t *)"SL\xff", 3, PERR_VERSION);
-	expect_bad((const uint8_t *)"SL\x01\x00", 4, PERR_TYPE);
-	expect_bad((const uint8_t *)"SL\x01\x03", 4, PERR_TYPE);
-	expect_bad((const uint8_t *)"SL\x01\xff", 4, PERR_TYPE);
+	expect_bad((const uint8_t *)"SL\x02\x00", 4, PERR_TYPE);
+	expect_bad((const uint8_t *)"SL\x02\x03", 4, PERR_TYPE);
+	expect_bad((const uint8_t *)"SL\x02\x21", 4, PERR_TYPE);
+	expect_bad((const uint8_t *)"SL\x02\xff", 4, PERR_TYPE);
 
 	/* Length is checked with 6 bytes, before the rest has come. */
 	memcpy(b, ok, 6);
@@ -473,9 +540,9 @@ early_rejection(void **state)
 	expect_bad(b, 6, PERR_LENGTH);
 	b[5] = PROTO_MIN_LEN - 1;
 	expect_bad(b, 6, PERR_LENGTH);
-	b[5] = 81;
+	b[5] = 113;
 	expect_bad(b, 6, PERR_LENGTH);
-	b[5] = 79;
+	b[5] = 111;
 	expect_bad(b, 6, PERR_LENGTH);
 }
 
@@ -490,7 +557,8 @@ header_fields(void **state)
 	for (i = 0; i < NVEC; i++) {
 		const struct proto_vector *v = &proto_vectors[i];
 
-		if (v->result != PROTO_OK)
+		/* resign() makes shared-mode MACs (identity_fields below). */
+		if (v->result != PROTO_OK || v->at != PV_SHARED)
 			continue;
 		len = v->len;
 		memcpy(b, v->bytes, len);
@@ -504,12 +572,12 @@ header_fields(void **state)
 		expect_bad(b, len, PERR_MAGIC);
 
 		memcpy(b, v->bytes, len);
-		b[2] = 2;
+		b[2] = 1;
 		resign(b, len);
 		expect_bad(b, len, PERR_VERSION);
 
 		memcpy(b, v->bytes, len);
-		b[3] = 0x20;
+		b[3] = 0x21;
 		resign(b, len);
 		expect_bad(b, len, PERR_TYPE);
 
@@ -535,7 +603,7 @@ flipped_bytes(void **state)
 	for (i = 0; i < NVEC; i++) {
 		const struct proto_vector *v = &proto_vectors[i];
 
-		if (v->result != PROTO_OK)
+		if (v->result != PROTO_OK || v->at != PV_SHARED)
 			continue;
 		for (k = 0; k < v->len; k++) {
 			for (bit = 0; bit < 8; bit++) {
@@ -555,6 +623,8 @@ flipped_bytes(void **state)
 						want = PERR_MAC;
 				} else if (k < 6)
 					want = PERR_LENGTH;
+				else if (k >= 28 && k < 60)
+					want = PERR_SENDER;	/* not zero */
 				else
 					want = PERR_MAC;
 				expect_bad(b, v->len, want);
@@ -576,7 +646,7 @@ wrong_key(void **state)
 	for (i = 0; i < NVEC; i++) {
 		const struct proto_vector *v = &proto_vectors[i];
 
-		if (v->result != PROTO_OK)
+		if (v->result != PROTO_OK || v->at != PV_SHARED)
 			continue;
 		assert_int_equal(proto_decode(v->bytes, v->len, &other, &m,
 		    &used, &why), PROTO_BAD);
@@ -607,95 +677,95 @@ body_fields(void **state)
 	int v;
 
 	(void)state;
-	/* Endpoint at 28 of a probe request: family, reserved, port, addr. */
-	body_bad("probe_request_v4", 28, 0);
-	body_bad("probe_request_v4", 28, 5);
-	body_bad("probe_request_v4", 28, 255);
-	body_bad("probe_request_v4", 28, 2);	/* AF_INET is not the wire value */
-	body_bad("probe_request_v4", 28, 10);	/* nor AF_INET6 */
-	body_bad("probe_request_v4", 29, 1);
-	body_bad("probe_request_v6", 29, 0x80);
-	for (k = 36; k < 48; k++)
+	/* Endpoint at 60 of a probe request: family, reserved, port, addr. */
+	body_bad("probe_request_v4", 60, 0);
+	body_bad("probe_request_v4", 60, 5);
+	body_bad("probe_request_v4", 60, 255);
+	body_bad("probe_request_v4", 60, 2);	/* AF_INET is not the wire value */
+	body_bad("probe_request_v4", 60, 10);	/* nor AF_INET6 */
+	body_bad("probe_request_v4", 61, 1);
+	body_bad("probe_request_v6", 61, 0x80);
+	for (k = 68; k < 80; k++)
 		body_bad("probe_request_v4", k, 1);	/* IPv4 padding */
 
 	/* Port 0 needs both bytes zero. */
-	memcpy(b, vec("probe_request_v4")->bytes, 80);
-	b[30] = 0;
-	b[31] = 0;
-	resign(b, 80);
-	expect_bad(b, 80, PERR_BODY);
-	b[31] = 1;	/* port 1 is fine */
-	resign(b, 80);
-	assert_int_equal(dec(b, 80, &m, &used, &why), PROTO_OK);
+	memcpy(b, vec("probe_request_v4")->bytes, 112);
+	b[62] = 0;
+	b[63] = 0;
+	resign(b, 112);
+	expect_bad(b, 112, PERR_BODY);
+	b[63] = 1;	/* port 1 is fine */
+	resign(b, 112);
+	assert_int_equal(dec(b, 112, &m, &used, &why), PROTO_OK);
 	assert_int_equal(m.u.probe_req.target.port, 1);
 
 	/* ::ffff:a.b.c.d under family 6. */
-	memcpy(b, vec("probe_request_v6")->bytes, 80);
-	memset(b + 32, 0, 16);
-	b[42] = 0xff;
-	b[43] = 0xff;
-	b[44] = 192;
-	resign(b, 80);
-	expect_bad(b, 80, PERR_BODY);
-	b[42] = 0xfe;	/* not mapped: a plain IPv6 address */
-	resign(b, 80);
-	assert_int_equal(dec(b, 80, &m, &used, &why), PROTO_OK);
+	memcpy(b, vec("probe_request_v6")->bytes, 112);
+	memset(b + 64, 0, 16);
+	b[74] = 0xff;
+	b[75] = 0xff;
+	b[76] = 192;
+	resign(b, 112);
+	expect_bad(b, 112, PERR_BODY);
+	b[74] = 0xfe;	/* not mapped: a plain IPv6 address */
+	resign(b, 112);
+	assert_int_equal(dec(b, 112, &m, &used, &why), PROTO_OK);
 
-	/* Probe reply: status 28, flags 29, reserved 30-31, target at 40. */
+	/* Probe reply: status 60, flags 61, reserved 62-63, target at 72. */
 	for (v = PROBE_ST_BUSY + 1; v < 256; v++)
-		body_bad("probe_reply_cached", 28, (uint8_t)v);
+		body_bad("probe_reply_cached", 60, (uint8_t)v);
 	for (v = 1; v < 8; v++)
-		body_bad("probe_reply_cached", 29, (uint8_t)(1 << v));
-	body_bad("probe_reply_cached", 30, 1);
-	body_bad("probe_reply_cached", 31, 1);
-	body_bad("probe_reply_cached", 40, 7);
-	body_bad("probe_reply_timeout_v6", 41, 1);
+		body_bad("probe_reply_cached", 61, (uint8_t)(1 << v));
+	body_bad("probe_reply_cached", 62, 1);
+	body_bad("probe_reply_cached", 63, 1);
+	body_bad("probe_reply_cached", 72, 7);
+	body_bad("probe_reply_timeout_v6", 73, 1);
 
 	/* Both endpoints of an establish are checked. */
-	body_bad("pipe_establish_v4", 28, 0);
-	body_bad("pipe_establish_v4", 48, 0);
-	body_bad("pipe_establish_v6", 49, 1);
-	memcpy(b, vec("pipe_establish_v4")->bytes, 100);
-	b[50] = 0;
-	b[51] = 0;
-	resign(b, 100);
-	expect_bad(b, 100, PERR_BODY);
+	body_bad("pipe_establish_v4", 60, 0);
+	body_bad("pipe_establish_v4", 80, 0);
+	body_bad("pipe_establish_v6", 81, 1);
+	memcpy(b, vec("pipe_establish_v4")->bytes, 132);
+	b[82] = 0;
+	b[83] = 0;
+	resign(b, 132);
+	expect_bad(b, 132, PERR_BODY);
 
-	/* Pipe fail: reason 28, reserved 29-31. */
-	body_bad("pipe_fail", 28, 0);
+	/* Pipe fail: reason 60, reserved 61-63. */
+	body_bad("pipe_fail", 60, 0);
 	for (v = FAIL_INTERNAL + 1; v < 256; v++)
-		body_bad("pipe_fail", 28, (uint8_t)v);
-	for (k = 29; k < 32; k++)
+		body_bad("pipe_fail", 60, (uint8_t)v);
+	for (k = 61; k < 64; k++)
 		body_bad("pipe_fail", k, 1);
 
-	/* Error: code 28, reserved 29-31. */
-	body_bad("error_replay", 28, 0);
+	/* Error: code 60, reserved 61-63. */
+	body_bad("error_replay", 60, 0);
 	for (v = ERR_TYPE + 1; v < 256; v++)
-		body_bad("error_replay", 28, (uint8_t)v);
-	for (k = 29; k < 32; k++)
+		body_bad("error_replay", 60, (uint8_t)v);
+	for (k = 61; k < 64; k++)
 		body_bad("error_replay", k, 0x40);
 
 	/* Every defined value is accepted. */
-	memcpy(b, vec("probe_reply_cached")->bytes, 92);
+	memcpy(b, vec("probe_reply_cached")->bytes, 124);
 	for (v = PROBE_ST_OK; v <= PROBE_ST_BUSY; v++) {
-		b[28] = (uint8_t)v;
-		b[29] = (uint8_t)(v & 1);
-		resign(b, 92);
-		assert_int_equal(dec(b, 92, &m, &used, &why), PROTO_OK);
+		b[60] = (uint8_t)v;
+		b[61] = (uint8_t)(v & 1);
+		resign(b, 124);
+		assert_int_equal(dec(b, 124, &m, &used, &why), PROTO_OK);
 		assert_int_equal(m.u.probe_reply.status, v);
 	}
-	memcpy(b, vec("pipe_fail")->bytes, 68);
+	memcpy(b, vec("pipe_fail")->bytes, 100);
 	for (v = FAIL_REFUSED; v <= FAIL_INTERNAL; v++) {
-		b[28] = (uint8_t)v;
-		resign(b, 68);
-		assert_int_equal(dec(b, 68, &m, &used, &why), PROTO_OK);
+		b[60] = (uint8_t)v;
+		resign(b, 100);
+		assert_int_equal(dec(b, 100, &m, &used, &why), PROTO_OK);
 		assert_int_equal(m.u.fail.reason, v);
 	}
-	memcpy(b, vec("error_replay")->bytes, 64);
+	memcpy(b, vec("error_replay")->bytes, 96);
 	for (v = ERR_MALFORMED; v <= ERR_TYPE; v++) {
-		b[28] = (uint8_t)v;
-		resign(b, 64);
-		assert_int_equal(dec(b, 64, &m, &used, &why), PROTO_OK);
+		b[60] = (uint8_t)v;
+		resign(b, 96);
+		assert_int_equal(dec(b, 96, &m, &used, &why), PROTO_OK);
 		assert_int_equal(m.u.error.code, v);
 	}
 }
@@ -707,18 +777,18 @@ header_flags_ignored(void **state)
 	const struct proto_vector *v = vec("probe_request_v4");
 	struct proto_msg m, want;
 	enum proto_err why;
-	uint8_t b[80];
+	uint8_t b[112];
 	size_t used;
 	int f;
 
 	(void)state;
 	assert_int_equal(vector_msg("probe_request_v4", &want), 0);
 	for (f = 0; f < 16; f++) {
-		memcpy(b, v->bytes, 80);
+		memcpy(b, v->bytes, 112);
 		b[6] = (uint8_t)(0x80 >> (f & 7));
 		b[7] = (uint8_t)(f * 17);
-		resign(b, 80);
-		assert_int_equal(dec(b, 80, &m, &used, &why), PROTO_OK);
+		resign(b, 112);
+		assert_int_equal(dec(b, 112, &m, &used, &why), PROTO_OK);
 		assert_true(msg_same(&m, &want));
 	}
 }
@@ -777,7 +847,7 @@ encode_refuses(void **state)
 	for (t = 0; t < 256; t++) {
 		m = msg((uint8_t)t, 0, 1);
 		m.u.probe_req.target = ep4(203, 0, 113, 5, 443);
-		if (proto_body_len((uint8_t)t) < 0)
+		if (proto_body_len((uint8_t)t) < 0 || t == PROTO_HELLO)
 			assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
 	}
 
@@ -845,11 +915,11 @@ encode_ipv4_padding(void **state)
 
 	(void)state;
 	assert_int_equal(vector_msg("probe_request_v4", &m), 0);
-	assert_int_equal(proto_encode(&m, &key, want, sizeof(want)), 80);
+	assert_int_equal(proto_encode(&m, &key, want, sizeof(want)), 112);
 	memset(m.u.probe_req.target.addr.bytes + 4, 0xaa, 12);
 	len = proto_encode(&m, &key, buf, sizeof(buf));
-	assert_int_equal(len, 80);
-	assert_memory_equal(buf, want, 80);
+	assert_int_equal(len, 112);
+	assert_memory_equal(buf, want, 112);
 }
 
 /* Deterministic xorshift64*, so a failure can be replayed. */
@@ -982,7 +1052,7 @@ check_decode(const uint8_t *buf, size_t len)
 		assert_true(len < PROTO_MAX_LEN);
 		break;
 	case PROTO_BAD:
-		assert_true(why > PERR_NONE && why <= PERR_MAC);
+		assert_true(why > PERR_NONE && why <= PERR_SENDER);
 		assert_int_equal(used, 0);
 		break;
 	default:
@@ -1095,16 +1165,17 @@ body_lengths(void **state)
 	assert_int_equal(proto_body_len(PROTO_KEEPALIVE), 0);
 	assert_int_equal(proto_body_len(PROTO_KEEPALIVE_ACK), 0);
 	assert_int_equal(proto_body_len(PROTO_ERROR), 4);
+	assert_int_equal(proto_body_len(PROTO_HELLO), IDENT_CERT_LEN);
 	for (t = 0; t < 256; t++) {
 		if ((bl = proto_body_len((uint8_t)t)) < 0) {
 			assert_string_equal(proto_type_str((uint8_t)t), "unknown");
 			continue;
 		}
 		n++;
-		assert_true(PROTO_HDR_LEN + bl + AUTH_MAC_LEN <= PROTO_MAX_LEN);
+		assert_true(PROTO_HDR_LEN + bl + IDENT_SIG_LEN <= PROTO_MAX_LEN);
 		assert_string_not_equal(proto_type_str((uint8_t)t), "unknown");
 	}
-	assert_int_equal(n, 8);
+	assert_int_equal(n, 9);
 }
 
 static void
@@ -1127,7 +1198,7 @@ strings(void **state)
 	for (v = ERR_MALFORMED; v <= ERR_TYPE; v++)
 		assert_string_not_equal(proto_error_code_str((uint8_t)v),
 		    "unknown");
-	for (v = PERR_NONE; v <= PERR_MAC; v++)
+	for (v = PERR_NONE; v <= PERR_SENDER; v++)
 		assert_string_not_equal(proto_err_str((enum proto_err)v),
 		    "unknown");
 	assert_string_equal(proto_fail_str(0), "unknown");
@@ -1148,6 +1219,147 @@ strings(void **state)
 	assert_int_equal(proto_error_for(PERR_TYPE), ERR_MALFORMED);
 	assert_int_equal(proto_error_for(PERR_BODY), ERR_MALFORMED);
 	assert_int_equal(proto_error_for(PERR_MAC), ERR_AUTH);
+	assert_int_equal(proto_error_for(PERR_SENDER), ERR_AUTH);
+	assert_string_equal(proto_type_str(PROTO_HELLO), "HELLO");
+}
+
+/*
+ * Identity mode, every byte of every message flipped: whatever changes
+ * after the framing fields fails, as an unknown sender (a changed key names
+ * nobody the receiver knows), a bad MAC or signature; never as a body
+ * error, so nothing unauthenticated is parsed.
+ */
+static void
+identity_flipped(void **state)
+{
+	uint8_t b[PROTO_MAX_LEN];
+	struct proto_msg m;
+	enum proto_err why, want;
+	size_t i, k, used, n = 0;
+	int bit;
+
+	(void)state;
+	for (i = 0; i < NVEC; i++) {
+		const struct proto_vector *v = &proto_vectors[i];
+		int hello;
+
+		if (v->result != PROTO_OK || v->at == PV_SHARED)
+			continue;
+		hello = v->bytes[3] == PROTO_HELLO;
+		n++;
+		for (k = 6; k < v->len; k++)
+			for (bit = 0; bit < 8; bit++) {
+				memcpy(b, v->bytes, v->len);
+				b[k] ^= (uint8_t)(1 << bit);
+				want = !hello && k >= 28 && k < 60 ? PERR_SENDER : PERR_MAC;
+				assert_int_equal(dec_at(v->at, b, v->len, &m, &used, &why),
+				    PROTO_BAD);
+				if (why != want)
+					fail_msg("%s byte %zu bit %d: %s, want %s", v->name, k,
+					    bit, proto_err_str(why), proto_err_str(want));
+			}
+	}
+	assert_true(n >= 4);
+}
+
+/* A message for one recipient verifies nowhere else, and not in shared
+ * mode; a shared-mode message is not accepted in identity mode. */
+static void
+identity_recipients(void **state)
+{
+	const struct proto_vector *e = vec("pipe_establish_identity");
+	const struct proto_vector *ok = vec("pipe_ok_identity");
+	struct proto_pair other = at_relay;
+	struct proto_msg m;
+	enum proto_err why;
+	size_t used;
+
+	(void)state;
+	/* The relay accepts the client's; the client does not take it back. */
+	assert_int_equal(dec_at(PV_AT_RELAY, e->bytes, e->len, &m, &used, &why), PROTO_OK);
+	assert_int_equal(dec_at(PV_AT_CLIENT, e->bytes, e->len, &m, &used, &why), PROTO_BAD);
+	assert_int_equal(why, PERR_SENDER);
+	assert_int_equal(dec_at(PV_AT_RELAY, ok->bytes, ok->len, &m, &used, &why), PROTO_BAD);
+	assert_int_equal(why, PERR_SENDER);
+	/* Another key for the same sender (another relay's pair key). */
+	other.key.k[0] ^= 1;
+	assert_int_equal(proto_decode_with(e->bytes, e->len, proto_key_pair, &other, &m,
+	    &used, &why), PROTO_BAD);
+	assert_int_equal(why, PERR_MAC);
+	/* Shared mode refuses any sender. */
+	assert_int_equal(proto_decode(e->bytes, e->len, &at_relay.key, &m, &used, &why),
+	    PROTO_BAD);
+	assert_int_equal(why, PERR_SENDER);
+	e = vec("pipe_establish_v4");
+	assert_int_equal(dec_at(PV_AT_RELAY, e->bytes, e->len, &m, &used, &why), PROTO_BAD);
+	assert_int_equal(why, PERR_SENDER);
+}
+
+/*
+ * A HELLO proves possession of the certificate's key, and nothing about
+ * the certificate: a well-formed HELLO with a certificate of another CA
+ * decodes, and ident_cert_check is what refuses it.
+ */
+static void
+hello_forgery(void **state)
+{
+	uint8_t ca2[IDENT_SEED_LEN], ca2_pk[IDENT_PK_LEN], seed[IDENT_SEED_LEN];
+	uint8_t pk[IDENT_PK_LEN], raw[IDENT_CERT_LEN], b[PROTO_MAX_LEN];
+	struct proto_msg m = msg(PROTO_HELLO, 0x60, 3), d;
+	struct ident other;
+	enum proto_err why;
+	size_t used;
+	char err[200];
+	int n;
+
+	(void)state;
+	ident_keygen(ca2, ca2_pk);
+	ident_keygen(seed, pk);
+	assert_int_equal(ident_cert_issue(ca2, IDENT_ROLE_CLIENT, "mallory", 99, PV_NOW - 10,
+	    PV_NOW + 10, pk, raw, NULL, 0), 0);
+	assert_int_equal(ident_from_parts(seed, raw, ca2_pk, IDENT_ANY_ROLE, PV_NOW, &other,
+	    NULL, 0), 0);
+	n = proto_encode_hello(&m, &other, b, sizeof(b));
+	assert_int_equal(n, PROTO_HDR_LEN + IDENT_CERT_LEN + IDENT_SIG_LEN);
+	assert_int_equal(proto_decode_with(b, (size_t)n, proto_key_pair, &at_relay, &d, &used,
+	    &why), PROTO_OK);
+	assert_memory_equal(d.sender, pk, PROTO_PK_LEN);
+	assert_int_equal(ident_cert_check(&d.u.hello.cert, pv_ca_pk, IDENT_ANY_ROLE, PV_NOW,
+	    NULL, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "not signed by this deployment's CA"));
+
+	/* The client's own certificate in a HELLO signed by another key. */
+	memcpy(b + PROTO_HDR_LEN, pv_client_cert, IDENT_CERT_LEN);
+	ident_sign(&other, PROTO_HELLO_CTX, b, (size_t)n - IDENT_SIG_LEN,
+	    b + n - IDENT_SIG_LEN);
+	assert_int_equal(proto_decode_with(b, (size_t)n, proto_key_pair, &at_relay, &d, &used,
+	    &why), PROTO_BAD);
+	assert_int_equal(why, PERR_BODY);
+	/* ... or naming the client as sender: its signature fails. */
+	memcpy(b + 28, id_client.cert.pk, PROTO_PK_LEN);
+	assert_int_equal(proto_decode_with(b, (size_t)n, proto_key_pair, &at_relay, &d, &used,
+	    &why), PROTO_BAD);
+	assert_int_equal(why, PERR_MAC);
+	/* A signature for another purpose is not a HELLO's. */
+	ident_sign(&id_client, "slot-other/1", b, (size_t)n - IDENT_SIG_LEN,
+	    b + n - IDENT_SIG_LEN);
+	assert_int_equal(proto_decode_with(b, (size_t)n, proto_key_pair, &at_relay, &d, &used,
+	    &why), PROTO_BAD);
+	assert_int_equal(why, PERR_MAC);
+	ident_sign(&id_client, PROTO_HELLO_CTX, b, (size_t)n - IDENT_SIG_LEN,
+	    b + n - IDENT_SIG_LEN);
+	assert_int_equal(proto_decode_with(b, (size_t)n, proto_key_pair, &at_relay, &d, &used,
+	    &why), PROTO_OK);
+	ident_wipe(&other);
+}
+
+/* The pair key of ident.c is the one the Python reading computes. */
+static void
+pair_key_matches(void **state)
+{
+	(void)state;
+	assert_memory_equal(at_relay.key.k, pv_pair_key, AUTH_KEY_LEN);
+	assert_memory_equal(at_client.key.k, pv_pair_key, AUTH_KEY_LEN);
 }
 
 int
@@ -1172,6 +1384,10 @@ main(void)
 		cmocka_unit_test(fuzz),
 		cmocka_unit_test(body_lengths),
 		cmocka_unit_test(strings),
+		cmocka_unit_test(identity_flipped),
+		cmocka_unit_test(identity_recipients),
+		cmocka_unit_test(hello_forgery),
+		cmocka_unit_test(pair_key_matches),
 	};
 
 	return cmocka_run_group_tests_name("proto", tests, setup, NULL);
