@@ -100,7 +100,9 @@ int rules_apply(const struct rules_conf *c, const struct rules_relay *r, size_t 
     const struct rules_exec *x, char *err, size_t errlen);
 
 /* Removes the jumps and both chains of family (absent ones are fine), for
- * SIGTERM and for a start after a crash. Returns 0, or -1 with err. */
+ * SIGTERM and for a start that fails after installing its own (a start
+ * after a crash replaces the leftovers with rules_apply instead). Returns 0,
+ * or -1 with err. */
 int rules_remove(int family, const struct rules_exec *x, char *err, size_t errlen);
 
 /* One installed rule of ours, as iptables-save -c shows it: a rule of

@@ -398,9 +398,12 @@ main(int argc, char **argv)
 	if ((d->q = synq_open(d->conf.queue, d->conf.queue_maxlen, hold_packet, d, err,
 	    sizeof(err))) == NULL)
 		fatalx("%s", err);
-	/* Leftovers of a run that crashed: our chains only. */
-	if (rules_remove(AF_INET, &d->rules_exec, err, sizeof(err)) == -1)
-		fatalx("removing old rules: %s", err);
+	/* Leftovers of a run that crashed stay until dirsync_apply replaces
+	 * them in one iptables-restore: removing them first would leave the
+	 * namespace a moment without a rule that needs conntrack, the kernel
+	 * would unhook it, and the pipes still running through the old DNAT
+	 * rules would be reset. If that fails they stay, harmless behind
+	 * --queue-bypass, for the next start. */
 	ev_io_init(&d->q_io, queue_cb, synq_fd(d->q), EV_READ);
 	d->q_io.data = d;
 	ev_io_start(d->loop, &d->q_io);
