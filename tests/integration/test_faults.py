@@ -1,0 +1,638 @@
+"""Faults survived under load (issue 14), on the emulated WAN test bed
+(tests/integration/slotbed.py):
+
+    client --200 ms-- server             (direct)
+    client --40-- relay1 --40-- server   path 40 ms: the best
+    client --60-- relay2 --60-- server   path 60 ms: still well ahead of direct
+    client --10-- dir                    slot-dird, when a test wants one
+    mallory --10-- relay1                the flood's one source
+
+Each test runs a load of LOAD_N concurrent transfers (tests/integration/
+load.py: curl in the client host, one in five an upload, LOAD_SIZE each at
+LOAD_RATE, so each lasts ~20 s and all are running when the fault hits),
+injects one fault, then waits for every curl and checks every transfer by
+sha256 end to end (the body curl wrote, or the file nginx stored), with the
+peer nginx logged for it (the relay's address when relayed, the client's
+when direct). Short batches of new transfers (BATCH_N, small, unthrottled)
+show how new connections fare during and after the fault.
+
+The machine has 2 cores shared with other builds and tests: the tests count
+outcomes and never measure time; every wait is generous. Several need work
+of other branches of issue 14, named in each test's docstring.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+import slotbed
+from load import CurlLoad, CURL_RESET_RECV, CURL_RESET_SEND
+from slotbed import KiB, MiB
+
+RELAYS = {"relay1": (40, 40), "relay2": (60, 60)}
+DIRECT_RTT = 200    # far behind either relay, so that decisions measured on a
+                    # loaded machine still all go the same way
+LOAD_N = 200
+# 200 x 25 KiB/s is 5 MiB/s through the emulator, twice for a relayed
+# transfer: its NFQUEUE delay line keeps up on this 2-core machine (at
+# 200 x 100 KiB/s it queued packets for 200 ms more, and every RTT slotd
+# measured with them). curl 7.88's --limit-rate lets a download take what
+# its socket holds at once, so 1 MiB lasts 28-45 s, not 41.
+LOAD_SIZE = MiB
+LOAD_RATE = "25K"
+BATCH_N = 20
+BATCH_SIZE = 100 * KiB
+WAIT = 120          # seconds: generous, the machine is shared
+
+
+def need_binaries():
+    for b in (slotbed.SLOTD, slotbed.DIRD, slotbed.RELAYD):
+        if not os.access(b, os.X_OK):
+            pytest.fail("%s is missing: build it first (make all)" % b)
+
+
+@pytest.fixture(scope="module")
+def sb():
+    need_binaries()
+    b = slotbed.SlotBed(RELAYS, direct_rtt=DIRECT_RTT, extra_hosts=["dir", "mallory"],
+                        relay_conf={"limits": {"max_pending_per_client": 1024}}).up()
+    try:
+        b.nginx.start()
+        yield b
+    finally:
+        if os.environ.get("FAULTS_DEBUG_COPY"):
+            import shutil
+            shutil.copytree(b.dir, os.environ["FAULTS_DEBUG_COPY"], dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("*.out", "www", "*.up", "*.sock"))
+        b.down()
+
+
+@pytest.fixture
+def slotd(sb, request):
+    """Factory: slotd(relays=("relay1",), overrides=None, wrapper=None)
+    starts slotd with those static relays; stopped (SIGTERM) at the end, the
+    leftovers of a SIGKILL removed, logs printed when the test fails."""
+    started = []
+
+    def start(relays=("relay1",), overrides=None, wrapper=None, wait=True):
+        s = sb.slotd([sb.relay(n) for n in relays], wrapper=wrapper)
+        # Warm connections wait for PIPE_OK: with cache_early, a burst of
+        # them races its PIPE_ESTABLISH to the relay (the relay resets a data
+        # connection that arrives first: docs/reliability/faults.md).
+        s.update({"select": {"cache_early": "no"}})
+        s.update(overrides or {})
+        started.append(s)
+        s.start(wait=False)
+        if wait:
+            s.wait_ready(WAIT)
+            s.wait_relays_up(sum(1 for n in relays if sb.relay(n).running), WAIT)
+        return s
+
+    yield start
+    rep = getattr(request.node, "rep_call", None)
+    for s in started:
+        s.stop()
+        if rep is not None and rep.failed:
+            print("---- slotd %d (%s) ----\n%s" % (s.n, s.log_path, s.log()[-15000:]))
+    if rep is not None and rep.failed:
+        for r in sb.relays.values():
+            print("---- %s (%s) ----\n%s" % (r.host, r.log_path, r.log()[-8000:]))
+    sb.remove_slot_rules()
+
+
+@pytest.fixture
+def loads(sb, request):
+    """Factory: loads(name, **kw) -> a CurlLoad; any curl still running at the
+    end is killed (the bed would at teardown; a failed test should not leave
+    200 transfers running into the next one)."""
+    made = []
+
+    def make(name, **kw):
+        kw.setdefault("n", LOAD_N)
+        kw.setdefault("size", LOAD_SIZE)
+        kw.setdefault("rate", LOAD_RATE)
+        ld = CurlLoad(sb, name, **kw)
+        made.append(ld)
+        return ld
+
+    yield make
+    for ld in made:
+        for t in ld.transfers:
+            if t.proc is not None and t.proc.poll() is None:
+                t.proc.kill()
+                t.proc.wait()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        for ld in made:
+            if ld.transfers and ld.transfers[0].outcome is not None:
+                print(ld.summary())
+                for t in [t for t in ld.transfers if t.outcome != "ok"][:10]:
+                    print("   ", t)
+
+
+def batch(loads, name, **kw):
+    """BATCH_N small transfers at full speed, run to the end: returns the
+    finished CurlLoad."""
+    kw.setdefault("n", BATCH_N)
+    kw.setdefault("size", BATCH_SIZE)
+    kw.setdefault("rate", "100M")
+    kw.setdefault("max_time", 120)
+    b = loads(name, **kw).start()
+    b.finish()
+    return b
+
+
+def all_ok(ld, peer):
+    """Every transfer of ld complete, byte-exact, through peer (an address)."""
+    assert ld.counts() == {"ok": ld.n}, "%s\n%r" % (ld.summary(), [
+        t for t in ld.transfers if t.outcome != "ok"][:5])
+    assert ld.by_peer() == {peer: ld.n}, ld.summary()
+
+
+def report(what, **figures):
+    """One line of figures for docs/reliability/faults.md (pytest -s shows it)."""
+    print("\nfaults: %s: %s" % (what, json.dumps(figures, sort_keys=True)))
+
+
+# ---------------------------------------------------------------- relay SIGKILLed
+
+def test_relay_sigkill_resets_every_client(sb, slotd, loads):
+    """relay1 carries the whole load and is SIGKILLed. Every curl ends well
+    within its --max-time (no hang), each with a reset (curl 56, or 55 for an
+    upload caught sending) unless its whole body was already in the client's
+    socket; no curl exits 0 with a wrong body (a cut stream never passes for
+    a complete one). New connections after the kill complete through relay2.
+    The reset (never FIN) on SIGKILL is the relay's half of issue 14
+    (branch i14-relay): with a plain close, downloads end in a FIN (curl 18).
+    """
+    r1, r2 = sb.relay("relay1"), sb.relay("relay2")
+    s = slotd(["relay1", "relay2"], {"select": {"cache_ttl": 0}})
+    ld = loads("relaykill").start()
+    try:
+        ld.wait_running(WAIT)
+        assert r1.counters()["pipes_open"] == LOAD_N, ("not all relayed", r1.counters())
+        r1.proc.kill()
+        r1.proc.wait(10)
+        running_at_kill = len(ld.running())
+        slotbed.wait_for(lambda: s.counters()["relays_up"] == 1, WAIT, "slotd to see relay1 gone")
+        after = batch(loads, "relaykill-after")
+        counts = ld.finish()
+    finally:
+        if not r1.running:
+            r1.start()
+    report("relay SIGKILL", transfers=LOAD_N, running_at_kill=running_at_kill, outcomes=counts,
+           reset_codes=sorted({t.rc for t in ld.where("reset")}),
+           after=after.counts(), after_peers=after.by_peer())
+    assert running_at_kill == LOAD_N, "transfers ended before the kill: make them slower"
+    assert counts.get("bad", 0) == 0, ld.where("bad")[:5]
+    assert counts.get("hang", 0) == 0, ld.where("hang")[:5]
+    # everything that went through relay1 and did not complete saw a reset
+    assert set(counts) <= {"ok", "reset"}, (counts, [t for t in ld.transfers
+                                                     if t.outcome not in ("ok", "reset")][:5])
+    assert counts.get("reset", 0) >= LOAD_N // 2, counts
+    for t in ld.where("reset"):
+        assert t.rc == CURL_RESET_RECV or (t.kind == "up" and t.rc == CURL_RESET_SEND), t
+    for t in ld.where("ok"):
+        assert t.peer == r1.ip, t
+    all_ok(after, r2.ip)
+    s.wait_relays_up(2, WAIT)       # relay1 back (restarted): slotd reconnects
+
+
+# ---------------------------------------------------------------- slotd SIGKILLed and restarted
+
+def test_slotd_sigkill_and_restart(sb, slotd, loads):
+    """slotd is SIGKILLed while LOAD_N relayed transfers run, stays down for a
+    batch of new connections, and is started again. The live pipes carry on
+    (the kernel's conntrack NAT holds them) and complete byte-exact through
+    relay1; while slotd is down, new connections go direct (NFQUEUE's
+    --queue-bypass); after the restart they are relayed again."""
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"])
+    rc0 = r1.counters()
+    ld = loads("slotdkill").start()
+    ld.wait_running(WAIT)
+    assert r1.counters()["pipes_open"] == LOAD_N, ("not all relayed", r1.counters())
+    s.kill()
+    running_at_kill = len(ld.running())
+    # the rules stay behind; the queue has no reader: bypassed
+    assert sb.chain_exists("mangle", "SLOT_HIJACK") and sb.chain_exists("nat", "SLOT_DNAT")
+    down = batch(loads, "slotdkill-down")
+    running_at_restart = len(ld.running())
+    s2 = slotd(["relay1"])
+    up = batch(loads, "slotdkill-up")
+    counts = ld.finish()
+    rc1 = r1.counters()
+    report("slotd SIGKILL and restart", transfers=LOAD_N, running_at_kill=running_at_kill,
+           running_at_restart=running_at_restart, outcomes=counts, peers=ld.by_peer(),
+           while_down=down.by_peer(), after_restart=up.by_peer(),
+           relay_pipes=rc1["pipes_total"] - rc0["pipes_total"])
+    assert running_at_kill == LOAD_N, "transfers ended before the kill: make them slower"
+    assert running_at_restart > 0, "no transfer was still running at the restart: make them slower"
+    all_ok(ld, r1.ip)
+    all_ok(down, sb.ip("client"))
+    all_ok(up, r1.ip)
+    # one pipe per relayed transfer, none for the direct ones
+    assert rc1["pipes_total"] - rc0["pipes_total"] == LOAD_N + BATCH_N, (rc0, rc1)
+    c = s2.counters()
+    assert c["decisions_relay"] >= BATCH_N, c
+
+
+# ---------------------------------------------------------------- the directory down
+
+def relay_dir_conf(d):
+    return {"directory": {"urls": d.url, "list_interval": "500ms", "timeout": "1s",
+                          "measure_interval": "5s", "measure_rate": 50}}
+
+
+def restart_relays(sb, conf=None):
+    """Restarts every relay with conf's [directory] (None: without one)."""
+    for r in sb.relays.values():
+        r.stop()
+        r.conf.pop("directory", None)
+        r.update(conf or {})
+        r.start()
+
+
+def test_directory_down(sb, slotd, loads):
+    """The directory goes away for what stands for 5 minutes of a deployment
+    while LOAD_N relayed transfers run. Shortened clocks: the relays
+    heartbeat every 1 s (30 s deployed), the directory expires a relay after
+    4 s of silence (120 s), slotd refreshes every 1 s (2 h) and retries a
+    failed fetch after 200 ms doubling up to the refresh (30 s), the relays
+    list their peers every 500 ms (5 min). OUTAGE = 30 s is thus 30 heartbeat
+    and refresh periods and over 7 expiry periods: longer than 5 minutes is
+    in every period that matters.
+
+    Throughout: slotd keeps both relays (none expired from its set, its
+    rules unchanged), new connections are relayed and complete, a slotd
+    restarted during the outage starts from its cache file and relays too,
+    the relays keep their list of peers and serve; the load completes
+    byte-exact. When the directory is back (from its state file, which has
+    outlived every relay's expiry), the relays register again and slotd's
+    fetches succeed again."""
+    OUTAGE = 30
+    r1, r2 = sb.relay("relay1"), sb.relay("relay2")
+    d = sb.dird(overrides={"relays": {"heartbeat_interval": "1s", "expire_after": "4s"}})
+    try:
+        restart_relays(sb, relay_dir_conf(d))
+        slotbed.wait_for(lambda: set(d.listing()) == {r1.control, r2.control}, WAIT,
+                         "both relays registered")
+        slotbed.wait_for(lambda: all(r.counters()["peers"] == 1 for r in (r1, r2)), WAIT,
+                         "each relay to list the other")
+        cache = os.path.join(sb.dir, "dirdown-cache", "slotd.relays")
+        dconf = {"directory": {"urls": d.url, "refresh": "1s", "retry": "200ms", "timeout": "1s",
+                               "cache_file": cache},
+                 "select": {"cache_ttl": 0}}
+        s = slotd((), dconf)
+        slotbed.wait_for(lambda: s.counters().get("relays_up") == 2, WAIT, "slotd: 2 relays up")
+        rules0 = dnat_targets(sb)
+        assert len(rules0) == 2, rules0
+
+        ld = loads("dirdown").start()
+        ld.wait_running(WAIT)
+        rc0 = {r.host: r.counters() for r in (r1, r2)}
+        c0 = s.counters()
+        d.stop()
+        t_down = time.monotonic()
+
+        batches = []
+        batches.append(batch(loads, "dirdown-a"))
+        # slotd restarted mid-outage: from its cache file
+        assert s.stop() == 0
+        s = slotd((), dconf, wait=False)
+        s.wait_ready(WAIT)
+        slotbed.wait_for(lambda: s.counters().get("relays_up") == 2, WAIT,
+                         "restarted slotd: 2 relays up")
+        assert s.counters()["dir_cache_loaded"] == 1, s.counters()
+        batches.append(batch(loads, "dirdown-b"))
+        # sit out the rest of the outage, then once more
+        left = OUTAGE - (time.monotonic() - t_down)
+        if left > 0:
+            time.sleep(left)
+        batches.append(batch(loads, "dirdown-c"))
+        running_at_end = len(ld.running())
+        cs = s.counters()
+        rcs = {r.host: r.counters() for r in (r1, r2)}
+        state = s.relays_state()
+        rules1 = dnat_targets(sb)
+
+        d.start()
+        slotbed.wait_for(lambda: set(d.listing()) == {r1.control, r2.control}, WAIT,
+                         "both relays registered again")
+        f0 = s.counters()
+        slotbed.wait_for(lambda: fetched_since(s, f0), WAIT, "a successful fetch")
+        counts = ld.finish()
+        report("directory down", transfers=LOAD_N, outage_s=OUTAGE, outcomes=counts,
+               peers=ld.by_peer(), batches=[b.by_peer() for b in batches],
+               running_at_end=running_at_end,
+               slotd_failed_fetches=cs["dir_fetches_failed"],
+               relay_failed_calls={h: rcs[h]["dir_calls_failed"] - rc0[h]["dir_calls_failed"]
+                                   for h in rcs},
+               dird_relays_expired_at_load=d.counters().get("relays_expired"))
+    finally:
+        d.stop()
+        restart_relays(sb)
+    # slotd's set held: both relays, up, from the directory; its rules too
+    assert {c: (x["state"], x["source"]) for c, x in state.items()} == {
+        r1.control: ("up", "directory"), r2.control: ("up", "directory")}, state
+    assert rules1 == rules0
+    # the outage spanned many refresh periods: many failed fetches, by both slotds
+    assert c0["dir_fetches_failed"] == 0, c0
+    assert cs["dir_fetches_failed"] >= 5, cs
+    for h in rcs:
+        assert rcs[h]["dir_calls_failed"] - rc0[h]["dir_calls_failed"] >= 10, (h, rc0, rcs)
+        assert rcs[h]["peers"] == 1, (h, rcs[h])
+    assert running_at_end > 0, "the load ended before the outage did: make it slower"
+    all_ok(ld, r1.ip)
+    for b in batches:
+        all_ok(b, r1.ip)
+
+
+def fetched_since(s, c0):
+    c = s.counters()
+    return c["dir_fetches_ok"] + c["dir_fetches_unchanged"] > \
+        c0["dir_fetches_ok"] + c0["dir_fetches_unchanged"]
+
+
+def dnat_targets(sb):
+    return set(re.findall(r"-A SLOT_DNAT .*--to-destination (\S+)", sb.iptables_save("nat")))
+
+
+# ---------------------------------------------------------------- the xtables lock held
+
+# iptables and iptables-restore as iptables-legacy behaves: -w [seconds] waits
+# for the xtables lock (at most that long, then exit 4), no -w fails at once
+# with exit 4; the lock is held while the real tool runs. This machine's
+# iptables-nft takes no lock, so the test puts this in front of it (in
+# slotd's PATH only) with a lock file of its own. The lock is taken on a
+# descriptor of this shell, which then becomes the real tool: a wrapper
+# killed while waiting leaves nothing behind to run later. The log says
+# "start PID" before the wait and "got PID" after it.
+XTABLES_WRAPPER = r"""#!/bin/sh
+real=%(real)s
+lock=%(lock)s
+log=%(log)s
+wait=none
+prev=
+for a in "$@"; do
+	case "$prev" in -w|--wait) case "$a" in ''|*[!0-9]*) ;; *) wait=$a ;; esac ;; esac
+	case "$a" in
+	-w|--wait) wait=forever ;;
+	-w[0-9]*) wait=${a#-w} ;;
+	--wait=*) wait=${a#--wait=} ;;
+	esac
+	prev=$a
+done
+echo "start $$ wait=$wait $(basename "$0") $*" >>"$log"
+exec 9>>"$lock"
+case $wait in
+forever) flock 9 ;;
+none) flock -n 9 ;;
+*) flock -w "$wait" 9 ;;
+esac || {
+	echo "fail $$" >>"$log"
+	echo "Another app is currently holding the xtables lock. Perhaps you want to use the -w option?" >&2
+	exit 4
+}
+echo "got $$" >>"$log"
+exec "$real" "$@"
+"""
+
+
+def xtables_wrappers(sb):
+    """A bin directory with the two wrappers; returns (dir, lock, log)."""
+    d = os.path.join(sb.dir, "xtables-bin")
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o755)
+    lock, log = os.path.join(d, "xtables.lock"), os.path.join(d, "calls.log")
+    for f in (lock, log):
+        open(f, "a").close()
+        os.chmod(f, 0o666)      # slotd may run as another user
+    for tool in ("iptables", "iptables-restore"):
+        real = subprocess.run(["sh", "-c", "command -v " + tool], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        path = os.path.join(d, tool)
+        with open(path, "w") as f:
+            f.write(XTABLES_WRAPPER % {"real": real, "lock": lock, "log": log})
+        os.chmod(path, 0o755)
+    return d, lock, log
+
+
+def lock_calls(log):
+    """{"waiting": pids started and not through, "failed": pids that gave
+    up (exit 4), "got": pids that took the lock}."""
+    st = {}
+    for l in slotbed.read_log(log, tail=10 ** 7).splitlines():
+        f = l.split()
+        if len(f) >= 2 and f[0] in ("start", "got", "fail"):
+            st[f[1]] = f[0]
+    return {k: sorted(p for p, v in st.items() if v == ("start" if k == "waiting" else k))
+            for k in ("waiting", "failed", "got")}
+
+
+def test_xtables_lock_held(sb, slotd, loads):
+    """Another process (firewalld, docker, fail2ban...) holds the xtables
+    lock for HOLD = 30 s while the directory adds relay2 to slotd's set, and
+    LOAD_N relayed transfers run. slotd's rule change waits for the lock (or
+    gives up at its deadline, with a clear error, and tries again), but its
+    event loop does not: a batch of new connections started while the lock
+    is held is decided and completes before the lock is released (relayed
+    through relay1, the set in force). After the release, the new set is in
+    force (relay2 in SLOT_DNAT). The load completes byte-exact.
+    Needs rule changes off slotd's event loop (branch i14-ops): on main the
+    loop blocks in iptables-restore, and the batch stalls until the release.
+    """
+    HOLD = 30
+    r1, r2 = sb.relay("relay1"), sb.relay("relay2")
+    bindir, lock, log = xtables_wrappers(sb)
+    d = sb.dird(overrides={"relays": {"expire_after": "1h"}})     # no heartbeats here
+    try:
+        d.register(r1.control, r1.data_port)
+        s = slotd((), {"directory": {"urls": d.url, "refresh": "1s", "retry": "200ms",
+                                     "timeout": "2s", "cache_file": ""}},
+                  wrapper=["env", "PATH=%s:%s" % (bindir, os.environ.get("PATH", ""))])
+        slotbed.wait_for(lambda: s.counters().get("relays_up") == 1, WAIT, "slotd: relay1 up")
+        assert dnat_targets(sb) == {"%s:%d" % (r1.ip, r1.data_port)}
+        assert "start" in slotbed.read_log(log), "slotd did not run the wrappers"
+
+        ld = loads("xtlock").start()
+        ld.wait_running(WAIT)
+        holder = sb.bed.popen("client", ["flock", lock, "sleep", str(HOLD)])
+        slotbed.wait_for(lambda: subprocess.run(["flock", "-n", lock, "true"]).returncode != 0,
+                         WAIT, "the holder to take the lock")
+        c0 = s.counters()
+        d.register(r2.control, r2.data_port)
+        slotbed.wait_for(lambda: lock_calls(log)["waiting"], WAIT,
+                         "slotd's rule change to meet the lock")
+        held = batch(loads, "xtlock-held")
+        c1 = s.counters()
+        holder_alive = holder.poll() is None
+        calls_held = lock_calls(log)
+        holder.wait(HOLD + 30)
+        slotbed.wait_for(lambda: dnat_targets(sb) == {"%s:%d" % (r.ip, r.data_port)
+                                                      for r in (r1, r2)},
+                         WAIT, "relay2's rule after the release")
+        slotbed.wait_for(lambda: s.counters().get("relays_up") == 2, WAIT, "slotd: 2 relays up")
+        after = batch(loads, "xtlock-after")
+        counts = ld.finish()
+    finally:
+        d.stop()
+        if d in sb.dirds:
+            sb.dirds.remove(d)
+    dc = slotbed.deltas(c0, c1)
+    report("xtables lock held", transfers=LOAD_N, hold_s=HOLD, outcomes=counts,
+           peers=ld.by_peer(), held=held.by_peer(), after=after.by_peer(),
+           decided_while_held=dc["decisions_relay"] + dc["decisions_direct"],
+           holder_alive_after_batch=holder_alive,
+           tool_calls_waiting=len(calls_held["waiting"]),
+           tool_calls_given_up=len(lock_calls(log)["failed"]))
+    assert holder_alive, "the batch outlasted the lock: it could not show the loop was free"
+    all_ok(held, r1.ip)
+    assert dc["decisions_relay"] + dc["decisions_direct"] >= BATCH_N, dc
+    assert dc["held_overflow"] == 0, dc
+    all_ok(ld, r1.ip)
+    assert after.counts() == {"ok": BATCH_N}, after.summary()
+
+
+# ---------------------------------------------------------------- a control-connection flood
+
+FLOOD_SCRIPT = r'''
+import errno, json, os, resource, selectors, signal, socket, sys, time
+ip, port, target, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+stats = sys.argv[5]
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+st = {"connects": 0, "connected": 0, "failed": 0, "closed_by_peer": 0, "max_open": 0}
+sel = selectors.DefaultSelector()
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+pending, est = set(), set()
+t0 = last = time.monotonic()
+
+
+def dump():
+    with open(stats + ".tmp", "w") as f:
+        json.dump(st, f)
+    os.rename(stats + ".tmp", stats)
+
+
+while not stop:
+    # open at `rate` per second up to `target` at once; silent once connected
+    want = min(target - len(pending) - len(est), int((time.monotonic() - t0) * rate) - st["connects"])
+    for _ in range(max(0, want)):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        st["connects"] += 1
+        if s.connect_ex((ip, port)) not in (0, errno.EINPROGRESS):
+            st["failed"] += 1
+            s.close()
+            continue
+        pending.add(s)
+        sel.register(s, selectors.EVENT_WRITE)
+    for key, ev in sel.select(0.05):
+        s = key.fileobj
+        if s in pending:
+            pending.discard(s)
+            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                st["failed"] += 1
+                sel.unregister(s)
+                s.close()
+                continue
+            st["connected"] += 1
+            est.add(s)
+            sel.modify(s, selectors.EVENT_READ)
+        else:
+            try:
+                b = s.recv(4096)
+            except OSError:
+                b = b""
+            if not b:
+                st["closed_by_peer"] += 1
+                est.discard(s)
+                sel.unregister(s)
+                s.close()
+    st["max_open"] = max(st["max_open"], len(est))
+    if time.monotonic() - last > 0.5:
+        last = time.monotonic()
+        dump()
+st["open_at_end"] = len(est)
+dump()
+print(json.dumps(st), flush=True)
+'''
+
+
+def fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def test_control_connection_flood(sb, slotd, loads):
+    """One source (host mallory) opens control connections to relay1 as fast
+    as FLOOD_RATE per second, up to FLOOD_N at once, sends nothing, and opens
+    a new one for each the relay closes, while LOAD_N relayed transfers run.
+    relay1 runs with 4096 descriptors (LimitNOFILE scaled to the test: the
+    load takes ~1,200), so an unbounded flood would exhaust them. The
+    running transfers are untouched (all complete byte-exact, none reset),
+    slotd's control connection stays up, and new connections during the
+    flood are still relayed through relay1 and complete.
+    Needs per-source caps and a first-message deadline on control
+    connections (branch i14-relay): on main the flood takes every
+    descriptor, new pipes fail (direct) and running ones are reset ("out of
+    pipes")."""
+    FLOOD_N, FLOOD_RATE, NOFILE = 6000, 1000, 4096
+    r1 = sb.relay("relay1")
+    r1.stop()
+    r1.wrapper = ["prlimit", "--nofile=%d:%d" % (NOFILE, NOFILE)]
+    try:
+        r1.start()
+        s = slotd(["relay1"])
+        ld = loads("flood").start()
+        ld.wait_running(WAIT)
+        rc0 = r1.counters()
+        script = os.path.join(sb.dir, "flood.py")
+        with open(script, "w") as f:
+            f.write(FLOOD_SCRIPT)
+        stats = os.path.join(sb.dir, "flood.json")
+        fl = sb.bed.popen("mallory", ["/usr/bin/python3", script, r1.ip, r1.ctl_port, FLOOD_N,
+                                      FLOOD_RATE, stats],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+        def flood_stats():
+            try:
+                with open(stats) as f:
+                    return json.load(f)
+            except (OSError, ValueError):
+                return None
+        # the flood at its height: FLOOD_N connections made
+        slotbed.wait_for(lambda: (flood_stats() or {}).get("connects", 0) >= FLOOD_N
+                         or fl.poll() is not None, WAIT, "the flood to build up")
+        assert fl.poll() is None, fl.communicate()[1].decode()
+        running_at_height = len(ld.running())
+        during = batch(loads, "flood-during")
+        rcd = r1.counters()
+        relay_fds = fds(r1.proc.pid)
+        fl.send_signal(signal.SIGTERM)
+        out, err = fl.communicate(timeout=WAIT)
+        assert fl.returncode == 0, err.decode()
+        flood = json.loads(out.decode().strip().splitlines()[-1])
+        counts = ld.finish()
+        rc1 = r1.counters()
+        lost = "relay %s: control connection lost" % r1.control in s.log()
+    finally:
+        r1.stop()
+        r1.wrapper = []
+        r1.start()
+    report("control flood", transfers=LOAD_N, flood=flood, running_at_height=running_at_height, outcomes=counts, peers=ld.by_peer(),
+           during=during.by_peer(), relay_fds=relay_fds, nofile=NOFILE,
+           relay_control_conns_during=rcd.get("control_conns"),
+           relay_pipes_failed=rc1["pipes_failed"] - rc0["pipes_failed"])
+    assert flood["connected"] >= 1000, flood       # the flood reached the relay
+    assert running_at_height > 0, "the load ended before the flood was up: make it slower"
+    assert not lost, "slotd's control connection to relay1 was lost"
+    all_ok(ld, r1.ip)
+    all_ok(during, r1.ip)
+    assert rc1["pipes_failed"] == rc0["pipes_failed"], (rc0, rc1)
