@@ -3,7 +3,7 @@
 
     client --200 ms-- server             (direct)
     client --40-- relay1 --40-- server   path 40 ms: the best
-    client --60-- relay2 --60-- server   path 60 ms: still well ahead of direct
+    client --100-- relay2 --100-- server path 100 ms: behind relay1, ahead of direct
     client --10-- dir                    slot-dird, when a test wants one
     mallory --10-- relay1                the flood's one source
 
@@ -34,7 +34,7 @@ import slotbed
 from load import CurlLoad, CURL_RESET_RECV, CURL_RESET_SEND
 from slotbed import KiB, MiB
 
-RELAYS = {"relay1": (40, 40), "relay2": (60, 60)}
+RELAYS = {"relay1": (40, 40), "relay2": (100, 100)}
 DIRECT_RTT = 200    # far behind either relay, so that decisions measured on a
                     # loaded machine still all go the same way
 LOAD_N = 200
@@ -147,11 +147,13 @@ def batch(loads, name, **kw):
     return b
 
 
-def all_ok(ld, peer):
-    """Every transfer of ld complete, byte-exact, through peer (an address)."""
+def all_ok(ld, peers):
+    """Every transfer of ld complete, byte-exact, through peers (an address,
+    or a set of them)."""
+    peers = {peers} if isinstance(peers, str) else set(peers)
     assert ld.counts() == {"ok": ld.n}, "%s\n%r" % (ld.summary(), [
         t for t in ld.transfers if t.outcome != "ok"][:5])
-    assert ld.by_peer() == {peer: ld.n}, ld.summary()
+    assert set(ld.by_peer()) <= peers, (peers, ld.summary())
 
 
 def report(what, **figures):
@@ -270,7 +272,8 @@ def test_directory_down(sb, slotd, loads):
 
     Throughout: slotd keeps both relays (none expired from its set, its
     rules unchanged), new connections are relayed and complete, a slotd
-    restarted during the outage starts from its cache file and relays too,
+    that crashes and is started again during the outage starts from its
+    cache file and relays too,
     the relays keep their list of peers and serve; the load completes
     byte-exact. When the directory is back (from its state file, which has
     outlived every relay's expiry), the relays register again and slotd's
@@ -286,14 +289,13 @@ def test_directory_down(sb, slotd, loads):
                          "each relay to list the other")
         cache = os.path.join(sb.dir, "dirdown-cache", "slotd.relays")
         dconf = {"directory": {"urls": d.url, "refresh": "1s", "retry": "200ms", "timeout": "1s",
-                               "cache_file": cache},
-                 "select": {"cache_ttl": 0}}
+                               "cache_file": cache}}
         s = slotd((), dconf)
         slotbed.wait_for(lambda: s.counters().get("relays_up") == 2, WAIT, "slotd: 2 relays up")
         rules0 = dnat_targets(sb)
         assert len(rules0) == 2, rules0
 
-        ld = loads("dirdown").start()
+        ld = loads("dirdown", size=2 * MiB).start()     # outlasts the outage
         ld.wait_running(WAIT)
         rc0 = {r.host: r.counters() for r in (r1, r2)}
         c0 = s.counters()
@@ -302,8 +304,10 @@ def test_directory_down(sb, slotd, loads):
 
         batches = []
         batches.append(batch(loads, "dirdown-a"))
-        # slotd restarted mid-outage: from its cache file
-        assert s.stop() == 0
+        # slotd crashes mid-outage and is started again: from its cache file
+        # (a SIGKILL: SIGTERM's rule removal would take the load's pipes
+        # with it, see docs/reliability/faults.md)
+        s.kill()
         s = slotd((), dconf, wait=False)
         s.wait_ready(WAIT)
         slotbed.wait_for(lambda: s.counters().get("relays_up") == 2, WAIT,
@@ -348,9 +352,10 @@ def test_directory_down(sb, slotd, loads):
         assert rcs[h]["dir_calls_failed"] - rc0[h]["dir_calls_failed"] >= 10, (h, rc0, rcs)
         assert rcs[h]["peers"] == 1, (h, rcs[h])
     assert running_at_end > 0, "the load ended before the outage did: make it slower"
-    all_ok(ld, r1.ip)
+    relayed = {r1.ip, r2.ip}
+    all_ok(ld, relayed)
     for b in batches:
-        all_ok(b, r1.ip)
+        all_ok(b, relayed)
 
 
 def fetched_since(s, c0):
