@@ -41,8 +41,7 @@ LOAD_N = 200
 # 200 x 25 KiB/s is 5 MiB/s through the emulator, twice for a relayed
 # transfer: its NFQUEUE delay line keeps up on this 2-core machine (at
 # 200 x 100 KiB/s it queued packets for 200 ms more, and every RTT slotd
-# measured with them). curl 7.88's --limit-rate lets a download take what
-# its socket holds at once, so 1 MiB lasts 28-45 s, not 41.
+# measured with them). 1 MiB at 25 KiB/s lasts 37-45 s here.
 LOAD_SIZE = MiB
 LOAD_RATE = "25K"
 BATCH_N = 20
@@ -56,11 +55,21 @@ def need_binaries():
             pytest.fail("%s is missing: build it first (make all)" % b)
 
 
+def small_client_buffers(spec):
+    """The client host's receive buffers at most 64 KiB: curl's --limit-rate
+    then paces the sender (it only reads slowly; with Debian's 6 MiB a
+    download could sit whole in the client's socket, and a fault would find
+    it delivered already)."""
+    i = spec["hosts"].index("client")
+    spec["hosts"][i] = {"name": "client", "sysctls": {"net.ipv4.tcp_rmem": "4096 65536 65536"}}
+
+
 @pytest.fixture(scope="module")
 def sb():
     need_binaries()
     b = slotbed.SlotBed(RELAYS, direct_rtt=DIRECT_RTT, extra_hosts=["dir", "mallory"],
-                        relay_conf={"limits": {"max_pending_per_client": 1024}}).up()
+                        relay_conf={"limits": {"max_pending_per_client": 1024}},
+                        spec_edit=small_client_buffers).up()
     try:
         b.nginx.start()
         yield b
