@@ -348,6 +348,7 @@ def test_directory_down(sb, slotd, loads):
                          "both relays registered again")
         f0 = s.counters()
         slotbed.wait_for(lambda: fetched_since(s, f0), WAIT, "a successful fetch")
+        rc2 = {r.host: r.counters() for r in (r1, r2)}
         counts = ld.finish()
         report("directory down", transfers=LOAD_N, outage_s=OUTAGE, outcomes=counts,
                peers=ld.by_peer(), batches=[b.by_peer() for b in batches],
@@ -355,7 +356,8 @@ def test_directory_down(sb, slotd, loads):
                slotd_failed_fetches=cs["dir_fetches_failed"],
                relay_failed_calls={h: rcs[h]["dir_calls_failed"] - rc0[h]["dir_calls_failed"]
                                    for h in rcs},
-               dird_relays_expired_at_load=d.counters().get("relays_expired"))
+               relay_registrations_after={
+                   h: rc2[h]["dir_registrations"] - rcs[h]["dir_registrations"] for h in rcs})
     finally:
         d.stop()
         restart_relays(sb)
@@ -369,6 +371,8 @@ def test_directory_down(sb, slotd, loads):
     for h in rcs:
         assert rcs[h]["dir_calls_failed"] - rc0[h]["dir_calls_failed"] >= 10, (h, rc0, rcs)
         assert rcs[h]["peers"] == 1, (h, rcs[h])
+        # the directory came back without them (expired at load): they registered again
+        assert rc2[h]["dir_registrations"] > rcs[h]["dir_registrations"], (h, rcs[h], rc2[h])
     assert running_at_end > 0, "the load ended before the outage did: make it slower"
     relayed = {r1.ip, r2.ip}
     all_ok(ld, relayed)
