@@ -74,10 +74,6 @@ def sb():
         b.nginx.start()
         yield b
     finally:
-        if os.environ.get("FAULTS_DEBUG_COPY"):
-            import shutil
-            shutil.copytree(b.dir, os.environ["FAULTS_DEBUG_COPY"], dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("*.out", "www", "*.up", "*.sock"))
         b.down()
 
 
