@@ -9,16 +9,19 @@
 
 Each test runs a load of LOAD_N concurrent transfers (tests/integration/
 load.py: curl in the client host, one in five an upload, LOAD_SIZE each at
-LOAD_RATE, so each lasts ~20 s and all are running when the fault hits),
+LOAD_RATE, so each lasts ~40 s and all are running when the fault hits),
 injects one fault, then waits for every curl and checks every transfer by
 sha256 end to end (the body curl wrote, or the file nginx stored), with the
 peer nginx logged for it (the relay's address when relayed, the client's
 when direct). Short batches of new transfers (BATCH_N, small, unthrottled)
-show how new connections fare during and after the fault.
+show how new connections fare during and after the fault. Each test prints
+one "faults: ..." line of figures (pytest -s); docs/reliability/faults.md
+has them.
 
 The machine has 2 cores shared with other builds and tests: the tests count
-outcomes and never measure time; every wait is generous. Several need work
-of other branches of issue 14, named in each test's docstring.
+outcomes and never measure time; every wait is generous. The xtables-lock
+test needs slotd's `[slotd] iptables` and rules off its loop, and is skipped
+without them.
 """
 
 import json
