@@ -263,6 +263,15 @@ def test_slotd_sigkill_and_restart(sb, slotd, loads):
 
 # ---------------------------------------------------------------- the directory down
 
+def fresh_dird(sb, overrides):
+    """slot-dird in host "dir", started with an empty state (the state file
+    of an earlier test's directory would list its relays)."""
+    state = os.path.join(sb.dir, "dird-dir.state")      # BedDird's, in host "dir"
+    if os.path.exists(state):
+        os.unlink(state)
+    return sb.dird(overrides=overrides)
+
+
 def relay_dir_conf(d):
     return {"directory": {"urls": d.url, "list_interval": "500ms", "timeout": "1s",
                           "measure_interval": "5s", "measure_rate": 50}}
@@ -297,7 +306,7 @@ def test_directory_down(sb, slotd, loads):
     fetches succeed again."""
     OUTAGE = 30
     r1, r2 = sb.relay("relay1"), sb.relay("relay2")
-    d = sb.dird(overrides={"relays": {"heartbeat_interval": "1s", "expire_after": "4s"}})
+    d = fresh_dird(sb, {"relays": {"heartbeat_interval": "1s", "expire_after": "4s"}})
     try:
         restart_relays(sb, relay_dir_conf(d))
         slotbed.wait_for(lambda: set(d.listing()) == {r1.control, r2.control}, WAIT,
@@ -359,6 +368,8 @@ def test_directory_down(sb, slotd, loads):
                    h: rc2[h]["dir_registrations"] - rcs[h]["dir_registrations"] for h in rcs})
     finally:
         d.stop()
+        if d in sb.dirds:
+            sb.dirds.remove(d)
         restart_relays(sb)
     # slotd's set held: both relays, up, from the directory; its rules too
     assert {c: (x["state"], x["source"]) for c, x in state.items()} == {
@@ -438,7 +449,7 @@ def test_xtables_lock_held(sb, slotd, loads):
     r1, r2 = sb.relay("relay1"), sb.relay("relay2")
     lock = os.path.join(sb.dir, "xtables.lock")
     open(lock, "a").close()
-    d = sb.dird(overrides={"relays": {"expire_after": "1h"}})     # no heartbeats here
+    d = fresh_dird(sb, {"relays": {"expire_after": "1h"}})     # no heartbeats here
     holder = None
     try:
         d.register(r1.control, r1.data_port)
