@@ -22,6 +22,7 @@ the lock was held, must answer within its usual timeout.
 import json
 import signal
 import os
+import pwd
 import re
 import subprocess
 import time
@@ -80,6 +81,11 @@ def slotd(sb, request):
         s = sb.slotd([sb.relay(n) for n in relays])
         if (overrides or {}).get("slotd", {}).get("user") == "nobody":
             s.conf["slotd"]["key_file"] = sb.relay_key
+            # its identity key too: re-read as nobody on SIGHUP
+            key = s.conf.get("auth", {}).get("key")
+            if key:
+                nobody = pwd.getpwnam("nobody")
+                os.chown(key, nobody.pw_uid, nobody.pw_gid)
         s.update(overrides or {})
         started.append(s)
         return s.start(**kw)
