@@ -20,6 +20,7 @@
 #include "slot/clock.h"
 #include "slot/ctlsrv.h"
 #include "slot/grpstab.h"
+#include "slot/ident.h"
 #include "slot/log.h"
 #include "slot/notify.h"
 #include "slot/mcl.h"
@@ -64,6 +65,8 @@ struct daemon {
 	uint64_t last_regroup, last_snapshot;	/* monotonic us */
 	bool snapshot_retry;		/* the last write failed */
 	bool snapshot_failing;		/* said so already */
+	struct timespec revoked_mtime;	/* of [auth] revoked when last read */
+	bool revoked_failing;		/* said so already */
 };
 
 static void
@@ -73,7 +76,7 @@ usage(FILE *f)
 	    "usage: slot-dird [-c config] [-l level] [-t] [-V]\n"
 	    "  -c config  configuration file (default /etc/slot/dird.conf)\n"
 	    "  -l level   log level: error, warn, info, debug (overrides the file)\n"
-	    "  -t         check the configuration and the key file, then exit\n"
+	    "  -t         check the configuration and the identity (or key), then exit\n"
 	    "  -V         print the version\n");
 }
 
@@ -281,6 +284,98 @@ expired(void *user, const char *relay, uint64_t age_us)
 	log_info("relay %s expired: silent for %.1f s", relay, (double)age_us / 1e6);
 }
 
+/* Identity mode: why a relay may not stay listed (d->mu held). */
+static bool
+drop_relay(void *user, const struct dstate_relay_view *v, const char **why)
+{
+	struct dird *d = user;
+	uint64_t now = clock_real_us() / 1000000;
+
+	if (v->cert == NULL)
+		*why = "no certificate (registered in shared mode)";
+	else if (ident_revoked_has(&d->revoked, v->cert->serial))
+		*why = "its certificate is revoked";
+	else if (now >= v->cert->not_after)
+		*why = "its certificate expired";
+	else
+		return false;
+	return true;
+}
+
+static void
+dropped(void *user, const char *relay, const char *why)
+{
+	(void)user;
+	log_info("relay %s removed: %s", relay, why);
+}
+
+/* Identity mode: removes the relays that may not stay; d->mu held. */
+static void
+sweep_relays(struct dird *d)
+{
+	if (d->mode == IDENT_MODE_IDENTITY)
+		d->ctr.relays_revoked += dstate_remove_if(d->state, drop_relay, dropped, d);
+}
+
+/* Reads [auth] revoked when forced or when its mtime moved; a new list
+ * takes effect at once: revoked relays leave the listing, the version moves
+ * so that clients fetch the list, and their calls are refused. A file that
+ * does not parse keeps the running list. */
+static void
+revoked_reload(struct daemon *dm, bool force)
+{
+	struct dird *d = &dm->d;
+	struct ident_revoked rev = { 0 };
+	char path[DCONF_PATH_MAX], err[512];
+	struct stat st;
+	bool same;
+
+	if (d->mode != IDENT_MODE_IDENTITY)
+		return;
+	pthread_mutex_lock(&d->mu);
+	memcpy(path, d->conf.revoked, sizeof(path));
+	pthread_mutex_unlock(&d->mu);
+	if (path[0] != '\0') {
+		if (stat(path, &st) == -1) {
+			if (!dm->revoked_failing)
+				log_warnx("revocation list %s: %s; the running list (%zu "
+				    "serials) stays", path, strerror(errno), d->revoked.n);
+			dm->revoked_failing = true;
+			return;
+		}
+		if (!force && st.st_mtim.tv_sec == dm->revoked_mtime.tv_sec &&
+		    st.st_mtim.tv_nsec == dm->revoked_mtime.tv_nsec)
+			return;
+		if (ident_revoked_load(path, &rev, err, sizeof(err)) == -1) {
+			if (!dm->revoked_failing || force)
+				log_warnx("revocation list not loaded, the running list (%zu "
+				    "serials) stays: %s", d->revoked.n, err);
+			dm->revoked_failing = true;
+			dm->revoked_mtime = st.st_mtim;
+			return;
+		}
+		dm->revoked_mtime = st.st_mtim;
+	}
+	dm->revoked_failing = false;
+	pthread_mutex_lock(&d->mu);
+	same = rev.n == d->revoked.n && (rev.n == 0 ||
+	    memcmp(rev.serial, d->revoked.serial, rev.n * sizeof(*rev.serial)) == 0);
+	if (!same) {
+		ident_revoked_free(&d->revoked);
+		d->revoked = rev;
+		memset(&rev, 0, sizeof(rev));
+		d->ctr.revoked = d->revoked.n;
+		/* Clients must fetch the new list even if no relay leaves. */
+		dstate_bump(d->state);
+		sweep_relays(d);
+	}
+	pthread_mutex_unlock(&d->mu);
+	ident_revoked_free(&rev);
+	if (!same)
+		log_info("revocation list %s: %zu serials", path[0] ? path : "(none)",
+		    d->revoked.n);
+}
+
 static void
 tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -291,8 +386,10 @@ tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 
+	revoked_reload(dm, false);
 	pthread_mutex_lock(&d->mu);
 	d->ctr.relays_expired += dstate_expire(d->state, now, expired, NULL);
+	sweep_relays(d);
 	/* A regroup asked for or running takes the changes so far; the next
 	 * one waits until it is done and the interval has passed. */
 	pending = dstate_regroup_pending(d->state) && !d->regroup_running &&
@@ -316,6 +413,7 @@ reload(struct daemon *dm)
 	struct dird *d = &dm->d;
 	struct dconf n;
 	struct auth_key k;
+	struct ident id;
 	char err[512];
 	bool key_ok;
 
@@ -344,20 +442,36 @@ reload(struct daemon *dm)
 	n.max_conns_per_source = c->max_conns_per_source;
 	n.header_timeout_ms = c->header_timeout_ms;
 	n.body_timeout_ms = c->body_timeout_ms;
-	key_ok = auth_key_load(n.key_file, &k, err, sizeof(err)) == 0;
-	if (!key_ok)
-		log_warnx("reload: key not reloaded (%s); the running key stays", err);
+	if (n.auth_mode != d->mode) {
+		log_warnx("reload: [auth] mode changes only on restart");
+		n.auth_mode = d->mode;
+	}
+	if (d->mode == IDENT_MODE_SHARED) {
+		key_ok = auth_key_load(n.key_file, &k, err, sizeof(err)) == 0;
+		if (!key_ok)
+			log_warnx("reload: key not reloaded (%s); the running key stays", err);
+	} else {
+		key_ok = ident_load(n.id_key, n.id_cert, n.id_ca,
+		    IDENT_MASK(IDENT_ROLE_DIRECTORY), &id, err, sizeof(err)) == 0;
+		if (!key_ok)
+			log_warnx("reload: identity not reloaded (%s); the running one stays",
+			    err);
+	}
 
 	pthread_mutex_lock(&d->mu);
 	d->conf = n;
-	if (key_ok)
+	if (key_ok && d->mode == IDENT_MODE_SHARED)
 		d->key = k;
+	else if (key_ok)
+		d->id = id;
 	replay_set_window(d->replay, n.max_clock_skew_ms * 1000);
 	struct dstate_params p = state_params(&n);
 	dstate_set_params(d->state, &p);
 	pthread_mutex_unlock(&d->mu);
 	auth_key_wipe(&k);
+	ident_wipe(&id);
 	log_set_level(n.log_level);
+	revoked_reload(dm, true);
 	log_info("configuration reloaded from %s", dm->conf_path);
 }
 
@@ -464,10 +578,29 @@ main(int argc, char **argv)
 	if (level_arg)
 		d->conf.log_level = level;
 	log_set_level(d->conf.log_level);
-	if (auth_key_load(d->conf.key_file, &d->key, err, sizeof(err)) == -1)
-		fatalx("%s", err);
+	d->mode = d->conf.auth_mode;
+	if (d->mode == IDENT_MODE_SHARED) {
+		if (auth_key_load(d->conf.key_file, &d->key, err, sizeof(err)) == -1)
+			fatalx("%s", err);
+	} else {
+		if (ident_load(d->conf.id_key, d->conf.id_cert, d->conf.id_ca,
+		    IDENT_MASK(IDENT_ROLE_DIRECTORY), &d->id, err, sizeof(err)) == -1)
+			fatalx("identity: %s", err);
+		if (d->conf.revoked[0] != '\0' && ident_revoked_load(d->conf.revoked,
+		    &d->revoked, err, sizeof(err)) == -1)
+			fatalx("%s", err);
+		d->ctr.revoked = d->revoked.n;
+	}
 	if (check_only) {
-		printf("%s: configuration ok\n", path);
+		char serial[17];
+
+		if (d->mode == IDENT_MODE_IDENTITY) {
+			ident_serial_hex(d->id.cert.serial, serial);
+			printf("%s: configuration ok; identity: directory certificate '%s', "
+			    "serial %s; %zu revoked serials\n", path, d->id.cert.name, serial,
+			    d->revoked.n);
+		} else
+			printf("%s: configuration ok (shared key mode)\n", path);
 		return 0;
 	}
 
@@ -492,6 +625,14 @@ main(int argc, char **argv)
 	}
 
 	d->state = restore(dm);
+	if (d->mode == IDENT_MODE_IDENTITY) {
+		struct stat st;
+
+		if (d->conf.revoked[0] != '\0' && stat(d->conf.revoked, &st) == 0)
+			dm->revoked_mtime = st.st_mtim;
+		/* A state saved in shared mode, or before a revocation. */
+		sweep_relays(d);
+	}
 	/* A start that restored the version served last must not let a
 	 * crash hand the same version out again for other contents: mark
 	 * the file unclean before serving. Failing that, a new boot id. */
@@ -585,6 +726,8 @@ main(int argc, char **argv)
 	replay_free(d->replay);
 	dland_free(&d->land);
 	auth_key_wipe(&d->key);
+	ident_wipe(&d->id);
+	ident_revoked_free(&d->revoked);
 	pthread_mutex_destroy(&d->mu);
 	ev_loop_destroy(dm->loop);
 	return 0;

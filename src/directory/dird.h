@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "slot/auth.h"
+#include "slot/ident.h"
 #include "slot/replay.h"
 #include "dconf.h"
 #include "dland.h"
@@ -31,19 +32,26 @@ struct dird_counters {
 	uint64_t regroup_last_changes;	/* gauges: of the last regroup applied */
 	uint64_t regroup_last_us;	/* its time, snapshot to stabilised ids */
 	uint64_t snapshots_written, snapshot_errors;
+	uint64_t relays_revoked;	/* removed for a revoked or expired certificate */
+	uint64_t revoked;		/* gauge: serials in the revocation list */
 };
 
 struct dird {
+	/* Set at start, read-only afterwards (a change needs a restart). */
+	int mode;			/* enum ident_mode */
+
 	pthread_mutex_t mu;
 	struct dconf conf;		/* the running configuration */
-	struct auth_key key;
+	struct auth_key key;		/* shared mode */
+	struct ident id;		/* identity mode: ours, and the CA */
+	struct ident_revoked revoked;	/* [auth] revoked as last read */
 	struct replay *replay;
 	struct dstate *state;
 	struct dird_counters ctr;
 	bool regroup_running;		/* the regroup thread is clustering */
-	struct dland land;
+	struct dland land;		/* the landmarks of the version in force (dland.h) */
 	char land_version[DSTATE_VERSION_LEN];	/* the version d->land was checked at */
-	uint64_t land_at_us;			/* when, monotonic */		/* the landmarks of the version in force (dland.h) */
+	uint64_t land_at_us;			/* when, monotonic */
 };
 
 #endif

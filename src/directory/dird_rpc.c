@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
 #include <xmlrpc-c/abyss.h>	/* and abyss_unixsock.h, which has no guard */
 
 #include "slot/clock.h"
@@ -30,9 +31,21 @@
 bool drpc_fuzz_no_mac;
 #endif
 
+/* The authentication fields of a call: ts, nonce, and mac (shared mode) or
+ * cert and sig (identity mode). */
 struct stamp {
-	const char *ts, *nonce, *mac;
+	const char *ts, *nonce, *mac, *cert, *sig;
 };
+
+/* Who called, once authenticated: in identity mode the caller's verified
+ * certificate. */
+struct caller {
+	bool has_cert;
+	struct ident_cert cert;
+};
+
+#define ROLES_RELAY IDENT_MASK(IDENT_ROLE_RELAY)
+#define ROLES_LIST (IDENT_MASK(IDENT_ROLE_CLIENT) | IDENT_MASK(IDENT_ROLE_RELAY))
 
 /* The peer's IPv4 address for debug lines. Abyss keeps the peer in a plain
  * struct sockaddr, too short for IPv6, so those show as "IPv6 peer". */
@@ -174,21 +187,29 @@ stamp_free(struct stamp *s)
 	free((void *)s->ts);
 	free((void *)s->nonce);
 	free((void *)s->mac);
+	free((void *)s->cert);
+	free((void *)s->sig);
 	memset(s, 0, sizeof(*s));
 }
 
-/* ts, nonce and mac: present and strings. Returns 0, or -1 with the fault
- * set. */
+/* ts, nonce, and mac or cert and sig by the mode: present and strings.
+ * Returns 0, or -1 with the fault set. */
 static int
 get_stamp(struct dird *d, xmlrpc_env *env, void *ci, const char *method, xmlrpc_value *st,
     struct stamp *s)
 {
-	static const char *const names[] = { "ts", "nonce", "mac" };
-	const char **dst[] = { &s->ts, &s->nonce, &s->mac };
+	static const char *const shared[] = { "ts", "nonce", "mac" };
+	static const char *const ident[] = { "ts", "nonce", "cert", "sig" };
+	bool id = d->mode == IDENT_MODE_IDENTITY;
+	const char *const *names = id ? ident : shared;
+	const char **dst_shared[] = { &s->ts, &s->nonce, &s->mac };
+	const char **dst_ident[] = { &s->ts, &s->nonce, &s->cert, &s->sig };
+	const char ***dst = id ? dst_ident : dst_shared;
+	size_t n = id ? 4 : 3;
 	const char *why;
 
 	memset(s, 0, sizeof(*s));
-	for (size_t i = 0; i < 3; i++) {
+	for (size_t i = 0; i < n; i++) {
 		if (get_string(st, names[i], dst[i], &why) == -1) {
 			fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "field '%s': %s",
 			    names[i], why);
@@ -199,18 +220,64 @@ get_stamp(struct dird *d, xmlrpc_env *env, void *ci, const char *method, xmlrpc_
 	return 0;
 }
 
+/* Identity mode: the caller's certificate (CA, validity, role in roles,
+ * not revoked) and its signature over body. Returns 0 with who filled, or
+ * -1 with the fault set. */
+static int
+check_identity(struct dird *d, xmlrpc_env *env, void *ci, const char *method,
+    const struct stamp *s, const char *body, unsigned roles, struct caller *who)
+{
+	uint8_t raw[IDENT_CERT_LEN], ca[IDENT_PK_LEN];
+	char why[256], serial[17];
+	bool revoked;
+
+	if (dirp_unhex(s->cert, raw, sizeof(raw)) == -1) {
+		fault(d, env, ci, method, DIRP_FAULT_AUTH, "cert must be %d hex digits",
+		    DIRP_CERT_HEX);
+		return -1;
+	}
+	pthread_mutex_lock(&d->mu);
+	memcpy(ca, d->id.ca_pk, sizeof(ca));
+	pthread_mutex_unlock(&d->mu);
+	/* The CA's signature is checked without the lock; revocation under it. */
+	if (ident_cert_verify(raw, ca, roles, clock_real_us() / 1000000, NULL, &who->cert, why,
+	    sizeof(why)) == -1) {
+		fault(d, env, ci, method, DIRP_FAULT_AUTH, "%s (%s takes a %s certificate)", why,
+		    method, roles == ROLES_RELAY ? "relay" : "client or relay");
+		return -1;
+	}
+	pthread_mutex_lock(&d->mu);
+	revoked = ident_revoked_has(&d->revoked, who->cert.serial);
+	pthread_mutex_unlock(&d->mu);
+	if (revoked) {
+		ident_serial_hex(who->cert.serial, serial);
+		fault(d, env, ci, method, DIRP_FAULT_AUTH, "certificate '%s' (serial %s) is "
+		    "revoked", who->cert.name, serial);
+		return -1;
+	}
+	if (dirp_verify_sig(who->cert.pk, method, s->ts, s->nonce, body, s->sig) == -1) {
+		fault(d, env, ci, method, DIRP_FAULT_AUTH, "signature does not verify with "
+		    "the key of certificate '%s'", who->cert.name);
+		return -1;
+	}
+	who->has_cert = true;
+	return 0;
+}
+
 /* The checks every call shares, after the types: the stamp's syntax, the
- * MAC over body, the clock window and the nonce. Returns 0, or -1 with the
+ * MAC (shared mode) or the certificate, its role and signature (identity
+ * mode) over body, the clock window and the nonce. Returns 0, or -1 with the
  * fault set. */
 static int
 authenticate(struct dird *d, xmlrpc_env *env, void *ci, const char *method,
-    const struct stamp *s, const char *body)
+    const struct stamp *s, const char *body, unsigned roles, struct caller *who)
 {
 	uint64_t ts, nonce, skew_ms;
 	struct auth_key key;
 	enum replay_verdict v;
 	int ok;
 
+	memset(who, 0, sizeof(*who));
 	if (dirp_parse_stamp(s->ts, s->nonce, &ts, &nonce) == -1) {
 		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "ts must be unix microseconds "
 		    "in decimal, nonce 16 lowercase hex digits");
@@ -223,18 +290,23 @@ authenticate(struct dird *d, xmlrpc_env *env, void *ci, const char *method,
 		    "(%zu bytes of fields, at most %d): split it", strlen(body), BODY_MAX);
 		return -1;
 	}
-	pthread_mutex_lock(&d->mu);
-	key = d->key;
-	pthread_mutex_unlock(&d->mu);
-	ok = dirp_verify(&key, method, s->ts, s->nonce, body, s->mac) == 0;
-	auth_key_wipe(&key);
+	if (d->mode == IDENT_MODE_IDENTITY) {
+		if (check_identity(d, env, ci, method, s, body, roles, who) == -1)
+			return -1;
+	} else {
+		pthread_mutex_lock(&d->mu);
+		key = d->key;
+		pthread_mutex_unlock(&d->mu);
+		ok = dirp_verify(&key, method, s->ts, s->nonce, body, s->mac) == 0;
+		auth_key_wipe(&key);
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
-	ok = ok || drpc_fuzz_no_mac;
+		ok = ok || drpc_fuzz_no_mac;
 #endif
-	if (!ok) {
-		fault(d, env, ci, method, DIRP_FAULT_AUTH, "mac does not verify (another "
-		    "deployment key?)");
-		return -1;
+		if (!ok) {
+			fault(d, env, ci, method, DIRP_FAULT_AUTH, "mac does not verify "
+			    "(another deployment key?)");
+			return -1;
+		}
 	}
 	pthread_mutex_lock(&d->mu);
 	v = replay_check(d->replay, ts, nonce, clock_real_us());
@@ -292,6 +364,7 @@ m_register(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	int port, hb, exp;
 	size_t max;
 	enum dstate_rc rc;
+	struct caller who;
 
 	pthread_mutex_lock(&d->mu);
 	d->ctr.calls_register++;
@@ -311,7 +384,7 @@ m_register(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		goto out;
 	}
 	snprintf(body, sizeof(body), "%s\n%d", relay, port);
-	if (authenticate(d, env, ci, method, &s, body) == -1 ||
+	if (authenticate(d, env, ci, method, &s, body, ROLES_RELAY, &who) == -1 ||
 	    parse_relay(d, env, ci, method, relay, "relay", &ep) == -1)
 		goto out;
 	if (port < 1 || port > 65535) {
@@ -321,13 +394,25 @@ m_register(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	}
 
 	pthread_mutex_lock(&d->mu);
-	rc = dstate_register(d->state, &ep, (uint16_t)port, clock_mono_us());
+	/* An endpoint is its first key's until it expires: another key's
+	 * certificate cannot take over a relay's place in the listing. */
+	rc = who.has_cert ? dstate_owner(d->state, &ep, who.cert.pk) : DSTATE_OK;
+	if (rc == DSTATE_OK)
+		rc = dstate_register(d->state, &ep, (uint16_t)port, clock_mono_us());
+	if ((rc == DSTATE_OK || rc == DSTATE_NEW) && who.has_cert &&
+	    dstate_set_cert(d->state, &ep, who.cert.raw) != DSTATE_OK)
+		rc = DSTATE_NOMEM;	/* cannot happen: the owner was checked */
 	if (rc == DSTATE_NEW)
 		d->ctr.relays_registered++;
 	hb = secs(d->conf.heartbeat_interval_ms);
 	exp = secs(d->conf.expire_after_ms);
 	max = d->conf.max_relays;
 	pthread_mutex_unlock(&d->mu);
+	if (rc == DSTATE_TAKEN) {
+		fault(d, env, ci, method, DIRP_FAULT_AUTH, "relay %s is registered with "
+		    "another key (certificate '%s' is not its)", relay, who.cert.name);
+		goto out;
+	}
 	if (rc == DSTATE_LIMIT) {
 		fault(d, env, ci, method, DIRP_FAULT_LIMIT, "directory full (%zu relays, "
 		    "[limits] max_relays)", max);
@@ -338,8 +423,14 @@ m_register(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		goto out;
 	}
 	if (rc == DSTATE_NEW) {
-		char b[EP_STRLEN];
-		log_info("relay %s registered, data port %d", ep_fmt(&ep, b), port);
+		char b[EP_STRLEN], serial[17];
+
+		if (who.has_cert) {
+			ident_serial_hex(who.cert.serial, serial);
+			log_info("relay %s registered, data port %d, certificate '%s' serial %s",
+			    ep_fmt(&ep, b), port, who.cert.name, serial);
+		} else
+			log_info("relay %s registered, data port %d", ep_fmt(&ep, b), port);
 	}
 	res = xmlrpc_build_value(env, "{s:b,s:i,s:i}", "ok", (xmlrpc_bool)1,
 	    "heartbeat_interval", hb, "expire_after", exp);
@@ -360,6 +451,7 @@ m_heartbeat(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	const char *relay = NULL, *why;
 	struct endpoint ep;
 	enum dstate_rc rc;
+	struct caller who;
 	int hb;
 
 	pthread_mutex_lock(&d->mu);
@@ -375,13 +467,20 @@ m_heartbeat(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "field 'relay': %s", why);
 		goto out;
 	}
-	if (authenticate(d, env, ci, method, &s, relay) == -1 ||
+	if (authenticate(d, env, ci, method, &s, relay, ROLES_RELAY, &who) == -1 ||
 	    parse_relay(d, env, ci, method, relay, "relay", &ep) == -1)
 		goto out;
 	pthread_mutex_lock(&d->mu);
-	rc = dstate_heartbeat(d->state, &ep, clock_mono_us());
+	rc = who.has_cert ? dstate_owner(d->state, &ep, who.cert.pk) : DSTATE_OK;
+	if (rc == DSTATE_OK)
+		rc = dstate_heartbeat(d->state, &ep, clock_mono_us());
 	hb = secs(d->conf.heartbeat_interval_ms);
 	pthread_mutex_unlock(&d->mu);
+	if (rc == DSTATE_TAKEN) {
+		fault(d, env, ci, method, DIRP_FAULT_AUTH, "relay %s is registered with "
+		    "another key (certificate '%s' is not its)", relay, who.cert.name);
+		goto out;
+	}
 	if (rc == DSTATE_UNKNOWN) {
 		fault(d, env, ci, method, DIRP_FAULT_UNKNOWN_RELAY, "relay %s is not registered "
 		    "(or expired): register again", relay);
@@ -515,6 +614,7 @@ m_report(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	struct endpoint ep;
 	char *body = NULL, w[128];
 	enum dstate_rc rc;
+	struct caller who;
 
 	pthread_mutex_lock(&d->mu);
 	d->ctr.calls_report++;
@@ -537,7 +637,7 @@ m_report(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		fault(d, env, ci, method, DIRP_FAULT_INTERNAL, "out of memory");
 		goto out;
 	}
-	if (authenticate(d, env, ci, method, &s, body) == -1 ||
+	if (authenticate(d, env, ci, method, &s, body, ROLES_RELAY, &who) == -1 ||
 	    parse_relay(d, env, ci, method, relay, "relay", &ep) == -1)
 		goto out;
 	pthread_mutex_lock(&d->mu);
@@ -565,9 +665,16 @@ m_report(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		in[i].rtt_us = (uint32_t)e[i].rtt_us;
 	}
 	pthread_mutex_lock(&d->mu);
-	rc = dstate_report(d->state, &ep, in, n, &accepted);
+	rc = who.has_cert ? dstate_owner(d->state, &ep, who.cert.pk) : DSTATE_OK;
+	if (rc == DSTATE_OK)
+		rc = dstate_report(d->state, &ep, in, n, &accepted);
 	d->ctr.report_entries += accepted;
 	pthread_mutex_unlock(&d->mu);
+	if (rc == DSTATE_TAKEN) {
+		fault(d, env, ci, method, DIRP_FAULT_AUTH, "relay %s is registered with "
+		    "another key (certificate '%s' is not its)", relay, who.cert.name);
+		goto out;
+	}
 	if (rc == DSTATE_UNKNOWN) {
 		fault(d, env, ci, method, DIRP_FAULT_UNKNOWN_RELAY, "relay %s is not registered "
 		    "(or expired): register again", relay);
@@ -593,17 +700,18 @@ out:
 /* How often slot.list computes the landmarks again while the version stays. */
 #define LAND_REFRESH_US (10ull * 1000000)
 
-/* The landmarks member of slot.list's answer (dland.h). */
+/* The landmarks member of slot.list's answer (dland.h); rows are the
+ * encoded RTTs (dland_encode). */
 static xmlrpc_value *
-land_answer(xmlrpc_env *env, const struct dland *l)
+land_answer(xmlrpc_env *env, const struct dland *l, const uint8_t *rows, size_t len)
 {
 	xmlrpc_value *idx = xmlrpc_array_new(env), *w = xmlrpc_array_new(env), *res = NULL;
-	uint8_t *rows = NULL;
-	size_t len = 0;
 
 	for (size_t i = 0; i < l->nland && !env->fault_occurred; i++) {
 		xmlrpc_value *a = xmlrpc_int_new(env, (int)l->land[i]);
-		xmlrpc_value *b = a ? xmlrpc_double_new(env, l->weight[i]) : NULL;
+		/* A float's value exactly, so the client reads back what we
+		 * signed. */
+		xmlrpc_value *b = a ? xmlrpc_double_new(env, (double)l->weight[i]) : NULL;
 
 		if (b != NULL) {
 			xmlrpc_array_append_item(env, idx, a);
@@ -614,12 +722,9 @@ land_answer(xmlrpc_env *env, const struct dland *l)
 		if (b)
 			xmlrpc_DECREF(b);
 	}
-	if (!env->fault_occurred && dland_encode(l, &rows, &len) < 0)
-		xmlrpc_faultf(env, "out of memory");
 	if (!env->fault_occurred)
 		res = xmlrpc_build_value(env, "{s:A,s:A,s:6}", "index", idx, "weight", w,
 		    "rtt", rows ? rows : (const uint8_t *)"", len);
-	free(rows);
 	if (idx)
 		xmlrpc_DECREF(idx);
 	if (w)
@@ -627,39 +732,134 @@ land_answer(xmlrpc_env *env, const struct dland *l)
 	return res;
 }
 
-/* The answer of slot.list: an empty array when unchanged. */
+/* Everything a slot.list answer holds, gathered under the lock. */
+struct list_out {
+	const char *nonce;
+	char version[DSTATE_VERSION_LEN];
+	bool changed;
+	struct dstate_entry *e;
+	size_t n;
+	struct dland land;		/* nland 0: none sent */
+	uint8_t *rows;			/* land's RTTs as sent */
+	size_t rows_len;
+	struct ident_revoked rev;	/* identity mode: a copy of the list */
+	bool sign;
+	struct ident id;		/* identity mode: a copy of ours */
+};
+
+static void
+list_out_free(struct list_out *o)
+{
+	free(o->e);
+	dland_free(&o->land);
+	free(o->rows);
+	free(o->rev.serial);
+	ident_wipe(&o->id);
+}
+
+static void
+set_member(xmlrpc_env *env, xmlrpc_value *st, const char *name, xmlrpc_value *v)
+{
+	if (v == NULL)
+		return;
+	if (!env->fault_occurred)
+		xmlrpc_struct_set_value(env, st, name, v);
+	xmlrpc_DECREF(v);
+}
+
+/* cert and sig over the canonical text (dirp_list_text) of o. */
+static void
+sign_answer(xmlrpc_env *env, xmlrpc_value *res, const struct list_out *o)
+{
+	struct dirp_list_relay *r = o->n ? calloc(o->n, sizeof(*r)) : NULL;
+	uint32_t *idx = o->land.nland ? calloc(o->land.nland, sizeof(*idx)) : NULL;
+	char cert[DIRP_CERT_HEX + 1], sig[DIRP_SIG_HEX + 1];
+	uint8_t raw[IDENT_SIG_LEN];
+	char *text = NULL;
+	size_t len;
+
+	if ((o->n && r == NULL) || (o->land.nland && idx == NULL)) {
+		xmlrpc_faultf(env, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < o->n; i++)
+		r[i] = (struct dirp_list_relay){ o->e[i].relay, o->e[i].data_port,
+		    o->e[i].group, o->e[i].has_cert ? o->e[i].cert : NULL };
+	for (size_t i = 0; i < o->land.nland; i++)
+		idx[i] = o->land.land[i];
+	struct dirp_listing l = {
+		.nonce = o->nonce, .version = o->version, .changed = o->changed,
+		.relay = r, .nrelay = o->n,
+		.land_index = idx, .land_weight = o->land.weight, .nland = o->land.nland,
+		.land_rtt = o->rows, .land_rtt_len = o->rows_len,
+		.revoked = o->rev.serial, .nrevoked = o->rev.n,
+	};
+	if ((text = dirp_list_text(&l, &len)) == NULL) {
+		xmlrpc_faultf(env, "cannot build the listing's text");
+		goto out;
+	}
+	dirp_list_sign(&o->id, text, len, raw);
+	sodium_bin2hex(sig, sizeof(sig), raw, sizeof(raw));
+	sodium_bin2hex(cert, sizeof(cert), o->id.cert.raw, IDENT_CERT_LEN);
+	set_member(env, res, "cert", xmlrpc_string_new(env, cert));
+	set_member(env, res, "sig", xmlrpc_string_new(env, sig));
+out:
+	free(text);
+	free(r);
+	free(idx);
+}
+
+/* The answer of slot.list: an empty array when unchanged. In identity mode
+ * every relay carries its certificate, the answer the revocation list, and
+ * the directory's certificate and signature. */
 static xmlrpc_value *
-list_answer(xmlrpc_env *env, const char *version, bool changed, const struct dstate_entry *e,
-    size_t n, const struct dland *land)
+list_answer(xmlrpc_env *env, const struct list_out *o)
 {
 	xmlrpc_value *arr, *res = NULL;
+	char cert[DIRP_CERT_HEX + 1], serial[17];
 
 	if ((arr = xmlrpc_array_new(env)) == NULL)
 		return NULL;
-	for (size_t i = 0; i < n && !env->fault_occurred; i++) {
-		xmlrpc_value *it = xmlrpc_build_value(env, "{s:s,s:i,s:i}", "relay", e[i].relay,
-		    "data_port", (int)e[i].data_port, "group", (int)e[i].group);
+	for (size_t i = 0; i < o->n && !env->fault_occurred; i++) {
+		const struct dstate_entry *e = &o->e[i];
+		xmlrpc_value *it = xmlrpc_build_value(env, "{s:s,s:i,s:i}", "relay", e->relay,
+		    "data_port", (int)e->data_port, "group", (int)e->group);
 		if (it == NULL)
 			break;
+		if (e->has_cert) {
+			sodium_bin2hex(cert, sizeof(cert), e->cert, IDENT_CERT_LEN);
+			set_member(env, it, "cert", xmlrpc_string_new(env, cert));
+		}
 		xmlrpc_array_append_item(env, arr, it);
 		xmlrpc_DECREF(it);
 	}
 	if (!env->fault_occurred)
-		res = xmlrpc_build_value(env, "{s:s,s:b,s:A}", "version", version, "changed",
-		    (xmlrpc_bool)changed, "relays", arr);
-	if (res != NULL && changed && land != NULL && land->nland > 0) {
-		xmlrpc_value *lv = land_answer(env, land);
-
-		if (lv != NULL) {
-			xmlrpc_struct_set_value(env, res, "landmarks", lv);
-			xmlrpc_DECREF(lv);
-		}
-		if (env->fault_occurred) {
-			xmlrpc_DECREF(res);
-			res = NULL;
-		}
-	}
+		res = xmlrpc_build_value(env, "{s:s,s:b,s:A}", "version", o->version, "changed",
+		    (xmlrpc_bool)o->changed, "relays", arr);
 	xmlrpc_DECREF(arr);
+	if (res != NULL && o->land.nland > 0)
+		set_member(env, res, "landmarks", land_answer(env, &o->land, o->rows,
+		    o->rows_len));
+	if (res != NULL && o->sign) {
+		xmlrpc_value *rv = xmlrpc_array_new(env);
+
+		for (size_t i = 0; rv != NULL && i < o->rev.n && !env->fault_occurred; i++) {
+			xmlrpc_value *v;
+
+			ident_serial_hex(o->rev.serial[i], serial);
+			if ((v = xmlrpc_string_new(env, serial)) != NULL) {
+				xmlrpc_array_append_item(env, rv, v);
+				xmlrpc_DECREF(v);
+			}
+		}
+		set_member(env, res, "revoked", rv);
+		if (!env->fault_occurred)
+			sign_answer(env, res, o);
+	}
+	if (res != NULL && env->fault_occurred) {
+		xmlrpc_DECREF(res);
+		res = NULL;
+	}
 	return res;
 }
 
@@ -671,11 +871,9 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	xmlrpc_value *st, *res = NULL;
 	struct stamp s = { 0 };
 	const char *version = NULL, *why;
-	char cur[DSTATE_VERSION_LEN];
-	struct dstate_entry *e = NULL;
-	struct dland land = { 0 };
-	size_t n = 0;
-	bool changed;
+	struct list_out o = { 0 };
+	struct caller who;
+	char *cur = o.version;
 	int rc = 0;
 
 	pthread_mutex_lock(&d->mu);
@@ -691,8 +889,10 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "field 'version': %s", why);
 		goto out;
 	}
-	if (authenticate(d, env, ci, method, &s, version) == -1)
+	if (authenticate(d, env, ci, method, &s, version, ROLES_LIST, &who) == -1)
 		goto out;
+	o.nonce = s.nonce;
+	o.sign = d->mode == IDENT_MODE_IDENTITY;
 	pthread_mutex_lock(&d->mu);
 	/* Landmark RTTs move with reports, which do not move the version:
 	 * a new version when they have moved, so that clients fetch them.
@@ -703,6 +903,8 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	uint64_t now = clock_mono_us();
 	if (d->conf.landmarks > 0 && (d->land.nrelay != dstate_count(d->state) ||
 	    strcmp(cur, d->land_version) != 0 || now - d->land_at_us >= LAND_REFRESH_US)) {
+		struct dland land = { 0 };
+
 		rc = dland_compute(d->state, d->conf.landmarks, &d->land, &land);
 		if (rc == 0 && dland_moved(&d->land, &land)) {
 			if (d->land.nrelay > 0 && strcmp(cur, d->land_version) == 0)
@@ -716,24 +918,36 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		memcpy(d->land_version, cur, sizeof(d->land_version));
 		d->land_at_us = now;
 	}
-	if (rc == 0 && d->conf.landmarks > 0 && strcmp(cur, version) != 0)
-		rc = dland_dup(&d->land, &land);
-	changed = strcmp(cur, version) != 0;
-	if (changed && rc == 0)
-		rc = dstate_listing(d->state, clock_mono_us(), &e, &n);
-	if (rc == 0 && changed)
+	o.changed = strcmp(cur, version) != 0;
+	if (rc == 0 && d->conf.landmarks > 0 && o.changed && d->land.nland > 0)
+		rc = dland_dup(&d->land, &o.land);
+	if (o.changed && rc == 0)
+		rc = dstate_listing(d->state, clock_mono_us(), &o.e, &o.n);
+	if (rc == 0 && o.sign) {
+		o.id = d->id;
+		if (d->revoked.n > 0 && (o.rev.serial = malloc(d->revoked.n *
+		    sizeof(*o.rev.serial))) == NULL)
+			rc = -1;
+		else if (d->revoked.n > 0) {
+			memcpy(o.rev.serial, d->revoked.serial, d->revoked.n *
+			    sizeof(*o.rev.serial));
+			o.rev.n = d->revoked.n;
+		}
+	}
+	if (rc == 0 && o.changed)
 		d->ctr.lists_full++;
 	else if (rc == 0)
 		d->ctr.lists_unchanged++;
 	pthread_mutex_unlock(&d->mu);
+	if (rc == 0 && o.land.nland > 0 && dland_encode(&o.land, &o.rows, &o.rows_len) < 0)
+		rc = -1;
 	if (rc == -1) {
 		fault(d, env, ci, method, DIRP_FAULT_INTERNAL, "out of memory");
 		goto out;
 	}
-	res = list_answer(env, cur, changed, e, n, &land);
+	res = list_answer(env, &o);
 out:
-	dland_free(&land);
-	free(e);
+	list_out_free(&o);
 	free((void *)version);
 	stamp_free(&s);
 	xmlrpc_DECREF(st);

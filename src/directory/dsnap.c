@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "slot/dirproto.h"
 #include "slot/errbuf.h"
 #include "dsnap.h"
 
@@ -37,8 +38,14 @@ dsnap_format(const struct dstate *s, uint64_t now_mono, uint64_t now_wall, bool 
 		dstate_relay_at(s, i, &v);
 		uint64_t age = now_mono > v.last_seen ? now_mono - v.last_seen : 0;
 		uint64_t seen = now_wall > age ? now_wall - age : 0;
-		fprintf(f, "relay %s %u %" PRIu32 " %" PRIu64 "\n", v.relay,
-		    (unsigned)v.data_port, v.group, seen);
+		char cert[2 * IDENT_CERT_LEN + 2] = "";
+		if (v.cert != NULL) {
+			cert[0] = ' ';
+			for (size_t k = 0; k < IDENT_CERT_LEN; k++)
+				snprintf(cert + 1 + 2 * k, 3, "%02x", v.cert->raw[k]);
+		}
+		fprintf(f, "relay %s %u %" PRIu32 " %" PRIu64 "%s\n", v.relay,
+		    (unsigned)v.data_port, v.group, seen, cert);
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct dstate_relay_view v, pv;
@@ -170,8 +177,13 @@ relay_line(struct loader *l, char **f, int nf, char *err, size_t errlen)
 {
 	struct endpoint ep;
 	uint64_t port, group, seen;
+	uint8_t cert[IDENT_CERT_LEN];
 
-	if (nf != 5 || ep_parse(f[1], 0, &ep) == -1 || parse_u64(f[2], 65535, &port) == -1 ||
+	if (nf == 6 && dirp_unhex(f[5], cert, sizeof(cert)) == -1) {
+		errbuf_set(err, errlen, "bad certificate in relay line");
+		return -1;
+	}
+	if ((nf != 5 && nf != 6) || ep_parse(f[1], 0, &ep) == -1 || parse_u64(f[2], 65535, &port) == -1 ||
 	    port == 0 || parse_u64(f[3], UINT32_MAX, &group) == -1 ||
 	    parse_u64(f[4], UINT64_MAX, &seen) == -1) {
 		errbuf_set(err, errlen, "bad relay line");
@@ -198,6 +210,10 @@ relay_line(struct loader *l, char **f, int nf, char *err, size_t errlen)
 	 * that far; such a relay just lives a little longer. */
 	uint64_t last = l->now_mono > age ? l->now_mono - age : 0;
 	enum dstate_rc rc = dstate_restore_relay(l->s, &ep, (uint16_t)port, (uint32_t)group, last);
+	if (rc == DSTATE_OK && nf == 6 && dstate_set_cert(l->s, &ep, cert) != DSTATE_OK) {
+		errbuf_set(err, errlen, "relay %s: not a certificate", f[1]);
+		return -1;
+	}
 	if (rc == DSTATE_OK)
 		return 0;
 oom:
@@ -269,7 +285,7 @@ dsnap_parse(const char *text, size_t len, const struct dstate_params *p, uint64_
 	copy[len] = '\0';
 
 	while (pos < len) {
-		char *line = copy + pos, *nl = strchr(line, '\n'), *f[6];
+		char *line = copy + pos, *nl = strchr(line, '\n'), *f[7];
 		int nf;
 
 		lineno++;
@@ -291,7 +307,7 @@ dsnap_parse(const char *text, size_t len, const struct dstate_params *p, uint64_
 			}
 			continue;
 		}
-		if ((nf = split(line, f, 6)) < 0) {
+		if ((nf = split(line, f, 7)) < 0) {
 			snprintf(sub, sizeof(sub), "malformed line");
 			goto bad;
 		}

@@ -36,6 +36,8 @@ struct drelay {
 	uint64_t last_seen;
 	struct drtt *rtt;	/* sorted by peer, no duplicates */
 	size_t nrtt;
+	bool has_cert;		/* identity mode: bound to cert.pk */
+	struct ident_cert cert;
 };
 
 struct dstate {
@@ -285,6 +287,39 @@ dstate_report(struct dstate *s, const struct endpoint *relay, const struct dstat
 	return DSTATE_OK;
 }
 
+enum dstate_rc
+dstate_owner(const struct dstate *s, const struct endpoint *relay,
+    const uint8_t pk[IDENT_PK_LEN])
+{
+	const struct drelay *r = find(s, relay);
+
+	if (r == NULL || !r->has_cert || memcmp(r->cert.pk, pk, IDENT_PK_LEN) == 0)
+		return DSTATE_OK;
+	return DSTATE_TAKEN;
+}
+
+enum dstate_rc
+dstate_set_cert(struct dstate *s, const struct endpoint *relay,
+    const uint8_t raw[IDENT_CERT_LEN])
+{
+	struct drelay *r = find(s, relay);
+	struct ident_cert c;
+	char err[128];
+
+	if (r == NULL)
+		return DSTATE_UNKNOWN;
+	if (ident_cert_decode(raw, &c, err, sizeof(err)) == -1)
+		return DSTATE_LIMIT;
+	if (r->has_cert && memcmp(r->cert.pk, c.pk, IDENT_PK_LEN) != 0)
+		return DSTATE_TAKEN;
+	if (r->has_cert && memcmp(r->cert.raw, raw, IDENT_CERT_LEN) == 0)
+		return DSTATE_OK;
+	r->cert = c;
+	r->has_cert = true;
+	changed(s);
+	return DSTATE_OK;
+}
+
 /* Strikes reports about the relay with this id from r's vector. */
 static void
 forget_peer(struct drelay *r, uint64_t id)
@@ -299,21 +334,62 @@ forget_peer(struct drelay *r, uint64_t id)
 	r->nrtt--;
 }
 
-size_t
-dstate_expire(struct dstate *s, uint64_t now, dstate_gone_fn gone, void *user)
+static void
+view_of(const struct drelay *r, struct dstate_relay_view *out)
+{
+	out->relay = r->name;
+	out->data_port = r->data_port;
+	out->group = r->group;
+	out->last_seen = r->last_seen;
+	out->nrtt = r->nrtt;
+	out->cert = r->has_cert ? &r->cert : NULL;
+}
+
+/* What dstate_expire and dstate_remove_if share: removes the relays for
+ * which keep() is false. */
+struct sweep {
+	uint64_t now;			/* expire */
+	dstate_gone_fn gone;
+	dstate_drop_fn drop;		/* remove_if */
+	dstate_dropped_fn dropped;
+	void *user;
+};
+
+static bool
+keep(const struct dstate *s, const struct drelay *r, const struct sweep *w)
+{
+	if (w->drop == NULL) {
+		uint64_t age = w->now > r->last_seen ? w->now - r->last_seen : 0;
+
+		if (age <= s->p.expire_after_us)
+			return true;
+		if (w->gone)
+			w->gone(w->user, r->name, age);
+		return false;
+	}
+	struct dstate_relay_view v;
+	const char *why = "";
+
+	view_of(r, &v);
+	if (!w->drop(w->user, &v, &why))
+		return true;
+	if (w->dropped)
+		w->dropped(w->user, r->name, why);
+	return false;
+}
+
+static size_t
+sweep(struct dstate *s, const struct sweep *w)
 {
 	size_t i, j, removed = 0;
 
 	for (i = 0, j = 0; i < s->n; i++) {
 		struct drelay *r = s->v[i];
-		uint64_t age = now > r->last_seen ? now - r->last_seen : 0;
 
-		if (age <= s->p.expire_after_us) {
+		if (keep(s, r, w)) {
 			s->v[j++] = r;
 			continue;
 		}
-		if (gone)
-			gone(user, r->name, age);
 		htab_remove(&s->byep, &r->hn);
 		/* The survivors before j already sit in place; those after i
 		 * are struck below, with the others. */
@@ -331,6 +407,22 @@ dstate_expire(struct dstate *s, uint64_t now, dstate_gone_fn gone, void *user)
 		changed(s);
 	}
 	return removed;
+}
+
+size_t
+dstate_expire(struct dstate *s, uint64_t now, dstate_gone_fn gone, void *user)
+{
+	struct sweep w = { .now = now, .gone = gone, .user = user };
+
+	return sweep(s, &w);
+}
+
+size_t
+dstate_remove_if(struct dstate *s, dstate_drop_fn drop, dstate_dropped_fn gone, void *user)
+{
+	struct sweep w = { .drop = drop, .dropped = gone, .user = user };
+
+	return sweep(s, &w);
 }
 
 void
@@ -381,6 +473,9 @@ dstate_listing(const struct dstate *s, uint64_t now, struct dstate_entry **out, 
 		e[i].group = r->group;
 		e[i].age_us = now > r->last_seen ? now - r->last_seen : 0;
 		e[i].nrtt = r->nrtt;
+		e[i].has_cert = r->has_cert;
+		if (r->has_cert)
+			memcpy(e[i].cert, r->cert.raw, IDENT_CERT_LEN);
 	}
 	*out = e;
 	*n = s->n;
@@ -589,13 +684,7 @@ dstate_mark_saved(struct dstate *s)
 void
 dstate_relay_at(const struct dstate *s, size_t i, struct dstate_relay_view *out)
 {
-	const struct drelay *r = s->v[i];
-
-	out->relay = r->name;
-	out->data_port = r->data_port;
-	out->group = r->group;
-	out->last_seen = r->last_seen;
-	out->nrtt = r->nrtt;
+	view_of(s->v[i], out);
 }
 
 void

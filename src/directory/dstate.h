@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "slot/addr.h"
+#include "slot/ident.h"
 #include "slot/mcl.h"
 
 /*
@@ -43,6 +44,8 @@ struct dstate_entry {
 	uint32_t group;
 	uint64_t age_us;		/* since its last register or heartbeat */
 	size_t nrtt;			/* peers it has reported about */
+	bool has_cert;			/* identity mode: the relay's certificate */
+	uint8_t cert[IDENT_CERT_LEN];
 };
 
 enum dstate_rc {
@@ -51,6 +54,7 @@ enum dstate_rc {
 	DSTATE_UNKNOWN,		/* heartbeat, report: not registered (or expired) */
 	DSTATE_LIMIT,		/* register: max_relays reached */
 	DSTATE_NOMEM,
+	DSTATE_TAKEN,		/* the endpoint is bound to another key */
 };
 
 struct dstate;
@@ -80,12 +84,41 @@ enum dstate_rc dstate_heartbeat(struct dstate *s, const struct endpoint *relay,
 enum dstate_rc dstate_report(struct dstate *s, const struct endpoint *relay,
     const struct dstate_rtt_in *e, size_t n, size_t *accepted);
 
+/*
+ * Identity mode: a relay's endpoint is bound to the public key of the
+ * certificate it registered with, until it expires.
+ *
+ * dstate_owner: DSTATE_OK if a caller holding pk may register, heartbeat or
+ * report for relay (it is not registered, or registered without a
+ * certificate, or with one for pk), DSTATE_TAKEN if another key holds it.
+ * dstate_set_cert: the certificate of a registered relay (raw, decodable by
+ * ident_cert_decode), after the owner check and dstate_register; a new
+ * certificate (a renewal, the same key) changes the listing. DSTATE_OK,
+ * DSTATE_UNKNOWN, DSTATE_TAKEN (another key: nothing changed) or
+ * DSTATE_LIMIT (raw does not decode).
+ */
+enum dstate_rc dstate_owner(const struct dstate *s, const struct endpoint *relay,
+    const uint8_t pk[IDENT_PK_LEN]);
+enum dstate_rc dstate_set_cert(struct dstate *s, const struct endpoint *relay,
+    const uint8_t raw[IDENT_CERT_LEN]);
+
 /* Called for each relay dstate_expire removes. */
 typedef void (*dstate_gone_fn)(void *user, const char *relay, uint64_t age_us);
 
 /* Removes the relays silent for longer than expire_after, with their reports
  * and every report about them. Returns how many. */
 size_t dstate_expire(struct dstate *s, uint64_t now, dstate_gone_fn gone, void *user);
+
+/* Removes the relays for which drop(user, view) is true (a revoked or
+ * expired certificate, none where one is needed), as dstate_expire does,
+ * calling gone (may be NULL) for each with why(user, view)'s reason.
+ * Returns how many. */
+struct dstate_relay_view;
+typedef bool (*dstate_drop_fn)(void *user, const struct dstate_relay_view *v,
+    const char **why);
+typedef void (*dstate_dropped_fn)(void *user, const char *relay, const char *why);
+size_t dstate_remove_if(struct dstate *s, dstate_drop_fn drop, dstate_dropped_fn gone,
+    void *user);
 
 /* Writes the current version into v. */
 void dstate_version(const struct dstate *s, char v[DSTATE_VERSION_LEN]);
@@ -148,6 +181,7 @@ struct dstate_relay_view {
 	uint32_t group;
 	uint64_t last_seen;		/* monotonic, as given to register/heartbeat */
 	size_t nrtt;
+	const struct ident_cert *cert;	/* decoded; NULL: none */
 };
 
 /* Relay i (0 <= i < dstate_count). */

@@ -60,7 +60,9 @@ take(struct dird *d, const struct dhttp_counters *hc, bool with_listing, struct 
 	C("calls_report", c->calls_report, CTL_COUNTER, "slot.report calls.");
 	C("calls_list", c->calls_list, CTL_COUNTER, "slot.list calls.");
 	C("faults_malformed", c->faults_malformed, CTL_COUNTER, "Calls refused as malformed.");
-	C("faults_auth", c->faults_auth, CTL_COUNTER, "Calls refused: MAC does not verify.");
+	C("faults_auth", c->faults_auth, CTL_COUNTER, "Calls refused: MAC or signature does "
+	    "not verify, certificate refused (CA, validity, role, revoked), or the relay is "
+	    "another key's.");
 	C("faults_stale", c->faults_stale, CTL_COUNTER,
 	    "Calls refused: timestamp out of the window, or replayed.");
 	C("faults_unknown_relay", c->faults_unknown_relay, CTL_COUNTER,
@@ -70,6 +72,9 @@ take(struct dird *d, const struct dhttp_counters *hc, bool with_listing, struct 
 	C("relays_registered", c->relays_registered, CTL_COUNTER,
 	    "Relays new to the directory.");
 	C("relays_expired", c->relays_expired, CTL_COUNTER, "Relays expired for silence.");
+	C("relays_revoked", c->relays_revoked, CTL_COUNTER,
+	    "Relays removed for a revoked or expired certificate.");
+	C("revoked", c->revoked, CTL_GAUGE, "Serials in the revocation list.");
 	C("report_entries", c->report_entries, CTL_COUNTER, "RTT report entries stored.");
 	C("lists_full", c->lists_full, CTL_COUNTER, "slot.list answered with the listing.");
 	C("lists_unchanged", c->lists_unchanged, CTL_COUNTER, "slot.list answered \"unchanged\".");

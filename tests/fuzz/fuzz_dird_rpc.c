@@ -44,6 +44,8 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 	log_set_level(SLOG_ERROR);
 	FUZZ_CHECK(dconf_load(&d.conf, NULL, err, sizeof(err)) == 0);
 	d.conf.landmarks = 2;
+	/* The seeds are shared-mode calls (a mac); identity mode needs a CA. */
+	d.mode = IDENT_MODE_SHARED;
 	pthread_mutex_init(&d.mu, NULL);
 	fuzz_key(&d.key);
 	params.expire_after_us = d.conf.expire_after_ms * 1000;

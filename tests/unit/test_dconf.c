@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "slot/ident.h"
 #include "../../src/directory/dconf.h"
 
 static char path[64];
@@ -45,6 +46,13 @@ test_defaults_match_example(void **state)
 	assert_int_equal(d.metrics_listen.addr.family, 0);
 	assert_int_equal(c.log_level, d.log_level);
 	assert_int_equal(c.max_clock_skew_ms, 30000);
+	assert_int_equal(c.auth_mode, IDENT_MODE_IDENTITY);
+	assert_int_equal(d.auth_mode, IDENT_MODE_IDENTITY);
+	assert_string_equal(c.id_key, d.id_key);
+	assert_string_equal(c.id_cert, d.id_cert);
+	assert_string_equal(c.id_ca, d.id_ca);
+	assert_string_equal(c.revoked, "");
+	assert_string_equal(d.revoked, "");
 	assert_int_equal(c.max_body, 65536);
 	assert_int_equal(c.max_body, d.max_body);
 	assert_int_equal(c.max_conns, d.max_conns);
@@ -146,7 +154,9 @@ test_errors_name_the_line(void **state)
 	bad("[groups]\ninflation = nan\n", "inflation");
 	bad("[groups]\nmax_intra_rtt = -1\n", "max_intra_rtt");
 	bad("[dird]\nlog_level = loud\n", "expected error, warn, info or debug");
-	bad("[dird]\nkey_file =\n", "must be set");
+	bad("[auth]\nmode = shared\n[dird]\nkey_file =\n", "must be set");
+	bad("[auth]\ncertificate =\n", "[auth] mode identity needs key, certificate and ca");
+	bad("[auth]\nmode = pgp\n", ":2: [auth] mode = pgp: expected identity or shared");
 	bad("[dird]\ncontrol_socket =\n", "must be set");
 	bad("this is not ini\n", ":1:");
 }

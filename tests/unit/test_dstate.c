@@ -637,6 +637,110 @@ test_snapshot_file(void **state)
 	rmdir(dir);
 }
 
+/* A relay certificate for key seed byte k, serial k (CA seed all 0x80). */
+static void
+cert_n(uint8_t k, uint8_t raw[IDENT_CERT_LEN], uint8_t pk[IDENT_PK_LEN])
+{
+	uint8_t ca[IDENT_SEED_LEN], seed[IDENT_SEED_LEN];
+	char err[128];
+
+	memset(ca, 0x80, sizeof(ca));
+	memset(seed, k, sizeof(seed));
+	ident_seed_pk(seed, pk);
+	assert_int_equal(ident_cert_issue(ca, IDENT_ROLE_RELAY, "r", k, 1, 2000000000ull, pk,
+	    raw, err, sizeof(err)), 0);
+}
+
+static bool
+drop_serial(void *user, const struct dstate_relay_view *v, const char **why)
+{
+	uint64_t *serial = user;
+
+	*why = "revoked";
+	return v->cert != NULL && v->cert->serial == *serial;
+}
+
+/* Identity mode: an endpoint is bound to its first key; a renewal with the
+ * same key changes the listing; remove_if drops by certificate; the
+ * snapshot keeps the certificates. */
+static void
+test_cert_binding(void **state)
+{
+	struct dstate *s = new_state(), *t;
+	uint8_t c1[IDENT_CERT_LEN], c2[IDENT_CERT_LEN], c3[IDENT_CERT_LEN];
+	uint8_t pk1[IDENT_PK_LEN], pk2[IDENT_PK_LEN], pk3[IDENT_PK_LEN];
+	struct endpoint a = relay_n(1), b = relay_n(2);
+	char v1[DSTATE_VERSION_LEN], v2[DSTATE_VERSION_LEN], err[256];
+	struct dstate_entry *e;
+	struct dsnap_info info;
+	uint64_t serial = 2;
+	size_t n, len;
+	char *buf;
+	(void)state;
+
+	cert_n(1, c1, pk1);
+	cert_n(2, c2, pk2);
+	cert_n(3, c3, pk3);
+	assert_int_equal(dstate_owner(s, &a, pk1), DSTATE_OK);	/* free */
+	assert_int_equal(dstate_set_cert(s, &a, c1), DSTATE_UNKNOWN);
+	reg(s, 1, 0);
+	assert_int_equal(dstate_set_cert(s, &a, c1), DSTATE_OK);
+	assert_int_equal(dstate_owner(s, &a, pk1), DSTATE_OK);
+	assert_int_equal(dstate_owner(s, &a, pk2), DSTATE_TAKEN);
+	assert_int_equal(dstate_set_cert(s, &a, c2), DSTATE_TAKEN);
+	/* Not a certificate. */
+	uint8_t junk[IDENT_CERT_LEN] = { 0 };
+	assert_int_equal(dstate_set_cert(s, &a, junk), DSTATE_LIMIT);
+	/* Same key, new certificate (serial 3 with pk1's key): a new version. */
+	uint8_t ca[IDENT_SEED_LEN], renewed[IDENT_CERT_LEN];
+	memset(ca, 0x80, sizeof(ca));
+	assert_int_equal(ident_cert_issue(ca, IDENT_ROLE_RELAY, "r", 9, 1, 2000000000ull, pk1,
+	    renewed, err, sizeof(err)), 0);
+	dstate_version(s, v1);
+	assert_int_equal(dstate_set_cert(s, &a, c1), DSTATE_OK);
+	dstate_version(s, v2);
+	assert_string_equal(v1, v2);
+	assert_int_equal(dstate_set_cert(s, &a, renewed), DSTATE_OK);
+	dstate_version(s, v2);
+	assert_string_not_equal(v1, v2);
+
+	reg(s, 2, 0);
+	assert_int_equal(dstate_set_cert(s, &b, c2), DSTATE_OK);
+	assert_int_equal(dstate_listing(s, 0, &e, &n), 0);
+	assert_int_equal(n, 2);
+	assert_true(e[0].has_cert && memcmp(e[0].cert, renewed, IDENT_CERT_LEN) == 0);
+	assert_true(e[1].has_cert && memcmp(e[1].cert, c2, IDENT_CERT_LEN) == 0);
+	free(e);
+
+	/* The snapshot keeps them, and the binding with them. */
+	assert_int_equal(dsnap_format(s, 10 * S, 1000 * S, true, &buf, &len), 0);
+	t = dsnap_parse(buf, len, &params, 10 * S, 1000 * S, 42, &info, err, sizeof(err));
+	assert_non_null(t);
+	assert_int_equal(dstate_owner(t, &b, pk2), DSTATE_OK);
+	assert_int_equal(dstate_owner(t, &b, pk3), DSTATE_TAKEN);
+	/* A bad certificate in the file refuses it whole. */
+	char *p = strstr(buf, "534c4331");
+	assert_non_null(p);
+	p[1] = '0';
+	assert_null(dsnap_parse(buf, len, &params, 10 * S, 1000 * S, 42, &info, err,
+	    sizeof(err)));
+	assert_non_null(strstr(err, "not a certificate"));
+	free(buf);
+
+	/* remove_if: relay 2 goes, with the reports about it. */
+	dstate_version(t, v1);
+	assert_int_equal(dstate_remove_if(t, drop_serial, NULL, &serial), 1);
+	assert_false(dstate_has(t, &b));
+	assert_true(dstate_has(t, &a));
+	dstate_version(t, v2);
+	assert_string_not_equal(v1, v2);
+	assert_int_equal(dstate_remove_if(t, drop_serial, NULL, &serial), 0);
+	/* Gone, the endpoint is free for another key. */
+	assert_int_equal(dstate_owner(t, &b, pk3), DSTATE_OK);
+	dstate_free(t);
+	dstate_free(s);
+}
+
 int
 main(void)
 {
@@ -654,6 +758,7 @@ main(void)
 		cmocka_unit_test(test_snapshot_corrupt),
 		cmocka_unit_test(test_snapshot_pair_twice),
 		cmocka_unit_test(test_snapshot_file),
+		cmocka_unit_test(test_cert_binding),
 	};
 	if (sodium_init() < 0)
 		return 1;
