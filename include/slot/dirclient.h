@@ -9,6 +9,7 @@
 
 #include "slot/addr.h"
 #include "slot/auth.h"
+#include "slot/ident.h"
 
 /* The client side of slot-dird's XML-RPC methods (docs/directory.md), for
  * slot-relayd (register, heartbeat, report) and slotd (list). Calls block
@@ -17,6 +18,10 @@
  * directory's fault code, 0 for a transport error. */
 
 struct dirclient;
+
+/* *fault of dirc_fetch when the answer came but was refused: malformed,
+ * unsigned, or a signature or certificate that does not verify. */
+#define DIRC_REFUSED (-1)
 
 /* Answers larger than this are refused while they arrive. A listing of
  * 20,000 relays with 256 landmarks is ~17 MB of XML. Every answer must be
@@ -28,11 +33,17 @@ struct dirclient;
 int dirc_global_init(char *err, size_t errlen);
 void dirc_global_fini(void);
 
+/* A client in shared mode (key: the lab's deployment key); dirc_set_ident
+ * makes it an identity-mode client. */
 struct dirclient *dirc_new(const struct auth_key *key, unsigned timeout_ms, char *err,
     size_t errlen);
 void dirc_free(struct dirclient *c);
-/* Signs the next calls with key (after a reload). */
+/* Shared mode: signs the next calls with key (after a reload). */
 void dirc_set_key(struct dirclient *c, const struct auth_key *key);
+/* Identity mode from now on: calls are signed with id's key and carry its
+ * certificate; slot.list answers must be signed by a directory certificate
+ * of id's CA (dirc_fetch). Also after a reload. */
+void dirc_set_ident(struct dirclient *c, const struct ident *id);
 
 int dirc_register(struct dirclient *c, const char *url, const struct endpoint *relay,
     uint16_t data_port, unsigned *heartbeat_s, unsigned *expire_s, int *fault,
@@ -51,6 +62,8 @@ struct dirc_relay {
 	struct endpoint relay;
 	uint16_t data_port;
 	uint32_t group;
+	bool has_cert;			/* identity mode: its certificate, checked */
+	struct ident_cert cert;		/* against the CA (the relay's key: cert.pk) */
 };
 #define DIRC_VERSION_MAX 64
 
@@ -69,18 +82,64 @@ struct dirc_landmarks {
 };
 void dirc_landmarks_free(struct dirc_landmarks *l);
 
-/* version: the listing we hold ("" for none). *changed false: ours is
- * current and *out is NULL. Else *out (malloc'ed, *n entries; free it) and
- * new_version, and with land (if not NULL) the landmarks, empty (nland 0)
- * when the directory sent none. A malformed landmarks member fails the
- * call, as a malformed listing does. */
-int dirc_list(struct dirclient *c, const char *url, const char *version,
-    char new_version[DIRC_VERSION_MAX], bool *changed, struct dirc_relay **out, size_t *n,
-    struct dirc_landmarks *land, int *fault, char *err, size_t errlen);
+/* A listing as fetched (dirc_fetch) or read back from a cache
+ * (dirc_listing_from_text). */
+struct dirc_listing {
+	char version[DIRC_VERSION_MAX];
+	bool changed;			/* false: ours is current, no relays */
+	struct dirc_relay *relay;	/* malloc'ed, n entries */
+	size_t n;
+	size_t dropped;			/* relays left out: certificate refused */
+	struct dirc_landmarks land;	/* nland 0: none sent (or not asked) */
+	/* Identity mode: what the directory signed. */
+	bool is_signed;
+	struct ident_revoked revoked;	/* the directory's revocation list */
+	struct ident_cert dir;		/* the directory's certificate */
+	char *text;			/* the canonical text (dirp_list_text) */
+	size_t text_len;
+	uint8_t sig[IDENT_SIG_LEN];	/* the directory's signature over it */
+};
+void dirc_listing_free(struct dirc_listing *l);
 
-/* dirc_list's reading of an answer res, the call's result as xmlrpc-c
- * parsed it (exposed for the fuzz target, tests/fuzz): the same outputs,
- * -1 with the reason in err for a malformed answer. */
+/*
+ * slot.list. version: the listing we hold ("" for none). want_land: read
+ * the landmarks (a malformed landmarks member fails the call, as a malformed
+ * listing does). In identity mode the answer must carry a directory
+ * certificate that passes the CA, its validity, and both held (the
+ * revocation list we hold, may be NULL) and the answer's own list, and a
+ * signature over the canonical text rebuilt from what was parsed, with this
+ * call's nonce (so an old answer cannot pass for a fresh one); otherwise the
+ * call fails ("not signed", "signature does not verify"...). Each relay's
+ * certificate is then checked (CA, role relay, validity, not revoked):
+ * relays failing it are left out and counted in out->dropped. Returns 0 with
+ * *out filled (free it with dirc_listing_free), or -1.
+ */
+int dirc_fetch(struct dirclient *c, const char *url, const char *version, bool want_land,
+    const struct ident_revoked *held, struct dirc_listing *out, int *fault, char *err,
+    size_t errlen);
+
+/* A signed listing read back (slotd's cache file): checks the directory's
+ * certificate (cert, against ca_pk, now in unix seconds, and held and the
+ * text's own revocation list) and the signature over text, then reads the
+ * relays, the version and the revocation list from the text, checking each
+ * relay's certificate as dirc_fetch does. Landmarks are not kept. Returns 0
+ * with *out filled (the text copied into it), or -1 with the reason. */
+int dirc_listing_from_text(const char *text, size_t len, const uint8_t cert[IDENT_CERT_LEN],
+    const uint8_t sig[IDENT_SIG_LEN], const uint8_t ca_pk[IDENT_PK_LEN], uint64_t now,
+    const struct ident_revoked *held, struct dirc_listing *out, char *err, size_t errlen);
+
+/* dirc_fetch's reading of an answer res, the call's result as xmlrpc-c
+ * parsed it (exposed for the tests and the fuzz target, tests/fuzz): ca_pk
+ * NULL reads a shared-mode answer; else the identity-mode checks with the
+ * call's nonce and held, as dirc_fetch describes. Returns 0 with *out, or -1
+ * with the reason in err for a malformed or refused answer. */
+int dirc_listing_read(xmlrpc_value *res, const uint8_t *ca_pk, const char *nonce,
+    bool want_land, const struct ident_revoked *held, struct dirc_listing *out, char *err,
+    size_t errlen);
+
+/* The same for a shared-mode answer, into plain outputs: *out (malloc'ed,
+ * *n entries), new_version, *changed, and with land (if not NULL) the
+ * landmarks. */
 int dirc_list_read(xmlrpc_value *res, char new_version[DIRC_VERSION_MAX], bool *changed,
     struct dirc_relay **out, size_t *n, struct dirc_landmarks *land, char *err, size_t errlen);
 

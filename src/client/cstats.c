@@ -112,6 +112,10 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	    "Directory fetches answered \"unchanged\".");
 	C("dir_fetches_failed", ds.fetches_failed, CTL_COUNTER,
 	    "Directory fetches no URL answered.");
+	C("dir_fetches_refused", ds.fetches_refused, CTL_COUNTER,
+	    "Listings refused: unsigned, or a signature or certificate that does not verify.");
+	C("dir_revoked", ds.revoked, CTL_GAUGE,
+	    "Serials in the directory's revocation list held.");
 	C("dir_relays", ds.relays, CTL_GAUGE, "Relays of the set from the directory.");
 	C("relays_ranked", d->ranked, CTL_GAUGE,
 	    "Relays in the cover ranking (strategy cover).");

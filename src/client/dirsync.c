@@ -9,6 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
+#include "slot/dirproto.h"
 #include "slot/errbuf.h"
 #include "slot/log.h"
 #include "dirsync.h"
@@ -27,6 +30,7 @@ struct dirsync {
 	char cache_file[CCONF_PATH_MAX];
 	struct dirclient *dc;		/* the worker's */
 	char start_version[DIRC_VERSION_MAX];
+	bool ident_mode;		/* answers must be signed (identity mode) */
 	struct ev_loop *loop;
 	ev_async wake;
 	pthread_t thread;
@@ -39,12 +43,16 @@ struct dirsync {
 	bool forget;			/* the last listing failed to apply: fetch it whole */
 	bool key_changed;
 	struct auth_key key;
+	bool ident_changed;
+	struct ident id;
+	struct ident_revoked pending_rev;	/* a new revocation list for the loop */
+	bool has_pending_rev;
 	struct dirc_relay *pending;	/* a new listing for the loop */
 	size_t npending;
 	struct dirc_landmarks pending_land;
 	bool has_pending;
 	char pending_version[DIRC_VERSION_MAX];
-	unsigned long long fetches_ok, fetches_unchanged, fetches_failed;
+	unsigned long long fetches_ok, fetches_unchanged, fetches_failed, fetches_refused;
 	char url[CONF_URL_LEN];
 
 	/* The loop's. */
@@ -52,6 +60,7 @@ struct dirsync {
 	size_t ncur;
 	struct dirc_landmarks cur_land;	/* its landmarks (nland 0: none) */
 	char cur_version[DIRC_VERSION_MAX];
+	struct ident_revoked rev;	/* the directory's revocation list in force */
 	size_t in_set;
 	size_t warned_dropped;
 	bool cache_loaded;
@@ -246,6 +255,118 @@ dirsync_cache_write(const char *path, const char *version, const struct dirc_rel
 	return 0;
 }
 
+int
+dirsync_cache_write_signed(const char *path, const struct dirc_listing *l, char *err,
+    size_t errlen)
+{
+	char tmp[CCONF_PATH_MAX + 8], cert[DIRP_CERT_HEX + 1], sig[DIRP_SIG_HEX + 1];
+	char head[64 + DIRP_CERT_HEX + DIRP_SIG_HEX];
+	int fd, hl;
+
+	if (!l->is_signed || l->text == NULL) {
+		errbuf_set(err, errlen, "%s: the listing is not signed", path);
+		return -1;
+	}
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) {
+		errbuf_set(err, errlen, "%s: path too long", path);
+		return -1;
+	}
+	sodium_bin2hex(cert, sizeof(cert), l->dir.raw, IDENT_CERT_LEN);
+	sodium_bin2hex(sig, sizeof(sig), l->sig, IDENT_SIG_LEN);
+	hl = snprintf(head, sizeof(head), "%s 2\ncert %s\nsig %s\ntext %zu\n", CACHE_MAGIC,
+	    cert, sig, l->text_len);
+	if (make_parents(path, err, errlen) == -1)
+		return -1;
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644)) == -1) {
+		errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
+		return -1;
+	}
+	if (fchmod(fd, 0644) == -1 || write_all(fd, head, (size_t)hl) == -1 ||
+	    write_all(fd, l->text, l->text_len) == -1 || fsync(fd) == -1) {
+		errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
+		close(fd);
+		(void)unlink(tmp);
+		return -1;
+	}
+	if (close(fd) == -1 || rename(tmp, path) == -1) {
+		errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
+		(void)unlink(tmp);
+		return -1;
+	}
+	return 0;
+}
+
+/* The largest signed cache we read: the text of DIRC_MAX_RELAYS relays. */
+#define CACHE_SIGNED_MAX (64ull << 20)
+
+int
+dirsync_cache_read_signed(const char *path, const uint8_t ca_pk[IDENT_PK_LEN], uint64_t now,
+    struct dirc_listing *out, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "re");
+	uint8_t cert[IDENT_CERT_LEN], sig[IDENT_SIG_LEN];
+	char *buf = NULL, *p, *end, *line[4], e[512];
+	const char *why = NULL;
+	size_t len = 0, cap = 0, tlen = 0;
+	struct stat st;
+
+	memset(out, 0, sizeof(*out));
+	if (f == NULL) {
+		if (errno == ENOENT)
+			return 1;
+		errbuf_set(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fileno(f), &st) == -1 || (uint64_t)st.st_size > CACHE_SIGNED_MAX) {
+		errbuf_set(err, errlen, "%s: %s", path, errno ? strerror(errno) : "too large");
+		fclose(f);
+		return -1;
+	}
+	cap = (size_t)st.st_size + 1;
+	if ((buf = malloc(cap)) == NULL) {
+		fclose(f);
+		errbuf_set(err, errlen, "%s: out of memory", path);
+		return -1;
+	}
+	len = fread(buf, 1, cap - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	p = buf;
+	end = buf + len;
+	for (int i = 0; i < 4; i++) {
+		char *nl = memchr(p, '\n', (size_t)(end - p));
+		if (nl == NULL) {
+			why = "truncated header";
+			goto bad;
+		}
+		*nl = '\0';
+		line[i] = p;
+		p = nl + 1;
+	}
+	if (strcmp(line[0], CACHE_MAGIC " 2") != 0) {
+		why = strncmp(line[0], CACHE_MAGIC " 1 ", strlen(CACHE_MAGIC) + 3) == 0 ?
+		    "not signed (written in shared mode)" : "expected \"" CACHE_MAGIC " 2\"";
+		goto bad;
+	}
+	if (strncmp(line[1], "cert ", 5) != 0 || dirp_unhex(line[1] + 5, cert, sizeof(cert)) == -1 ||
+	    strncmp(line[2], "sig ", 4) != 0 || dirp_unhex(line[2] + 4, sig, sizeof(sig)) == -1 ||
+	    sscanf(line[3], "text %zu", &tlen) != 1 || tlen != (size_t)(end - p)) {
+		why = "bad cert, sig or text line";
+		goto bad;
+	}
+	if (dirc_listing_from_text(p, tlen, cert, sig, ca_pk, now, NULL, out, e, sizeof(e)) == -1) {
+		errbuf_set(err, errlen, "%s: refused: %s", path, e);
+		free(buf);
+		return -1;
+	}
+	free(buf);
+	return 0;
+bad:
+	errbuf_set(err, errlen, "%s: %s", path, why);
+	free(buf);
+	return -1;
+}
+
 /* A decimal number of digits only, at most max. */
 static int
 parse_dec(const char *s, uint64_t max, uint64_t *out)
@@ -429,10 +550,26 @@ apply_list(struct slotd *d, const struct cconf *conf, const struct dirc_relay *l
 {
 	struct dirsync *s = d->dir;
 	struct cconf_relay *m;
-	size_t nm, dropped, fromdir = 0;
+	struct dirc_relay *kept = NULL;
+	size_t nm, dropped, fromdir = 0, nk = 0;
 
-	if (dirsync_merge(conf->relays, conf->nrelays, list, n, max_relays(conf), &m, &nm,
-	    &dropped) == -1) {
+	/* Relays the directory's latest revocation list names are left out,
+	 * as a listing without them would. */
+	if (s->rev.n > 0 && n > 0) {
+		if ((kept = calloc(n, sizeof(*kept))) == NULL) {
+			errbuf_set(err, errlen, "out of memory");
+			return -1;
+		}
+		for (size_t i = 0; i < n; i++)
+			if (!list[i].has_cert || !ident_revoked_has(&s->rev, list[i].cert.serial))
+				kept[nk++] = list[i];
+		list = kept;
+		n = nk;
+	}
+	int mrc = dirsync_merge(conf->relays, conf->nrelays, list, n, max_relays(conf), &m, &nm,
+	    &dropped);
+	free(kept);
+	if (mrc == -1) {
 		errbuf_set(err, errlen, "out of memory");
 		return -1;
 	}
@@ -494,6 +631,16 @@ wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 	(void)revents;
 
 	pthread_mutex_lock(&s->mu);
+	if (s->has_pending_rev) {
+		ident_revoked_free(&s->rev);
+		s->rev = s->pending_rev;
+		memset(&s->pending_rev, 0, sizeof(s->pending_rev));
+		s->has_pending_rev = false;
+		pthread_mutex_unlock(&s->mu);
+		log_info("directory: revocation list of %zu serials", s->rev.n);
+		slotd_revoked(d, &s->rev);
+		pthread_mutex_lock(&s->mu);
+	}
 	if (!s->has_pending) {
 		pthread_mutex_unlock(&s->mu);
 		return;
@@ -540,29 +687,57 @@ stopping(struct dirsync *s)
 	return stop;
 }
 
-/* Asks the URLs in order; the first answer wins. Returns the URL's index,
- * or -1 with every URL's failure in err. */
+/* Asks the URLs in order; the first answer that passes wins (in identity
+ * mode, one signed by a directory of our CA: see dirc_fetch). Returns the
+ * URL's index, or -1 with every URL's failure in err; *refused counts the
+ * answers refused. */
 static int
-fetch(struct dirsync *s, const char *version, char nv[DIRC_VERSION_MAX], bool *changed,
-    struct dirc_relay **list, size_t *n, struct dirc_landmarks *land, char *err,
-    size_t errlen)
+fetch(struct dirsync *s, const char *version, const struct ident_revoked *held,
+    struct dirc_listing *l, unsigned *refused, char *err, size_t errlen)
 {
 	size_t used = 0;
 
 	err[0] = '\0';
+	*refused = 0;
 	for (size_t i = 0; i < s->urls.n; i++) {
 		char e[512];
+		int fault = 0;
+
 		if (stopping(s))
 			break;
-		if (dirc_list(s->dc, s->urls.url[i], version, nv, changed, list, n, land, NULL, e,
+		if (dirc_fetch(s->dc, s->urls.url[i], version, true, held, l, &fault, e,
 		    sizeof(e)) == 0)
 			return (int)i;
-		log_debug("directory: %s", e);
+		if (fault == DIRC_REFUSED) {
+			(*refused)++;
+			log_warnx("directory: listing refused: %s; keeping the relays we have", e);
+		} else
+			log_debug("directory: %s", e);
 		if (used < errlen)
 			used += (size_t)snprintf(err + used, errlen - used, "%s%s", used ? "; " : "",
 			    e);
 	}
 	return -1;
+}
+
+static bool
+same_revoked(const struct ident_revoked *a, const struct ident_revoked *b)
+{
+	return a->n == b->n && (a->n == 0 ||
+	    memcmp(a->serial, b->serial, a->n * sizeof(*a->serial)) == 0);
+}
+
+static int
+copy_revoked(const struct ident_revoked *from, struct ident_revoked *to)
+{
+	memset(to, 0, sizeof(*to));
+	if (from->n == 0)
+		return 0;
+	if ((to->serial = malloc(from->n * sizeof(*to->serial))) == NULL)
+		return -1;
+	memcpy(to->serial, from->serial, from->n * sizeof(*to->serial));
+	to->n = from->n;
+	return 0;
 }
 
 static void
@@ -581,14 +756,17 @@ static void *
 worker(void *arg)
 {
 	struct dirsync *s = arg;
-	char version[DIRC_VERSION_MAX], nv[DIRC_VERSION_MAX], err[2048], werr[512];
+	char version[DIRC_VERSION_MAX], err[2048], werr[512];
 	uint64_t delay = s->retry_ms;
 	struct timespec dl = { 0, 0 };
+	struct ident_revoked held = { 0 };	/* the list of the last signed answer */
 
 	/* The cache file has no landmarks: ask for the whole listing once,
 	 * even when the cached one is current. */
 	version[0] = '\0';
 	pthread_mutex_lock(&s->mu);
+	/* The loop's list is the cache's until we hand it a new one. */
+	(void)copy_revoked(&s->rev, &held);
 	while (!s->stop) {
 		if (s->forget) {
 			version[0] = '\0';
@@ -599,34 +777,60 @@ worker(void *arg)
 			auth_key_wipe(&s->key);
 			s->key_changed = false;
 		}
+		if (s->ident_changed) {
+			dirc_set_ident(s->dc, &s->id);
+			ident_wipe(&s->id);
+			s->ident_changed = false;
+		}
 		pthread_mutex_unlock(&s->mu);
 
-		struct dirc_relay *list = NULL;
-		struct dirc_landmarks land = { 0 };
-		size_t n = 0;
-		bool changed = false;
-		int u = fetch(s, version, nv, &changed, &list, &n, &land, err, sizeof(err));
-		if (u >= 0 && changed && s->cache_file[0] != '\0' &&
-		    dirsync_cache_write(s->cache_file, nv, list, n, werr, sizeof(werr)) == -1)
+		struct dirc_listing l;
+		struct ident_revoked nrev = { 0 };
+		unsigned refused = 0;
+		bool rev_new = false;
+		int u = fetch(s, version, &held, &l, &refused, err, sizeof(err));
+		if (u >= 0 && l.changed && s->cache_file[0] != '\0' &&
+		    (s->ident_mode ? dirsync_cache_write_signed(s->cache_file, &l, werr,
+		    sizeof(werr)) : dirsync_cache_write(s->cache_file, l.version, l.relay, l.n,
+		    werr, sizeof(werr))) == -1)
 			log_warnx("directory: listing not saved: %s", werr);
+		if (u >= 0 && l.dropped > 0)
+			log_warnx("directory: listing %s: %zu relays left out, their certificates "
+			    "refused", l.version, l.dropped);
+		if (u >= 0 && l.is_signed && !same_revoked(&l.revoked, &held) &&
+		    copy_revoked(&l.revoked, &nrev) == 0) {
+			ident_revoked_free(&held);
+			(void)copy_revoked(&nrev, &held);
+			rev_new = true;
+		}
 
 		pthread_mutex_lock(&s->mu);
+		s->fetches_refused += refused;
+		if (rev_new) {
+			ident_revoked_free(&s->pending_rev);
+			s->pending_rev = nrev;
+			s->has_pending_rev = true;
+		}
 		if (u >= 0) {
 			snprintf(s->url, sizeof(s->url), "%s", s->urls.url[u]);
-			if (changed) {
+			if (l.changed) {
 				s->fetches_ok++;
 				free(s->pending);
 				dirc_landmarks_free(&s->pending_land);
-				s->pending = list;
-				s->npending = n;
-				s->pending_land = land;
+				s->pending = l.relay;
+				s->npending = l.n;
+				s->pending_land = l.land;
+				l.relay = NULL;
+				memset(&l.land, 0, sizeof(l.land));
 				s->has_pending = true;
-				memcpy(s->pending_version, nv, sizeof(s->pending_version));
-				memcpy(version, nv, sizeof(version));
-				ev_async_send(s->loop, &s->wake);
+				memcpy(s->pending_version, l.version, sizeof(s->pending_version));
+				memcpy(version, l.version, sizeof(version));
 			} else {
 				s->fetches_unchanged++;
 			}
+			if (l.changed || rev_new)
+				ev_async_send(s->loop, &s->wake);
+			dirc_listing_free(&l);
 			delay = s->retry_ms;
 			deadline_after(&dl, s->refresh_ms);
 		} else if (!s->stop) {
@@ -640,6 +844,7 @@ worker(void *arg)
 			;
 	}
 	pthread_mutex_unlock(&s->mu);
+	ident_revoked_free(&held);
 	return NULL;
 }
 
@@ -690,14 +895,36 @@ dirsync_init(struct slotd *d, char *err, size_t errlen)
 		free(s);
 		return -1;
 	}
+	s->ident_mode = d->auth_mode == IDENT_MODE_IDENTITY;
+	if (s->ident_mode)
+		dirc_set_ident(s->dc, &d->id);
 	ev_async_init(&s->wake, wake_cb);
 	s->wake.data = d;
 	d->dir = s;
 
 	if (s->cache_file[0] == '\0')
 		return 0;
-	int rc = dirsync_cache_read(s->cache_file, s->start_version, &s->cur, &s->ncur, e,
-	    sizeof(e));
+	int rc;
+	if (s->ident_mode) {
+		struct dirc_listing l;
+
+		rc = dirsync_cache_read_signed(s->cache_file, d->id.ca_pk, (uint64_t)time(NULL),
+		    &l, e, sizeof(e));
+		if (rc == 0) {
+			memcpy(s->start_version, l.version, sizeof(s->start_version));
+			s->cur = l.relay;
+			s->ncur = l.n;
+			s->rev = l.revoked;
+			l.relay = NULL;
+			memset(&l.revoked, 0, sizeof(l.revoked));
+			if (l.dropped > 0)
+				log_warnx("directory: %s: %zu relays left out, their certificates "
+				    "refused", s->cache_file, l.dropped);
+			dirc_listing_free(&l);
+		}
+	} else
+		rc = dirsync_cache_read(s->cache_file, s->start_version, &s->cur, &s->ncur, e,
+		    sizeof(e));
 	if (rc == 1) {
 		log_info("directory: no cache file %s yet", s->cache_file);
 	} else if (rc == -1) {
@@ -771,6 +998,46 @@ dirsync_set_key(struct slotd *d, const struct auth_key *key)
 }
 
 void
+dirsync_set_ident(struct slotd *d, const struct ident *id)
+{
+	struct dirsync *s = d->dir;
+
+	if (s == NULL || !s->ident_mode)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->id = *id;
+	s->ident_changed = true;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* The revocation hook: revoked relays are refused and their control links
+ * dropped (rlinks_revoke), and the relay set goes on without them. */
+void
+slotd_revoked(struct slotd *d, const struct ident_revoked *rev)
+{
+	struct dirsync *s = d->dir;
+	size_t before = d->nrelays;
+	char err[512];
+	int dropped;
+
+	if ((dropped = rlinks_revoke(d, rev)) < 0)
+		log_warnx("directory: revocation list not applied to the links: out of memory");
+	else if (dropped > 0)
+		log_info("directory: %d control links of revoked relays dropped", dropped);
+	if (s == NULL)
+		return;
+	if (apply_list(d, &d->conf, s->cur, s->ncur, true, err, sizeof(err)) == -1) {
+		log_warnx("directory: revoked relays not removed: %s", err);
+		return;
+	}
+	if (d->nrelays != before) {
+		log_info("directory: %zu revoked relays left the set; it has %zu",
+		    before - d->nrelays, d->nrelays);
+		rank_update(d);
+	}
+}
+
+void
 dirsync_stop(struct slotd *d)
 {
 	struct dirsync *s = d->dir;
@@ -788,6 +1055,9 @@ dirsync_stop(struct slotd *d)
 	dirc_free(s->dc);
 	dirc_global_fini();
 	auth_key_wipe(&s->key);
+	ident_wipe(&s->id);
+	ident_revoked_free(&s->rev);
+	ident_revoked_free(&s->pending_rev);
 	free(s->pending);
 	free(s->cur);
 	dirc_landmarks_free(&s->pending_land);
@@ -820,9 +1090,11 @@ dirsync_stats(struct slotd *d, struct dirsync_stats *st)
 	st->fetches_ok = s->fetches_ok;
 	st->fetches_unchanged = s->fetches_unchanged;
 	st->fetches_failed = s->fetches_failed;
+	st->fetches_refused = s->fetches_refused;
 	memcpy(st->url, s->url, sizeof(st->url));
 	pthread_mutex_unlock(&s->mu);
 	st->relays = s->in_set;
+	st->revoked = s->rev.n;
 	st->cache_loaded = s->cache_loaded;
 	memcpy(st->version, s->cur_version, sizeof(st->version));
 }

@@ -50,12 +50,12 @@ usage(FILE *f)
 	    "  -V         print the version\n");
 }
 
-/* The lab's shared key: the wire's in shared mode, and the directory's calls
- * in either mode. */
+/* The lab's shared key: the wire's and the directory's calls in shared mode
+ * (in identity mode both go with this host's own key). */
 static bool
 need_shared_key(const struct cconf *c)
 {
-	return c->auth_mode == IDENT_MODE_SHARED || c->dir_urls.n > 0;
+	return c->auth_mode == IDENT_MODE_SHARED;
 }
 
 /* Identity mode: this host's key, its client certificate and the CA. */
@@ -196,6 +196,8 @@ reload(struct slotd *d)
 					rlink_drop(d->relays[i]->link, "our identity changed");
 	}
 	dirsync_set_key(d, &d->key);
+	if (d->auth_mode == IDENT_MODE_IDENTITY)
+		dirsync_set_ident(d, &d->id);
 	replay_set_window(d->replay, d->conf.max_clock_skew_ms * 1000);
 	set_env(d);
 	log_set_level(d->conf.log_level);

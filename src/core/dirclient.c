@@ -3,11 +3,15 @@
  * arrives and checked (slot/xmlguard.h) before xmlrpc-c's parser, which
  * expands entities, sees a byte of it. */
 
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <curl/curl.h>
+#include <sodium.h>
 #include <xmlrpc-c/base.h>
 
 #include "slot/dirclient.h"
@@ -23,7 +27,9 @@
 struct dirclient {
 	CURL *curl;
 	struct curl_slist *headers;
-	struct auth_key key;
+	bool ident_mode;
+	struct auth_key key;		/* shared mode */
+	struct ident id;		/* identity mode */
 	unsigned timeout_ms;
 	/* The answer being received. */
 	char *buf;
@@ -128,6 +134,7 @@ dirc_free(struct dirclient *c)
 	curl_slist_free_all(c->headers);
 	free(c->buf);
 	auth_key_wipe(&c->key);
+	ident_wipe(&c->id);
 	free(c);
 }
 
@@ -135,23 +142,43 @@ void
 dirc_set_key(struct dirclient *c, const struct auth_key *key)
 {
 	c->key = *key;
+	c->ident_mode = false;
 }
 
-/* Adds ts, nonce and mac over body to the call's struct. */
+void
+dirc_set_ident(struct dirclient *c, const struct ident *id)
+{
+	c->id = *id;
+	c->ident_mode = true;
+}
+
+/* Adds ts, nonce, and mac or cert and sig over body to the call's struct;
+ * nonce_out (if not NULL) gets the nonce. */
 static void
 sign(struct dirclient *c, xmlrpc_env *env, xmlrpc_value *s, const char *method,
-    const char *body)
+    const char *body, char *nonce_out)
 {
-	char ts[24], nonce[DIRP_NONCE_HEX + 1], mac[DIRP_MAC_HEX + 1];
+	char ts[24], nonce[DIRP_NONCE_HEX + 1], mac[DIRP_SIG_HEX + 1];
+	char cert[DIRP_CERT_HEX + 1];
 	xmlrpc_value *v;
+	int rc, n;
 
 	dirp_stamp(ts, nonce);
-	if (dirp_mac(&c->key, method, ts, nonce, body, mac) == -1) {
+	if (nonce_out != NULL)
+		memcpy(nonce_out, nonce, sizeof(nonce));
+	if (c->ident_mode) {
+		rc = dirp_sign(&c->id, method, ts, nonce, body, mac);
+		sodium_bin2hex(cert, sizeof(cert), c->id.cert.raw, IDENT_CERT_LEN);
+	} else
+		rc = dirp_mac(&c->key, method, ts, nonce, body, mac);
+	if (rc == -1) {
 		xmlrpc_faultf(env, "call too large to sign");
 		return;
 	}
-	const char *k[3] = { "ts", "nonce", "mac" }, *val[3] = { ts, nonce, mac };
-	for (int i = 0; i < 3 && !env->fault_occurred; i++) {
+	const char *k[4] = { "ts", "nonce", c->ident_mode ? "sig" : "mac", "cert" };
+	const char *val[4] = { ts, nonce, mac, cert };
+	n = c->ident_mode ? 4 : 3;
+	for (int i = 0; i < n && !env->fault_occurred; i++) {
 		v = xmlrpc_string_new(env, val[i]);
 		if (!env->fault_occurred) {
 			xmlrpc_struct_set_value(env, s, k[i], v);
@@ -311,7 +338,7 @@ dirc_register(struct dirclient *c, const char *url, const struct endpoint *relay
 		}
 	}
 	if (!env.fault_occurred)
-		sign(c, &env, s, "slot.register", body);
+		sign(c, &env, s, "slot.register", body, NULL);
 	if (env_failed(&env, s, err, errlen))
 		return -1;
 	res = call(c, url, "slot.register", s, fault, err, errlen);
@@ -347,7 +374,7 @@ dirc_heartbeat(struct dirclient *c, const char *url, const struct endpoint *rela
 	xmlrpc_env_init(&env);
 	s = new_struct(&env, r);
 	if (!env.fault_occurred)
-		sign(c, &env, s, "slot.heartbeat", r);
+		sign(c, &env, s, "slot.heartbeat", r, NULL);
 	if (env_failed(&env, s, err, errlen))
 		return -1;
 	res = call(c, url, "slot.heartbeat", s, fault, err, errlen);
@@ -394,7 +421,7 @@ dirc_report(struct dirclient *c, const char *url, const struct endpoint *relay,
 	if (arr)
 		xmlrpc_DECREF(arr);
 	if (!env.fault_occurred)
-		sign(c, &env, s, "slot.report", body);
+		sign(c, &env, s, "slot.report", body, NULL);
 	free(body);
 	if (env_failed(&env, s, err, errlen))
 		return -1;
@@ -492,27 +519,260 @@ read_landmarks(xmlrpc_env *env, xmlrpc_value *res, size_t nrelay, struct dirc_la
 	xmlrpc_DECREF(st);
 }
 
+
+void
+dirc_listing_free(struct dirc_listing *l)
+{
+	free(l->relay);
+	dirc_landmarks_free(&l->land);
+	ident_revoked_free(&l->revoked);
+	free(l->text);
+	memset(l, 0, sizeof(*l));
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* 16 hex digits, as ident_serial_hex writes them. */
+static int
+parse_serial(const char *s, uint64_t *out)
+{
+	uint8_t b[8];
+
+	if (s == NULL || strlen(s) != 16 || dirp_unhex(s, b, sizeof(b)) == -1)
+		return -1;
+	for (const char *p = s; *p; p++)
+		if (*p >= 'A' && *p <= 'F')
+			return -1;	/* one spelling only */
+	*out = 0;
+	for (size_t i = 0; i < 8; i++)
+		*out = *out << 8 | b[i];
+	return 0;
+}
+
+/* v (n serials, malloc'ed, taken over) sorted into l->revoked, for
+ * lookups; the text keeps the order sent. */
+static int
+set_revoked(struct dirc_listing *l, uint64_t *v, size_t n)
+{
+	l->revoked.serial = NULL;
+	l->revoked.n = 0;
+	if (n == 0) {
+		free(v);
+		return 0;
+	}
+	qsort(v, n, sizeof(*v), cmp_u64);
+	l->revoked.serial = v;
+	l->revoked.n = n;
+	return 0;
+}
+
+/* The directory's certificate: decoded, from the CA, role directory, valid
+ * now, and revoked in neither list. */
+static int
+check_dir_cert(const uint8_t raw[IDENT_CERT_LEN], const uint8_t ca_pk[IDENT_PK_LEN],
+    uint64_t now, const struct ident_revoked *held, const struct ident_revoked *theirs,
+    struct ident_cert *out, char *err, size_t errlen)
+{
+	char why[256];
+
+	if (ident_cert_verify(raw, ca_pk, IDENT_MASK(IDENT_ROLE_DIRECTORY), now, held, out,
+	    why, sizeof(why)) == -1 ||
+	    ident_cert_check(out, ca_pk, IDENT_MASK(IDENT_ROLE_DIRECTORY), now, theirs, why,
+	    sizeof(why)) == -1) {
+		errbuf_set(err, errlen, "directory certificate refused: %s", why);
+		return -1;
+	}
+	return 0;
+}
+
+/* Checks every relay's certificate (raw[i], NULL: none) and keeps those
+ * that pass, in order; l->dropped counts the others. */
+static void
+check_relays(struct dirc_listing *l, const uint8_t (*raw)[IDENT_CERT_LEN], const bool *has,
+    const uint8_t ca_pk[IDENT_PK_LEN], uint64_t now)
+{
+	size_t k = 0;
+	char why[256];
+
+	for (size_t i = 0; i < l->n; i++) {
+		struct dirc_relay r = l->relay[i];
+
+		if (!has[i] || ident_cert_verify(raw[i], ca_pk, IDENT_MASK(IDENT_ROLE_RELAY), now,
+		    &l->revoked, &r.cert, why, sizeof(why)) == -1) {
+			l->dropped++;
+			continue;
+		}
+		r.has_cert = true;
+		l->relay[k++] = r;
+	}
+	l->n = k;
+}
+
+/* The parts of an answer that go into the signed text, as read. */
+struct answer {
+	const char **relay;		/* as sent */
+	uint8_t (*cert)[IDENT_CERT_LEN];
+	bool *has_cert;
+	uint64_t *revoked;		/* in the order sent */
+	size_t nrevoked;
+	uint8_t dir_cert[IDENT_CERT_LEN];
+	uint8_t sig[IDENT_SIG_LEN];
+	bool has_sig;
+};
+
+static void
+answer_free(struct answer *a, size_t n)
+{
+	for (size_t i = 0; a->relay != NULL && i < n; i++)
+		free((void *)a->relay[i]);
+	free(a->relay);
+	free(a->cert);
+	free(a->has_cert);
+	free(a->revoked);
+}
+
+/* An optional string member of st; *out NULL if absent. */
+static void
+opt_string(xmlrpc_env *env, xmlrpc_value *st, const char *name, const char **out)
+{
+	xmlrpc_value *v = NULL;
+
+	*out = NULL;
+	xmlrpc_struct_find_value(env, st, name, &v);
+	if (env->fault_occurred || v == NULL)
+		return;
+	xmlrpc_read_string(env, v, out);
+	xmlrpc_DECREF(v);
+}
+
+/* The identity-mode members: revoked, cert, sig. */
+static void
+read_signature(xmlrpc_env *env, xmlrpc_value *res, struct answer *a)
+{
+	xmlrpc_value *arr = NULL;
+	const char *cert = NULL, *sig = NULL;
+	int n;
+
+	xmlrpc_struct_find_value(env, res, "revoked", &arr);
+	opt_string(env, res, "cert", &cert);
+	if (!env->fault_occurred)
+		opt_string(env, res, "sig", &sig);
+	if (!env->fault_occurred && (arr == NULL || cert == NULL || sig == NULL))
+		xmlrpc_faultf(env, "the answer is not signed (a directory in shared mode, or "
+		    "not slot-dird)");
+	if (!env->fault_occurred && (dirp_unhex(cert, a->dir_cert, IDENT_CERT_LEN) == -1 ||
+	    dirp_unhex(sig, a->sig, IDENT_SIG_LEN) == -1))
+		xmlrpc_faultf(env, "cert or sig is not hex of the right length");
+	n = env->fault_occurred ? 0 : xmlrpc_array_size(env, arr);
+	if (!env->fault_occurred && (n < 0 || n > DIRC_MAX_RELAYS))
+		xmlrpc_faultf(env, "%d revoked serials", n);
+	if (!env->fault_occurred && n > 0 &&
+	    (a->revoked = calloc((size_t)n, sizeof(*a->revoked))) == NULL)
+		xmlrpc_faultf(env, "out of memory");
+	for (int i = 0; i < n && !env->fault_occurred; i++) {
+		xmlrpc_value *it;
+		const char *v = NULL;
+
+		xmlrpc_array_read_item(env, arr, i, &it);
+		if (env->fault_occurred)
+			break;
+		xmlrpc_read_string(env, it, &v);
+		xmlrpc_DECREF(it);
+		if (!env->fault_occurred && parse_serial(v, &a->revoked[i]) == -1)
+			xmlrpc_faultf(env, "revoked[%d]: not a serial", i);
+		free((void *)v);
+	}
+	if (!env->fault_occurred) {
+		a->nrevoked = (size_t)n;
+		a->has_sig = true;
+	}
+	free((void *)cert);
+	free((void *)sig);
+	if (arr)
+		xmlrpc_DECREF(arr);
+}
+
+/* Rebuilds the canonical text from what was parsed and checks the
+ * directory's certificate and signature over it. */
+static void
+verify_answer(xmlrpc_env *env, const uint8_t *ca_pk, const char *nonce, struct answer *a,
+    const struct ident_revoked *held, struct dirc_listing *l)
+{
+	struct dirp_list_relay *r = l->n ? calloc(l->n, sizeof(*r)) : NULL;
+	uint8_t *rows = NULL;
+	size_t nrows = 2 * l->land.nland * l->land.nrelay;
+	uint64_t *sorted = NULL;
+	char why[512];
+
+	if ((l->n && r == NULL) || (nrows && (rows = malloc(nrows)) == NULL) ||
+	    (a->nrevoked && (sorted = malloc(a->nrevoked * sizeof(*sorted))) == NULL)) {
+		xmlrpc_faultf(env, "out of memory");
+		goto out;
+	}
+	if (a->nrevoked)
+		memcpy(sorted, a->revoked, a->nrevoked * sizeof(*sorted));
+	set_revoked(l, sorted, a->nrevoked);
+	sorted = NULL;
+	if (check_dir_cert(a->dir_cert, ca_pk, (uint64_t)time(NULL), held, &l->revoked,
+	    &l->dir, why, sizeof(why)) == -1) {
+		xmlrpc_faultf(env, "%s", why);
+		goto out;
+	}
+	for (size_t i = 0; i < l->n; i++)
+		r[i] = (struct dirp_list_relay){ a->relay[i], l->relay[i].data_port,
+		    l->relay[i].group, a->has_cert[i] ? a->cert[i] : NULL };
+	/* The rows as they came: rtt[] holds them little-endian decoded. */
+	for (size_t i = 0; i < nrows / 2; i++) {
+		rows[2 * i] = (uint8_t)(l->land.rtt[i] & 0xff);
+		rows[2 * i + 1] = (uint8_t)(l->land.rtt[i] >> 8);
+	}
+	struct dirp_listing dl = {
+		.nonce = nonce, .version = l->version, .changed = l->changed,
+		.relay = r, .nrelay = l->n,
+		.land_index = l->land.index, .land_weight = l->land.weight,
+		.nland = l->land.nland, .land_rtt = rows, .land_rtt_len = nrows,
+		.revoked = a->revoked, .nrevoked = a->nrevoked,
+	};
+	if ((l->text = dirp_list_text(&dl, &l->text_len)) == NULL) {
+		xmlrpc_faultf(env, "a relay or the version is not one printable word");
+		goto out;
+	}
+	if (!dirp_list_verify(l->dir.pk, l->text, l->text_len, a->sig)) {
+		xmlrpc_faultf(env, "signature does not verify with the key of directory "
+		    "certificate '%s' (answer altered on the way?)", l->dir.name);
+		goto out;
+	}
+	memcpy(l->sig, a->sig, sizeof(l->sig));
+	l->is_signed = true;
+out:
+	free(sorted);
+	free(rows);
+	free(r);
+}
+
 int
-dirc_list_read(xmlrpc_value *res, char new_version[DIRC_VERSION_MAX], bool *changed,
-    struct dirc_relay **out, size_t *n, struct dirc_landmarks *land, char *err, size_t errlen)
+dirc_listing_read(xmlrpc_value *res, const uint8_t *ca_pk, const char *nonce, bool want_land,
+    const struct ident_revoked *held, struct dirc_listing *out, char *err, size_t errlen)
 {
 	xmlrpc_env env;
 	xmlrpc_value *arr = NULL;
 	const char *ver = NULL;
 	xmlrpc_bool ch = 0;
-	struct dirc_relay *list = NULL;
+	struct answer a = { 0 };
 	int count = 0;
 
-	*out = NULL;
-	*n = 0;
-	if (land != NULL)
-		memset(land, 0, sizeof(*land));
+	memset(out, 0, sizeof(*out));
 	xmlrpc_env_init(&env);
 	xmlrpc_decompose_value(&env, res, "{s:s,s:b,s:A,*}", "version", &ver, "changed", &ch,
 	    "relays", &arr);
 	if (env.fault_occurred) {
-		/* As in read_landmarks: freed already, the pointers left set
-		 * (an answer without "relays" was a double free). */
+		/* As in read_landmarks: freed already, the pointers left set. */
 		ver = NULL;
 		arr = NULL;
 	}
@@ -522,41 +782,66 @@ dirc_list_read(xmlrpc_value *res, char new_version[DIRC_VERSION_MAX], bool *chan
 		count = xmlrpc_array_size(&env, arr);
 	if (!env.fault_occurred && (count < 0 || count > DIRC_MAX_RELAYS))
 		xmlrpc_faultf(&env, "%d relays", count);
-	if (!env.fault_occurred && count > 0 &&
-	    (list = calloc((size_t)count, sizeof(*list))) == NULL)
+	if (env.fault_occurred)
+		count = 0;
+	if (count > 0 &&
+	    ((out->relay = calloc((size_t)count, sizeof(*out->relay))) == NULL ||
+	    (a.relay = calloc((size_t)count, sizeof(*a.relay))) == NULL ||
+	    (a.cert = calloc((size_t)count, sizeof(*a.cert))) == NULL ||
+	    (a.has_cert = calloc((size_t)count, sizeof(*a.has_cert))) == NULL))
 		xmlrpc_faultf(&env, "out of memory");
 	for (int i = 0; i < count && !env.fault_occurred; i++) {
+		struct dirc_relay *r = &out->relay[i];
 		xmlrpc_value *item;
-		const char *relay = NULL;
+		const char *cert = NULL;
 		int dp = 0, g = 0;
 
 		xmlrpc_array_read_item(&env, arr, i, &item);
 		if (env.fault_occurred)
 			break;
-		xmlrpc_decompose_value(&env, item, "{s:s,s:i,s:i,*}", "relay", &relay,
+		xmlrpc_decompose_value(&env, item, "{s:s,s:i,s:i,*}", "relay", &a.relay[i],
 		    "data_port", &dp, "group", &g);
+		if (env.fault_occurred)
+			a.relay[i] = NULL;	/* freed already, left set */
+		if (!env.fault_occurred && ca_pk != NULL)
+			opt_string(&env, item, "cert", &cert);
 		xmlrpc_DECREF(item);
 		if (env.fault_occurred)
 			break;
-		if (ep_parse(relay, 0, &list[i].relay) == -1 || list[i].relay.port == 0 ||
+		if (ep_parse(a.relay[i], 0, &r->relay) == -1 || r->relay.port == 0 ||
 		    dp < 1 || dp > 65535 || g < 0)
-			xmlrpc_faultf(&env, "relay %d: bad entry (%s, %d, %d)", i, relay, dp, g);
-		list[i].data_port = (uint16_t)dp;
-		list[i].group = (uint32_t)g;
-		free((void *)relay);
+			xmlrpc_faultf(&env, "relay %d: bad entry (%s, %d, %d)", i, a.relay[i], dp,
+			    g);
+		else if (cert != NULL && dirp_unhex(cert, a.cert[i], IDENT_CERT_LEN) == -1)
+			xmlrpc_faultf(&env, "relay %d: cert is not a certificate in hex", i);
+		a.has_cert[i] = cert != NULL;
+		free((void *)cert);
+		r->data_port = (uint16_t)dp;
+		r->group = (uint32_t)g;
 	}
-	if (!env.fault_occurred && land != NULL && ch)
-		read_landmarks(&env, res, (size_t)count, land);
+	if (!env.fault_occurred) {
+		out->n = (size_t)count;
+		out->changed = ch;
+		snprintf(out->version, sizeof(out->version), "%s", ver);
+	}
+	/* The landmarks are signed: read them to check the signature even
+	 * when the caller has no use for them. */
+	if (!env.fault_occurred && ch && (want_land || ca_pk != NULL))
+		read_landmarks(&env, res, (size_t)count, &out->land);
+	if (!env.fault_occurred && ca_pk != NULL)
+		read_signature(&env, res, &a);
+	if (!env.fault_occurred && ca_pk != NULL)
+		verify_answer(&env, ca_pk, nonce, &a, held, out);
+	if (!env.fault_occurred && ca_pk != NULL)
+		check_relays(out, (const uint8_t (*)[IDENT_CERT_LEN])a.cert, a.has_cert, ca_pk,
+		    (uint64_t)time(NULL));
+	if (!env.fault_occurred && !want_land)
+		dirc_landmarks_free(&out->land);
 	if (env.fault_occurred) {
 		errbuf_set(err, errlen, "%s", env.fault_string);
-		free(list);
-		list = NULL;
-	} else {
-		snprintf(new_version, DIRC_VERSION_MAX, "%s", ver);
-		*changed = ch;
-		*out = list;
-		*n = (size_t)count;
+		dirc_listing_free(out);
 	}
+	answer_free(&a, (size_t)count);
 	free((void *)ver);
 	if (arr)
 		xmlrpc_DECREF(arr);
@@ -566,19 +851,41 @@ dirc_list_read(xmlrpc_value *res, char new_version[DIRC_VERSION_MAX], bool *chan
 }
 
 int
-dirc_list(struct dirclient *c, const char *url, const char *version,
-    char new_version[DIRC_VERSION_MAX], bool *changed, struct dirc_relay **out, size_t *n,
-    struct dirc_landmarks *land, int *fault, char *err, size_t errlen)
+dirc_list_read(xmlrpc_value *res, char new_version[DIRC_VERSION_MAX], bool *changed,
+    struct dirc_relay **out, size_t *n, struct dirc_landmarks *land, char *err, size_t errlen)
 {
-	xmlrpc_env env;
-	xmlrpc_value *s, *v, *res;
-	char why[512];
-	int rc;
+	struct dirc_listing l;
 
 	*out = NULL;
 	*n = 0;
 	if (land != NULL)
 		memset(land, 0, sizeof(*land));
+	if (dirc_listing_read(res, NULL, NULL, land != NULL, NULL, &l, err, errlen) == -1)
+		return -1;
+	snprintf(new_version, DIRC_VERSION_MAX, "%s", l.version);
+	*changed = l.changed;
+	*out = l.relay;
+	*n = l.n;
+	l.relay = NULL;
+	if (land != NULL) {
+		*land = l.land;
+		memset(&l.land, 0, sizeof(l.land));
+	}
+	dirc_listing_free(&l);
+	return 0;
+}
+
+int
+dirc_fetch(struct dirclient *c, const char *url, const char *version, bool want_land,
+    const struct ident_revoked *held, struct dirc_listing *out, int *fault, char *err,
+    size_t errlen)
+{
+	xmlrpc_env env;
+	xmlrpc_value *s, *v, *res;
+	char nonce[DIRP_NONCE_HEX + 1], why[512];
+	int rc;
+
+	memset(out, 0, sizeof(*out));
 	xmlrpc_env_init(&env);
 	s = new_struct(&env, NULL);
 	if (!env.fault_occurred) {
@@ -589,7 +896,7 @@ dirc_list(struct dirclient *c, const char *url, const char *version,
 		}
 	}
 	if (!env.fault_occurred)
-		sign(c, &env, s, "slot.list", version);
+		sign(c, &env, s, "slot.list", version, nonce);
 	if (env_failed(&env, s, err, errlen))
 		return -1;
 	xmlrpc_env_clean(&env);
@@ -597,9 +904,196 @@ dirc_list(struct dirclient *c, const char *url, const char *version,
 	xmlrpc_DECREF(s);
 	if (res == NULL)
 		return -1;
-	rc = dirc_list_read(res, new_version, changed, out, n, land, why, sizeof(why));
-	if (rc == -1)
-		errbuf_set(err, errlen, "%s slot.list: unexpected answer: %s", url, why);
+	rc = dirc_listing_read(res, c->ident_mode ? c->id.ca_pk : NULL, nonce, want_land, held,
+	    out, why, sizeof(why));
+	if (rc == -1) {
+		errbuf_set(err, errlen, "%s slot.list: answer refused: %s", url, why);
+		if (fault)
+			*fault = DIRC_REFUSED;
+	}
 	xmlrpc_DECREF(res);
 	return rc;
+}
+
+/* ---------------------------------------------------------------- the text read back */
+
+/* Splits the next line of [*p, end) off (LF removed, NUL-terminated in
+ * place). NULL at the end or for a line without LF. */
+static char *
+next_line(char **p, char *end)
+{
+	char *line = *p, *nl;
+
+	if (line >= end || (nl = memchr(line, '\n', (size_t)(end - line))) == NULL)
+		return NULL;
+	*nl = '\0';
+	*p = nl + 1;
+	return line;
+}
+
+/* "key value": the value, or NULL. */
+static const char *
+field(const char *line, const char *key)
+{
+	size_t k = strlen(key);
+
+	if (line == NULL || strncmp(line, key, k) != 0 || line[k] != ' ')
+		return NULL;
+	return line + k + 1;
+}
+
+static int
+count_of(const char *s, size_t max, size_t *out)
+{
+	char *e;
+	unsigned long long v;
+
+	if (s == NULL || *s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	v = strtoull(s, &e, 10);
+	if (errno != 0 || *e != '\0' || v > max)
+		return -1;
+	*out = (size_t)v;
+	return 0;
+}
+
+int
+dirc_listing_from_text(const char *text, size_t len, const uint8_t cert[IDENT_CERT_LEN],
+    const uint8_t sig[IDENT_SIG_LEN], const uint8_t ca_pk[IDENT_PK_LEN], uint64_t now,
+    const struct ident_revoked *held, struct dirc_listing *out, char *err, size_t errlen)
+{
+	char *copy = NULL, *p, *end, *line;
+	uint8_t (*raw)[IDENT_CERT_LEN] = NULL;
+	bool *has = NULL;
+	uint64_t *rev = NULL;
+	size_t n = 0, nland = 0, nrev = 0;
+	const char *v, *why = NULL;
+	struct ident_cert dir;
+	char e[512];
+
+	memset(out, 0, sizeof(*out));
+	/* The signature first: what follows reads only what the directory
+	 * wrote. The revocation list inside is checked below. */
+	if (check_dir_cert(cert, ca_pk, now, held, NULL, &dir, err, errlen) == -1)
+		return -1;
+	if (!dirp_list_verify(dir.pk, text, len, sig)) {
+		errbuf_set(err, errlen, "signature does not verify with the key of directory "
+		    "certificate '%s' (altered?)", dir.name);
+		return -1;
+	}
+	if (memchr(text, '\0', len) != NULL || (copy = malloc(len + 1)) == NULL) {
+		errbuf_set(err, errlen, "%s", copy ? "NUL byte" : "out of memory");
+		return -1;
+	}
+	memcpy(copy, text, len);
+	copy[len] = '\0';
+	p = copy;
+	end = copy + len;
+	line = next_line(&p, end);
+	if (line == NULL || strcmp(line, DIRP_LIST_MAGIC) != 0) {
+		why = "not a signed listing";
+		goto bad;
+	}
+	if (field(next_line(&p, end), "nonce") == NULL ||
+	    (v = field(next_line(&p, end), "version")) == NULL || strlen(v) == 0 ||
+	    strlen(v) >= DIRC_VERSION_MAX) {
+		why = "bad nonce or version line";
+		goto bad;
+	}
+	snprintf(out->version, sizeof(out->version), "%s", v);
+	v = field(next_line(&p, end), "changed");
+	if (v == NULL || (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)) {
+		why = "bad changed line";
+		goto bad;
+	}
+	out->changed = v[0] == '1';
+	if (count_of(field(next_line(&p, end), "relays"), DIRC_MAX_RELAYS, &n) == -1) {
+		why = "bad relays line";
+		goto bad;
+	}
+	if (n > 0 && ((out->relay = calloc(n, sizeof(*out->relay))) == NULL ||
+	    (raw = calloc(n, sizeof(*raw))) == NULL || (has = calloc(n, sizeof(*has))) == NULL)) {
+		why = "out of memory";
+		goto bad;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char *f[4], *save = NULL, *w;
+		size_t nf = 0, dp, g;
+
+		if ((v = field(next_line(&p, end), "relay")) == NULL) {
+			why = "missing relay line";
+			goto bad;
+		}
+		for (w = strtok_r((char *)v, " ", &save); w && nf < 4; w = strtok_r(NULL, " ", &save))
+			f[nf++] = w;
+		if (nf != 4 || w != NULL || ep_parse(f[0], 0, &out->relay[i].relay) == -1 ||
+		    out->relay[i].relay.port == 0 || count_of(f[1], 65535, &dp) == -1 || dp == 0 ||
+		    count_of(f[2], INT32_MAX, &g) == -1 ||
+		    (strcmp(f[3], "-") != 0 && dirp_unhex(f[3], raw[i], IDENT_CERT_LEN) == -1)) {
+			why = "bad relay line";
+			goto bad;
+		}
+		out->relay[i].data_port = (uint16_t)dp;
+		out->relay[i].group = (uint32_t)g;
+		has[i] = strcmp(f[3], "-") != 0;
+	}
+	out->n = n;
+	v = field(next_line(&p, end), "landmarks");
+	char *sp = v ? strchr(v, ' ') : NULL;
+	if (sp != NULL)
+		*sp = '\0';
+	if (sp == NULL || count_of(v, DIRC_MAX_LANDMARKS, &nland) == -1) {
+		why = "bad landmarks line";
+		goto bad;
+	}
+	for (size_t i = 0; i < nland; i++)
+		if (field(next_line(&p, end), "landmark") == NULL) {
+			why = "missing landmark line";
+			goto bad;
+		}
+	if (count_of(field(next_line(&p, end), "revoked"), DIRC_MAX_RELAYS, &nrev) == -1) {
+		why = "bad revoked line";
+		goto bad;
+	}
+	if (nrev > 0 && (rev = calloc(nrev, sizeof(*rev))) == NULL) {
+		why = "out of memory";
+		goto bad;
+	}
+	for (size_t i = 0; i < nrev; i++)
+		if (parse_serial(field(next_line(&p, end), "serial"), &rev[i]) == -1) {
+			why = "bad serial line";
+			goto bad;
+		}
+	if (p != end) {
+		why = "text after the revocation list";
+		goto bad;
+	}
+	set_revoked(out, rev, nrev);
+	rev = NULL;
+	/* The directory may have been revoked by its own list since. */
+	if (ident_cert_check(&dir, ca_pk, IDENT_MASK(IDENT_ROLE_DIRECTORY), now, &out->revoked,
+	    e, sizeof(e)) == -1) {
+		errbuf_set(err, errlen, "directory certificate refused: %s", e);
+		goto fail;
+	}
+	check_relays(out, (const uint8_t (*)[IDENT_CERT_LEN])raw, has, ca_pk, now);
+	memcpy(copy, text, len);
+	out->text = copy;
+	out->text_len = len;
+	out->dir = dir;
+	memcpy(out->sig, sig, IDENT_SIG_LEN);
+	out->is_signed = true;
+	free(raw);
+	free(has);
+	return 0;
+bad:
+	errbuf_set(err, errlen, "signed listing: %s", why);
+fail:
+	free(copy);
+	free(raw);
+	free(has);
+	free(rev);
+	dirc_listing_free(out);
+	return -1;
 }

@@ -45,6 +45,11 @@ struct dirlink {
 	bool stop;
 	bool key_new;
 	struct auth_key key;
+	bool ident_mode;		/* set at start */
+	bool ident_new;
+	struct ident id;
+	bool rev_new;
+	struct ident_revoked rev;	/* for the loop */
 	bool report_new;
 	struct dirc_rtt *report;
 	size_t nreport;
@@ -68,6 +73,9 @@ struct worker {
 	char version[DIRC_VERSION_MAX];
 	uint64_t next_list_us;
 	bool list_failing;
+	struct dirc_relay *list;	/* the latest listing, to filter again */
+	size_t nlist;
+	struct ident_revoked held;	/* the latest revocation list */
 };
 
 static uint64_t
@@ -262,48 +270,102 @@ serve_url(struct worker *w, size_t i, uint64_t now)
 		send_report(w, u, url);
 }
 
-/* The other relays, from the first directory that answers. */
+static int
+copy_revoked(const struct ident_revoked *from, struct ident_revoked *to)
+{
+	memset(to, 0, sizeof(*to));
+	if (from->n == 0)
+		return 0;
+	if ((to->serial = malloc(from->n * sizeof(*to->serial))) == NULL)
+		return -1;
+	memcpy(to->serial, from->serial, from->n * sizeof(*to->serial));
+	to->n = from->n;
+	return 0;
+}
+
+/* Hands the loop the peers of w->list (without self and the revoked), and
+ * the revocation list if rev_new. */
+static void
+hand_peers(struct worker *w, bool rev_new)
+{
+	struct endpoint *peers = calloc(w->nlist ? w->nlist : 1, sizeof(*peers));
+	struct ident_revoked rev = { 0 };
+	size_t np = 0;
+
+	if (peers == NULL || (rev_new && copy_revoked(&w->held, &rev) == -1)) {
+		free(peers);
+		return;
+	}
+	for (size_t j = 0; j < w->nlist; j++) {
+		const struct dirc_relay *x = &w->list[j];
+
+		if (ep_eq(&x->relay, &w->self) ||
+		    (x->has_cert && ident_revoked_has(&w->held, x->cert.serial)))
+			continue;
+		peers[np++] = x->relay;
+	}
+	pthread_mutex_lock(&w->dl->mu);
+	free(w->dl->peers);
+	w->dl->peers = peers;
+	w->dl->npeers = np;
+	w->dl->self = w->self;
+	w->dl->peers_new = true;
+	if (rev_new) {
+		ident_revoked_free(&w->dl->rev);
+		w->dl->rev = rev;
+		w->dl->rev_new = true;
+	}
+	pthread_mutex_unlock(&w->dl->mu);
+	ev_async_send(w->dl->loop, &w->dl->wake);
+}
+
+/* The other relays, from the first directory that answers (in identity
+ * mode, with an answer signed by a directory of our CA). */
 static void
 fetch_list(struct worker *w, uint64_t now)
 {
 	const struct conf_urls *urls = &w->dl->conf.dir_urls;
-	char err[512], nv[DIRC_VERSION_MAX];
+	char err[512] = "";
 
 	for (size_t i = 0; i < urls->n; i++) {
-		struct dirc_relay *list = NULL;
-		size_t n = 0, np = 0;
-		bool changed = false;
-		int fault;
+		struct dirc_listing l;
+		bool rev_new = false;
+		int fault = 0;
 
-		if (dirc_list(w->c, urls->url[i], w->version, nv, &changed, &list, &n, NULL, &fault, err,
+		if (dirc_fetch(w->c, urls->url[i], w->version, false, &w->held, &l, &fault, err,
 		    sizeof(err)) == -1) {
 			count(w->dl, &w->dl->ctr.calls_failed, 1);
-			log_debug("directory %s: list failed: %s", urls->url[i], err);
+			if (fault == DIRC_REFUSED) {
+				count(w->dl, &w->dl->ctr.lists_refused, 1);
+				log_warnx("directory %s: listing refused: %s; keeping the peers "
+				    "we have", urls->url[i], err);
+			} else
+				log_debug("directory %s: list failed: %s", urls->url[i], err);
 			continue;
 		}
 		count(w->dl, &w->dl->ctr.lists, 1);
 		w->list_failing = false;
 		w->next_list_us = now + jitter(w->dl->conf.list_interval_ms * 1000);
-		if (!changed)
-			return;
-		struct endpoint *peers = calloc(n ? n : 1, sizeof(*peers));
-		if (peers == NULL) {
-			free(list);
-			return;
+		if (l.is_signed && (l.revoked.n != w->held.n || (l.revoked.n > 0 &&
+		    memcmp(l.revoked.serial, w->held.serial, l.revoked.n * sizeof(uint64_t)) != 0))) {
+			ident_revoked_free(&w->held);
+			w->held = l.revoked;
+			memset(&l.revoked, 0, sizeof(l.revoked));
+			rev_new = true;
 		}
-		for (size_t j = 0; j < n; j++)
-			if (!ep_eq(&list[j].relay, &w->self))
-				peers[np++] = list[j].relay;
-		free(list);
-		memcpy(w->version, nv, sizeof(w->version));
-		pthread_mutex_lock(&w->dl->mu);
-		free(w->dl->peers);
-		w->dl->peers = peers;
-		w->dl->npeers = np;
-		w->dl->self = w->self;
-		w->dl->peers_new = true;
-		pthread_mutex_unlock(&w->dl->mu);
-		ev_async_send(w->dl->loop, &w->dl->wake);
+		if (l.dropped > 0)
+			log_warnx("directory %s: listing %s: %zu relays left out, their "
+			    "certificates refused", urls->url[i], l.version, l.dropped);
+		if (l.changed) {
+			free(w->list);
+			w->list = l.relay;
+			w->nlist = l.n;
+			l.relay = NULL;
+			memcpy(w->version, l.version, sizeof(w->version));
+		}
+		if (l.changed || rev_new)
+			hand_peers(w, rev_new);
+		dirc_listing_free(&l);
 		return;
 	}
 	if (!w->list_failing)
@@ -323,6 +385,9 @@ run(void *arg)
 	pthread_mutex_lock(&dl->mu);
 	w.c = dirc_new(&dl->key, (unsigned)dl->conf.dir_timeout_ms, err, sizeof(err));
 	dl->key_new = false;
+	if (w.c != NULL && dl->ident_mode)
+		dirc_set_ident(w.c, &dl->id);
+	dl->ident_new = false;
 	pthread_mutex_unlock(&dl->mu);
 	if (w.c == NULL) {
 		log_warnx("directory: %s; not registering", err);
@@ -330,9 +395,13 @@ run(void *arg)
 	}
 	pthread_mutex_lock(&dl->mu);
 	while (!dl->stop) {
-		if (dl->key_new) {
+		if (dl->key_new && !dl->ident_mode) {
 			dirc_set_key(w.c, &dl->key);
 			dl->key_new = false;
+		}
+		if (dl->ident_new) {
+			dirc_set_ident(w.c, &dl->id);
+			dl->ident_new = false;
 		}
 		if (dl->report_new) {
 			free(w.report);
@@ -385,12 +454,14 @@ run(void *arg)
 			ts.tv_nsec -= 1000000000;
 		}
 		pthread_mutex_lock(&dl->mu);
-		while (!dl->stop && !dl->key_new && !dl->report_new && d > 0)
+		while (!dl->stop && !dl->key_new && !dl->ident_new && !dl->report_new && d > 0)
 			if (pthread_cond_timedwait(&dl->cv, &dl->mu, &ts) == ETIMEDOUT)
 				break;
 	}
 	pthread_mutex_unlock(&dl->mu);
 	free(w.report);
+	free(w.list);
+	ident_revoked_free(&w.held);
 	dirc_free(w.c);
 	return NULL;
 }
@@ -400,12 +471,19 @@ wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
 	struct dirlink *dl = a->data;
 	struct endpoint self, *peers = NULL;
+	struct ident_revoked rev = { 0 };
 	size_t n = 0;
-	bool fresh;
+	bool fresh, rev_new;
 	(void)loop;
 	(void)revents;
 
 	pthread_mutex_lock(&dl->mu);
+	rev_new = dl->rev_new;
+	if (rev_new) {
+		rev = dl->rev;
+		memset(&dl->rev, 0, sizeof(dl->rev));
+		dl->rev_new = false;
+	}
 	fresh = dl->peers_new;
 	if (fresh) {
 		peers = dl->peers;
@@ -417,13 +495,14 @@ wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 	}
 	pthread_mutex_unlock(&dl->mu);
 	if (fresh && dl->cb)
-		dl->cb(dl->user, &self, peers, n);
+		dl->cb(dl->user, &self, peers, n, rev_new ? &rev : NULL);
 	free(peers);
+	ident_revoked_free(&rev);
 }
 
 struct dirlink *
 dirlink_start(struct ev_loop *loop, const struct rconf *c, const struct auth_key *key,
-    dirlink_peers_cb cb, void *user, char *err, size_t errlen)
+    const struct ident *id, dirlink_peers_cb cb, void *user, char *err, size_t errlen)
 {
 	struct dirlink *dl = calloc(1, sizeof(*dl));
 	pthread_condattr_t ca;
@@ -440,6 +519,10 @@ dirlink_start(struct ev_loop *loop, const struct rconf *c, const struct auth_key
 	dl->conf = *c;
 	policy_init(&dl->conf.policy);
 	dl->key = *key;
+	if (id != NULL) {
+		dl->ident_mode = true;
+		dl->id = *id;
+	}
 	pthread_mutex_init(&dl->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -473,6 +556,8 @@ dirlink_stop(struct dirlink *dl)
 	pthread_cond_destroy(&dl->cv);
 	pthread_mutex_destroy(&dl->mu);
 	auth_key_wipe(&dl->key);
+	ident_wipe(&dl->id);
+	ident_revoked_free(&dl->rev);
 	free(dl->report);
 	free(dl->peers);
 	free(dl);
@@ -485,6 +570,17 @@ dirlink_set_key(struct dirlink *dl, const struct auth_key *key)
 	dl->key = *key;
 	dl->key_new = true;
 	pthread_cond_signal(&dl->cv);
+	pthread_mutex_unlock(&dl->mu);
+}
+
+void
+dirlink_set_ident(struct dirlink *dl, const struct ident *id)
+{
+	if (!dl->ident_mode)
+		return;
+	pthread_mutex_lock(&dl->mu);
+	dl->id = *id;
+	dl->ident_new = true;
 	pthread_mutex_unlock(&dl->mu);
 }
 

@@ -23,20 +23,28 @@ struct dirlink_counters {
 	unsigned long long registered;	/* gauge: directories holding our registration */
 	unsigned long long registrations, heartbeats, reports, report_entries, lists;
 	unsigned long long calls_failed;
+	unsigned long long lists_refused;	/* listings refused: unsigned, forged */
 };
 
 /* Called on the loop's thread with the relay's own endpoint (as registered)
- * and the other relays of the latest list (self excluded). */
+ * and the other relays of the latest list (self excluded, and in identity
+ * mode the relays of the directory's revocation list too); rev is the
+ * revocation list when it changed, else NULL. */
 typedef void (*dirlink_peers_cb)(void *user, const struct endpoint *self,
-    const struct endpoint *peers, size_t n);
+    const struct endpoint *peers, size_t n, const struct ident_revoked *rev);
 
-/* c->dir_urls must not be empty. dirc_global_init() must have run. */
+/* c->dir_urls must not be empty. dirc_global_init() must have run. id: our
+ * identity (identity mode: calls signed with it, listings checked against
+ * its CA), or NULL (shared mode: key). */
 struct dirlink *dirlink_start(struct ev_loop *loop, const struct rconf *c,
-    const struct auth_key *key, dirlink_peers_cb cb, void *user, char *err, size_t errlen);
+    const struct auth_key *key, const struct ident *id, dirlink_peers_cb cb, void *user,
+    char *err, size_t errlen);
 /* Stops the thread (waits for a call in flight, up to the timeout). */
 void dirlink_stop(struct dirlink *dl);
 
 void dirlink_set_key(struct dirlink *dl, const struct auth_key *key);
+/* Identity mode: the identity after a reload. */
+void dirlink_set_ident(struct dirlink *dl, const struct ident *id);
 /* The RTTs to report from now on (replacing the earlier ones); sent to every
  * directory soon, and again after a new registration. */
 int dirlink_report(struct dirlink *dl, const struct dirc_rtt *rtts, size_t n);

@@ -5,6 +5,7 @@
 #include <ev.h>
 
 #include "slot/auth.h"
+#include "slot/ident.h"
 #include "slot/ctlsrv.h"
 #include "slot/htab.h"
 #include "slot/ident.h"
@@ -104,5 +105,10 @@ void relay_pipe_gone(struct relay *r);
 
 /* The admission limits of r->conf. */
 void relay_admit_conf(const struct relay *r, struct admit_conf *ac);
+
+/* Called on the loop when the directory's revocation list changes (rev: the
+ * new list), after the peers without the revoked relays were handed to the
+ * RTT probes: relay_revoke (rauth.h) drops what revoked peers still hold. */
+void relay_revoked(struct relay *r, const struct ident_revoked *rev);
 
 #endif

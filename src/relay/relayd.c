@@ -53,12 +53,29 @@ usage(FILE *f)
 }
 
 static void
-peers_cb(void *user, const struct endpoint *self, const struct endpoint *peers, size_t n)
+peers_cb(void *user, const struct endpoint *self, const struct endpoint *peers, size_t n,
+    const struct ident_revoked *rev)
 {
 	struct relay *r = user;
 
+	/* The peers come without the revoked relays: their probes stop here. */
 	if (r->peers)
 		peers_set(r->peers, self, peers, n);
+	if (rev != NULL)
+		relay_revoked(r, rev);
+}
+
+void
+relay_revoked(struct relay *r, const struct ident_revoked *rev)
+{
+	int n = relay_revoke(r, rev);
+
+	if (n < 0)
+		log_warnx("directory: revocation list of %zu serials not applied: out of memory",
+		    rev->n);
+	else
+		log_info("directory: revocation list of %zu serials; %d peers dropped", rev->n,
+		    n);
 }
 
 void
@@ -130,12 +147,12 @@ accept_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	ctrl_resume_accepting(r);
 }
 
-/* The lab's shared key: the wire's in shared mode, and the directory's calls
- * in either mode. */
+/* The lab's shared key: the wire's and the directory's calls in shared mode
+ * (in identity mode both go with this relay's own key). */
 static bool
 need_shared_key(const struct rconf *c)
 {
-	return c->auth_mode == IDENT_MODE_SHARED || c->dir_urls.n > 0;
+	return c->auth_mode == IDENT_MODE_SHARED;
 }
 
 static void
@@ -189,6 +206,8 @@ reload(struct relay *r)
 		log_warnx("reload: key not reloaded (%s); the running key stays", err);
 	if (rauth_load(r, &n, err, sizeof(err)) == -1)
 		log_warnx("reload: identity not reloaded (%s); the running one stays", err);
+	else if (r->dir && r->auth_mode == IDENT_MODE_IDENTITY)
+		dirlink_set_ident(r->dir, &r->id);
 
 	/* Our own addresses were read with privileges at start: keep them. */
 	free(n.policy.self);
@@ -468,7 +487,8 @@ main(int argc, char **argv)
 			fatalx("%s", err);
 		if ((r->peers = peers_start(r)) == NULL)
 			fatalx("out of memory");
-		if ((r->dir = dirlink_start(r->loop, &r->conf, &r->key, peers_cb, r, err,
+		if ((r->dir = dirlink_start(r->loop, &r->conf, &r->key,
+		    r->auth_mode == IDENT_MODE_IDENTITY ? &r->id : NULL, peers_cb, r, err,
 		    sizeof(err))) == NULL)
 			fatalx("%s", err);
 	}

@@ -116,6 +116,10 @@ stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap)
 	C("dir_lists", d.lists, CTL_COUNTER, "Successful slot.list calls.");
 	C("dir_calls_failed", d.calls_failed, CTL_COUNTER,
 	    "Directory calls that failed (transport or fault).");
+	C("dir_lists_refused", d.lists_refused, CTL_COUNTER,
+	    "Listings refused: unsigned, or a signature or certificate that does not verify.");
+	C("dir_revoked", r->revoked.n, CTL_GAUGE,
+	    "Serials in the directory's revocation list held.");
 #undef C
 	return n;
 }
