@@ -342,11 +342,12 @@ dirsync_cache_read_signed(const char *path, const uint8_t ca_pk[IDENT_PK_LEN], u
 		*nl = '\0';
 		line[i] = p;
 		p = nl + 1;
-	}
-	if (strcmp(line[0], CACHE_MAGIC " 2") != 0) {
-		why = strncmp(line[0], CACHE_MAGIC " 1 ", strlen(CACHE_MAGIC) + 3) == 0 ?
-		    "not signed (written in shared mode)" : "expected \"" CACHE_MAGIC " 2\"";
-		goto bad;
+		if (i == 0 && strcmp(line[0], CACHE_MAGIC " 2") != 0) {
+			why = strncmp(line[0], CACHE_MAGIC " 1 ", strlen(CACHE_MAGIC) + 3) == 0 ?
+			    "not signed (written in shared mode)" :
+			    "expected \"" CACHE_MAGIC " 2\"";
+			goto bad;
+		}
 	}
 	if (strncmp(line[1], "cert ", 5) != 0 || dirp_unhex(line[1] + 5, cert, sizeof(cert)) == -1 ||
 	    strncmp(line[2], "sig ", 4) != 0 || dirp_unhex(line[2] + 4, sig, sizeof(sig)) == -1 ||

@@ -22,8 +22,9 @@
 #include "dird_rpc.h"
 #include "dland.h"
 
-/* Longest string field we read: endpoints and versions are far shorter. */
-#define FIELD_MAX 128
+/* Longest string field we read: a certificate in hex; endpoints and
+ * versions are far shorter. */
+#define FIELD_MAX DIRP_CERT_HEX
 /* dirp_verify's bound on the canonical text, less the header's room. */
 #define BODY_MAX (64 * 1024 - 256)
 

@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "testbed"))
 sys.path.insert(0, HERE)
 import topo  # noqa: E402
 import netns  # noqa: E402
-from dirrpc import DirClient  # noqa: E402
+from dirrpc import DirClient, Identity  # noqa: E402
 
 ROOT = topo.ROOT
 BUILD = os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build"))
@@ -796,7 +796,24 @@ class BedDird(DirClient):
     """slot-dird in a host of the test bed (listening on the host's address,
     port 7602, state file and counters socket in the run directory), config
     from a dict. Its DirClient methods call it from inside the client host,
-    as a relay or slotd would."""
+    as a relay or slotd would: in identity mode a call about a bed relay is
+    signed with that relay's own identity, others with one of the test's
+    (a relay's for endpoints of no bed relay, a client's for slot.list)."""
+
+    def call(self, method, fields, key=None, mac=None, ident=None, **kw):
+        if ident is None and key is None and mac is None and self.sb.auth_mode == "identity":
+            ident = self._ident_for(fields.get("relay"))
+        return DirClient.call(self, method, fields, key=key, mac=mac, ident=ident, **kw)
+
+    def _ident_for(self, relay):
+        role, name, owner = "client", "dirtest-client", None
+        if relay is not None:
+            role, name = "relay", "dirtest-relay"
+            for host, r in self.sb.relays.items():
+                if r.control == relay:
+                    name, owner = host, "nobody"
+        a = self.sb.auth_for(role, name, owner=owner)
+        return Identity(a["key"], a["certificate"])
 
     def __init__(self, sb, host, overrides=None, port=7602):
         self.sb, self.bed, self.host = sb, sb.bed, host

@@ -68,6 +68,7 @@ class Dird(DirClient):
                      "state_file": self.state, "control_socket": self.sock,
                      "log_level": "debug"},
             "limits": {}, "relays": {}, "groups": {},
+            "auth": {"mode": "shared"},    # identities: test_dird_identity.py
         }
         self.update(overrides or {})
         self.proc = None
