@@ -600,7 +600,7 @@ main(int argc, char **argv)
 			    "serial %s; %zu revoked serials\n", path, d->id.cert.name, serial,
 			    d->revoked.n);
 		} else
-			printf("%s: configuration ok (shared key mode)\n", path);
+			printf("%s: configuration ok\n", path);
 		return 0;
 	}
 

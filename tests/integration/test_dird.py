@@ -775,18 +775,24 @@ def test_install_dird(tmp_path):
     unit = open(os.path.join(dest, "opt/slot/lib/systemd/system/slot-dird.service")).read()
     assert "ExecStart=/opt/slot/sbin/slot-dird -c /etc/slot/dird.conf" in unit
     assert "@SBINDIR@" not in unit and "@DOCDIR@" not in unit
-    # The example is the defaults and checks as valid with a key.
+    # The example is the defaults and checks as valid with an identity
+    # (slot-keygen's CA and a directory certificate where it expects them).
     conf = open(os.path.join(dest, "etc/slot/dird.conf.example")).read()
-    key = os.path.join(dest, "key")
-    fd = os.open(key, os.O_WRONLY | os.O_CREAT, 0o600)
-    os.write(fd, b"ab" * 32 + b"\n")
-    os.close(fd)
+    keygen = os.path.join(BUILD, "slot-keygen")
+    ids = os.path.join(dest, "ids")
+    os.mkdir(ids)
+    for args in (["ca", ids + "/ca"],
+                 ["issue", "-c", ids + "/ca.key", "-r", "directory", "-n", "dir1", ids + "/host"]):
+        subprocess.run([keygen] + args, check=True, capture_output=True)
+    for f in ("host.key", "host.cert", "ca.pub"):
+        conf = conf.replace("/etc/slot/" + f, os.path.join(ids, f))
     cpath = os.path.join(dest, "dird.conf")
     with open(cpath, "w") as f:
-        f.write(conf.replace("key_file = /etc/slot/key", "key_file = " + key))
+        f.write(conf)
     r = subprocess.run([os.path.join(dest, "opt/slot/sbin/slot-dird"), "-t", "-c", cpath],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    assert "directory certificate 'dir1'" in r.stdout, r.stdout
 
 
 # ---- valgrind ----
