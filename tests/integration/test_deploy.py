@@ -9,8 +9,11 @@ test (a bridge in A, veths to B and C). No systemd, apt or user creation here
 build and staging on the "control node" run for real from SLOT_BUILD.
 
 The runs, in file order (each test builds on the state the previous left):
-  1. install: files, modes, the key, and every rendered configuration passes
-     the daemon's own check (slot-relayd/slot-dird/slotd -t -c);
+  1. install: files, modes, the key, each daemon's own key and certificate
+     for its role (issued on the control node from the CA the test points
+     the playbook at), the CA's public key everywhere, the revocation list
+     on the directory, and every rendered configuration passes the daemon's
+     own check (slot-relayd/slot-dird/slotd -t -c);
   2. a second run changes nothing (changed=0 everywhere);
   3. --check --diff with a new key and a new advertise: diffs shown, nothing
      written, the key never printed;
@@ -19,8 +22,8 @@ The runs, in file order (each test builds on the state the previous left):
      the key is replaced everywhere, and the handler picks restart for the
      changed restart-only key, reload for the rest;
   5. the deployed daemons, started from the deployed trees in the namespaces,
-     form the overlay: both relays register with the directory and slotd
-     gets them from it.
+     form the overlay: both relays register with the directory (signed
+     calls) and slotd gets them from it (a signed listing).
 """
 
 import json
@@ -43,6 +46,9 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 DEPLOY = os.path.join(ROOT, "deploy")
 BUILD = os.path.abspath(os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build")))
 PLAYBOOK = shutil.which("ansible-playbook")
+KEYGEN = os.path.join(BUILD, "slot-keygen")
+REVOKED = "# stolen laptop\n00000000000000aa\n"
+ROLES = {"dird": "directory", "relayd": "relay", "slotd": "client"}
 sys.path.insert(0, os.path.join(ROOT, "tests", "testbed"))
 from topo import kill_ns_pids, pid_alive  # noqa: E402
 
@@ -87,6 +93,7 @@ class Deployment:
         self.inventory = os.path.join(self.dir, "inventory.yml")
         self.vars = os.path.join(self.dir, "vars.yml")
         self.local_key = os.path.join(self.dir, "slot.key")   # inventory_dir/slot.key
+        self.revoked = os.path.join(self.dir, "revoked")
         self.procs = []
         self.host_vars = {h: {} for h in HOSTS}
 
@@ -128,6 +135,13 @@ class Deployment:
 
     # -- the inventory and the playbook --
 
+    def make_ca(self):
+        """The operator's CA, where the playbook looks by default
+        (inventory_dir/ca.key), and a revocation list."""
+        sh(KEYGEN, "ca", os.path.join(self.dir, "ca"))
+        with open(self.revoked, "w") as f:
+            f.write(REVOKED)
+
     def write_inventory(self):
         """Our three hosts in the example inventory's groups, with its group
         variables and its client's settings, so that the example's values
@@ -164,6 +178,7 @@ class Deployment:
                 "slot_manage_user": False,
                 "slot_user": "nobody",
                 "slot_group": "nogroup",
+                "slot_revoked_local_file": self.revoked,
             }, f)
 
     def playbook(self, *args, expect_fail=False):
@@ -261,6 +276,7 @@ def dep():
     d = Deployment()
     try:
         d.net_up()
+        d.make_ca()
         d.write_inventory()
         yield d
     finally:
@@ -300,6 +316,34 @@ def test_install_and_the_daemons_accept_their_configs(dep):
         st = os.stat(k)
         assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == 65534, h
         assert open(k).read().strip() == key
+
+    # Identities: the CA's public key on every host; each daemon its own key
+    # (0600, its user's; root's for slotd) and a certificate for its role,
+    # issued once on the control node; the secret keys never in the output.
+    ca = open(os.path.join(dep.dir, "ca.pub")).read()
+    for h, daemons in DAEMONS.items():
+        assert open(dep.root(h, "etc/slot/ca.pub")).read() == ca
+        for daemon, conf in daemons:
+            n = conf.split(".")[0]
+            key, cert = dep.root(h, "etc/slot", n + ".key"), dep.root(h, "etc/slot", n + ".cert")
+            st = os.stat(key)
+            assert stat.S_IMODE(st.st_mode) == 0o600, (h, n)
+            assert st.st_uid == (0 if n == "slotd" else 65534), (h, n)
+            issued = os.path.join(dep.dir, "identities", "%s-%s" % (h, n))
+            assert open(key).read() == open(issued + ".key").read()
+            assert open(cert).read() == open(issued + ".cert").read()
+            seed = re.search(r"slot-key-1 ([0-9a-f]{64})", open(key).read()).group(1)
+            assert seed not in out
+            show = sh(KEYGEN, "show", cert).stdout
+            assert "role %s" % ROLES[n] in show and "name %s" % h in show, show
+            c = conf_values(dep.root(h, "etc/slot", conf))
+            assert c[("auth", "mode")] == "identity"
+            assert (c[("auth", "key")], c[("auth", "certificate")]) == (key, cert)
+            assert c[("auth", "ca")] == dep.root(h, "etc/slot/ca.pub")
+    assert open(dep.root("hostA", "etc/slot/revoked")).read() == REVOKED
+    assert conf_values(dep.root("hostA", "etc/slot/dird.conf"))[("auth", "revoked")] == \
+        dep.root("hostA", "etc/slot/revoked")
+    assert not os.path.exists(dep.root("hostB", "etc/slot/revoked"))
 
     for h, daemons in DAEMONS.items():
         names = {n for n, _ in daemons} | {"slotctl"}
@@ -418,6 +462,10 @@ def test_deployed_daemons_form_the_overlay(dep):
             j = unix_json(dep.root("hostC", "run/slot/slotd.sock"))
             return {r["control"] for r in j["relays"] if r["state"] == "up"} >= want
         wait_for(client_has_them, 15, "slotd up with both relays from the directory")
+        # Every call was signed and every listing checked: no refusal anywhere.
+        j = unix_json(dep.root("hostA", "run/slot/dird.sock"))
+        assert j["counters"]["faults_auth"] == 0 and j["counters"]["revoked"] == 1, j["counters"]
+        assert "refused" not in dep.logs()
     except AssertionError as e:
         raise AssertionError("%s\n%s" % (e, dep.logs()))
     finally:
