@@ -167,6 +167,12 @@ COVERAGE = {
     "sudo slot-relayd -t -c /etc/slot/relayd.conf": [SANDBOX],
     "sudo systemctl enable --now slot-relayd": [SANDBOX, UNITS],
     "sudo chown slot /etc/slot/key": [SANDBOX],
+    "mkdir -m 700 ~/slot-ca && cd ~/slot-ca": [SANDBOX],
+    "slot-keygen ca ca": [SANDBOX],
+    "slot-keygen issue -c ca.key -r directory -n dir1 dir1": [SANDBOX],
+    "sudo install -m 644 ca.pub /etc/slot/ca.pub": [SANDBOX],
+    "sudo install -m 600 -o slot dir1.key /etc/slot/host.key": [SANDBOX],
+    "sudo install -m 644 dir1.cert /etc/slot/host.cert": [SANDBOX],
     "sudo cp /etc/slot/dird.conf.example /etc/slot/dird.conf": [SANDBOX],
     "sudo -u slot slot-dird -t -c /etc/slot/dird.conf": [SANDBOX],
     "sudo systemctl enable --now slot-dird": [SANDBOX, UNITS],
@@ -378,6 +384,8 @@ mount -t tmpfs tmpfs /var/lib
 ip link set lo up
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export SLOT_SANDBOX="$box" B=%(build)s
+# The README's "your own machine" (the CA) is a directory of the box.
+mkdir -p "$box/home" && export HOME="$box/home"
 sudo() {
     if [ "$1" = "-u" ]; then u=$2; shift 2; runuser -u "$u" -- "$@"; else "$@"; fi
 }
