@@ -318,7 +318,7 @@ def test_install_and_the_daemons_accept_their_configs(dep):
         assert open(k).read().strip() == key
 
     # Identities: the CA's public key on every host; each daemon its own key
-    # (0600, its user's; root's for slotd) and a certificate for its role,
+    # (0600, its user's: every daemon re-reads it as that user) and a certificate for its role,
     # issued once on the control node; the secret keys never in the output.
     ca = open(os.path.join(dep.dir, "ca.pub")).read()
     for h, daemons in DAEMONS.items():
@@ -328,7 +328,7 @@ def test_install_and_the_daemons_accept_their_configs(dep):
             key, cert = dep.root(h, "etc/slot", n + ".key"), dep.root(h, "etc/slot", n + ".cert")
             st = os.stat(key)
             assert stat.S_IMODE(st.st_mode) == 0o600, (h, n)
-            assert st.st_uid == (0 if n == "slotd" else 65534), (h, n)
+            assert st.st_uid == 65534, (h, n)
             issued = os.path.join(dep.dir, "identities", "%s-%s" % (h, n))
             assert open(key).read() == open(issued + ".key").read()
             assert open(cert).read() == open(issued + ".cert").read()

@@ -55,8 +55,10 @@ def need_binaries():
 @pytest.fixture(scope="module")
 def sb():
     need_binaries()
+    # Shared mode: the fake directory's answers are unsigned (identity mode
+    # refuses those whatever they hold: test_dird_identity.py).
     b = slotbed.SlotBed({"relay1": (20, 20)}, direct_rtt=60,
-                        extra_hosts=["dir", "evil"]).up()
+                        extra_hosts=["dir", "evil"], auth="shared").up()
     try:
         yield b
     finally:

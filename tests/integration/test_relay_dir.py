@@ -52,9 +52,11 @@ def wait_for(pred, timeout, what):
 
 @pytest.fixture(scope="module")
 def bed():
+    # Shared mode: some tests here are about the key of the directory's calls
+    # (identity mode: test_dird_identity.py).
     b = slotbed.SlotBed(PATHS, direct_rtt=DIRECT, other_rtt=FAR, extra_hosts=["dir"],
                         extra_pairs=[(SITE_A[0], SITE_A[1], NEAR),
-                                     (SITE_B[0], SITE_B[1], NEAR)]).up()
+                                     (SITE_B[0], SITE_B[1], NEAR)], auth="shared").up()
     try:
         b.nginx.add_file("full", 1 << 20)
         b.nginx.start()

@@ -40,7 +40,10 @@ def need_binaries():
 @pytest.fixture(scope="module")
 def sb():
     need_binaries()
-    b = slotbed.SlotBed(RELAYS, direct_rtt=80, extra_hosts=["dir"]).up()
+    # Shared mode: the cache file of format 1 and the MAC-signed calls these
+    # tests look at; identity mode (signed listings, the signed cache):
+    # test_dird_identity.py.
+    b = slotbed.SlotBed(RELAYS, direct_rtt=80, extra_hosts=["dir"], auth="shared").up()
     try:
         for name, size in FILES.items():
             b.nginx.add_file(name, size)
