@@ -85,9 +85,11 @@ enum ident_mode {
 int ident_mode_parse(const char *s);
 const char *ident_mode_str(int mode);
 
-/* Default paths of a host's identity files. */
-#define IDENT_DEFAULT_KEY "/etc/slot/host.key"
-#define IDENT_DEFAULT_CERT "/etc/slot/host.cert"
+/* Default paths of the identity files: one key and certificate per daemon
+ * (a host may run several roles, and a certificate names one), named after
+ * the daemon's configuration file; one CA for all. */
+#define IDENT_DEFAULT_KEY(d) "/etc/slot/" d ".key"
+#define IDENT_DEFAULT_CERT(d) "/etc/slot/" d ".cert"
 #define IDENT_DEFAULT_CA "/etc/slot/ca.pub"
 
 const char *ident_role_str(uint8_t role);

@@ -38,8 +38,8 @@ cconf_defaults(struct cconf *c)
 	snprintf(c->iptables, sizeof(c->iptables), "iptables");
 	c->rules_timeout_ms = 10000;
 	c->auth_mode = IDENT_MODE_IDENTITY;
-	snprintf(c->id_key, sizeof(c->id_key), IDENT_DEFAULT_KEY);
-	snprintf(c->id_cert, sizeof(c->id_cert), IDENT_DEFAULT_CERT);
+	snprintf(c->id_key, sizeof(c->id_key), IDENT_DEFAULT_KEY("slotd"));
+	snprintf(c->id_cert, sizeof(c->id_cert), IDENT_DEFAULT_CERT("slotd"));
 	snprintf(c->id_ca, sizeof(c->id_ca), IDENT_DEFAULT_CA);
 
 	/* ports: none, the file must say which. include: empty, i.e. all.

@@ -19,8 +19,8 @@ dconf_defaults(struct dconf *c)
 	c->log_level = SLOG_INFO;
 	c->max_clock_skew_ms = 30000;
 	c->auth_mode = IDENT_MODE_IDENTITY;
-	snprintf(c->id_key, sizeof(c->id_key), IDENT_DEFAULT_KEY);
-	snprintf(c->id_cert, sizeof(c->id_cert), IDENT_DEFAULT_CERT);
+	snprintf(c->id_key, sizeof(c->id_key), IDENT_DEFAULT_KEY("dird"));
+	snprintf(c->id_cert, sizeof(c->id_cert), IDENT_DEFAULT_CERT("dird"));
 	snprintf(c->id_ca, sizeof(c->id_ca), IDENT_DEFAULT_CA);
 
 	c->max_body = 64 * 1024;

@@ -49,8 +49,8 @@ rconf_defaults(struct rconf *c)
 
 	c->max_clock_skew_ms = 30000;
 	c->auth_mode = IDENT_MODE_IDENTITY;
-	snprintf(c->id_key, sizeof(c->id_key), IDENT_DEFAULT_KEY);
-	snprintf(c->id_cert, sizeof(c->id_cert), IDENT_DEFAULT_CERT);
+	snprintf(c->id_key, sizeof(c->id_key), IDENT_DEFAULT_KEY("relayd"));
+	snprintf(c->id_cert, sizeof(c->id_cert), IDENT_DEFAULT_CERT("relayd"));
 	snprintf(c->id_ca, sizeof(c->id_ca), IDENT_DEFAULT_CA);
 
 	c->dir_timeout_ms = 5000;

@@ -782,9 +782,9 @@ def test_install_dird(tmp_path):
     ids = os.path.join(dest, "ids")
     os.mkdir(ids)
     for args in (["ca", ids + "/ca"],
-                 ["issue", "-c", ids + "/ca.key", "-r", "directory", "-n", "dir1", ids + "/host"]):
+                 ["issue", "-c", ids + "/ca.key", "-r", "directory", "-n", "dir1", ids + "/dird"]):
         subprocess.run([keygen] + args, check=True, capture_output=True)
-    for f in ("host.key", "host.cert", "ca.pub"):
+    for f in ("dird.key", "dird.cert", "ca.pub"):
         conf = conf.replace("/etc/slot/" + f, os.path.join(ids, f))
     cpath = os.path.join(dest, "dird.conf")
     with open(cpath, "w") as f:

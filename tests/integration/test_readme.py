@@ -140,8 +140,6 @@ SYSADMIN_RULE = Ref("tests/integration/test_slotd.py::test_sysadmin_rule_queues_
 # The units under a real systemd booted in namespaces (skipped where it cannot).
 UNITS = Ref("tests/integration/test_install.py::test_units_run_the_daemons", "ActiveState")
 
-KEYCMD = ("sudo sh -c 'umask 077; head -c 32 /dev/urandom | od -An -vtx1 | tr -d \" \\n\" "
-          "> /etc/slot/key'")
 IPT_BACKUP = ("iptables -t mangle -A OUTPUT -p tcp --syn -d 203.0.113.0/24 -m owner "
               "--uid-owner backup -m mark ! --mark 0x10000000/0x10000000 -j NFQUEUE "
               "--queue-num 7600 --queue-bypass")
@@ -162,17 +160,21 @@ COVERAGE = {
     "sudo make install": [SANDBOX],
     "sudo useradd --system --no-create-home --shell /usr/sbin/nologin slot": [SANDBOX],
     "sudo mkdir -p /etc/slot": [SANDBOX],
-    KEYCMD: [SANDBOX],
     "sudo cp /etc/slot/relayd.conf.example /etc/slot/relayd.conf": [SANDBOX],
     "sudo slot-relayd -t -c /etc/slot/relayd.conf": [SANDBOX],
     "sudo systemctl enable --now slot-relayd": [SANDBOX, UNITS],
-    "sudo chown slot /etc/slot/key": [SANDBOX],
     "mkdir -m 700 ~/slot-ca && cd ~/slot-ca": [SANDBOX],
     "slot-keygen ca ca": [SANDBOX],
+    "slot-keygen issue -c ca.key -r relay -n relay1 relay1": [SANDBOX],
     "slot-keygen issue -c ca.key -r directory -n dir1 dir1": [SANDBOX],
+    "slot-keygen issue -c ca.key -r client -n client1 client1": [SANDBOX],
     "sudo install -m 644 ca.pub /etc/slot/ca.pub": [SANDBOX],
-    "sudo install -m 600 -o slot dir1.key /etc/slot/host.key": [SANDBOX],
-    "sudo install -m 644 dir1.cert /etc/slot/host.cert": [SANDBOX],
+    "sudo install -m 600 -o slot relay1.key /etc/slot/relayd.key": [SANDBOX],
+    "sudo install -m 644 relay1.cert /etc/slot/relayd.cert": [SANDBOX],
+    "sudo install -m 600 -o slot dir1.key /etc/slot/dird.key": [SANDBOX],
+    "sudo install -m 644 dir1.cert /etc/slot/dird.cert": [SANDBOX],
+    "sudo install -m 600 -o slot client1.key /etc/slot/slotd.key": [SANDBOX],
+    "sudo install -m 644 client1.cert /etc/slot/slotd.cert": [SANDBOX],
     "sudo cp /etc/slot/dird.conf.example /etc/slot/dird.conf": [SANDBOX],
     "sudo -u slot slot-dird -t -c /etc/slot/dird.conf": [SANDBOX],
     "sudo systemctl enable --now slot-dird": [SANDBOX, UNITS],
@@ -252,7 +254,7 @@ def test_ini_example_is_a_valid_slotd_configuration(tmp_path):
     os.chmod(key, 0o600)
     for n, text in blocks:
         conf = tmp_path / ("slotd-%d.conf" % n)
-        conf.write_text("[slotd]\nkey_file = %s\ncontrol_socket = %s/s.sock\n%s\n"
+        conf.write_text("[auth]\nmode = shared\n[slotd]\nkey_file = %s\ncontrol_socket = %s/s.sock\n%s\n"
                         % (key, tmp_path, text))
         r = subprocess.run([os.path.join(BUILD, "slotd"), "-t", "-c", str(conf)],
                            capture_output=True, text=True, timeout=20)
@@ -398,8 +400,8 @@ cd %(root)s
 # What the sandbox looks at after the README's commands (not README commands).
 SANDBOX_INSPECT = r'''
 echo "@@@ inspect"
-stat -c 'key %a %U %s' /etc/slot/key
-grep -Eqx '[0-9a-f]{64}' /etc/slot/key && echo "key is 64 hex digits"
+for k in relayd dird slotd; do stat -c "key $k %a %U" /etc/slot/$k.key; done
+slot-keygen show /etc/slot/slotd.cert /etc/slot/relayd.cert /etc/slot/dird.cert
 getent passwd slot | cut -d: -f7
 ls /usr/local/sbin
 slotctl counters | grep -E '^reload(s|_failures) '
@@ -479,7 +481,10 @@ def test_install_and_operate_in_a_sandbox(tmp_path):
             assert re.search(SANDBOX_EXPECT[key], got.get(str(i), "")), \
                 "README.md:%d: `%s` printed:\n%s" % (n, key, got.get(str(i)))
     insp = got["inspect"]
-    assert "key 600 slot 64" in insp and "key is 64 hex digits" in insp, insp
+    for k in ("relayd", "dird", "slotd"):
+        assert "key %s 600 slot" % k in insp, insp
+    for role, name in (("client", "client1"), ("relay", "relay1"), ("directory", "dir1")):
+        assert re.search(r"role %s\n\s+name %s\n" % (role, name), insp), insp
     # the reload as slot, with slot's key: put in force, none refused
     assert re.search(r"(?m)^reloads 1$", insp) and re.search(r"(?m)^reload_failures 0$", insp), \
         insp
