@@ -136,7 +136,7 @@ def test_example_configuration_checks(staged, daemon):
         cpath = os.path.join(d, conf + ".conf")
         with open(cpath, "w") as f:
             f.write(text.replace("key_file = /etc/slot/key", "key_file = " + key)
-                    .replace("/etc/slot/host.", os.path.join(d, "host."))
+                    .replace("/etc/slot/%s." % conf, os.path.join(d, "host."))
                     .replace("/etc/slot/ca.pub", os.path.join(d, "ca.pub")))
         res = subprocess.run([binary, "-t", "-c", cpath], capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
@@ -568,6 +568,18 @@ class Booted:
             f.write(k)
         os.chmod(p, 0o600)
         os.chown(p, self.uid, self.gid)
+        # [auth] mode identity, the default: the CA's public key and each
+        # daemon's own key (slot's, 0600) and certificate, by the README's
+        # slot-keygen commands
+        keygen = os.path.join(self.stage, "usr/local/sbin/slot-keygen")
+        ca = os.path.join(w, "ca")
+        subprocess.run([keygen, "ca", ca], check=True, capture_output=True)
+        shutil.copy(ca + ".pub", os.path.join(up, "slot", "ca.pub"))
+        for conf, role in (("slotd", "client"), ("relayd", "relay"), ("dird", "directory")):
+            prefix = os.path.join(up, "slot", conf)
+            subprocess.run([keygen, "issue", "-c", ca + ".key", "-r", role, "-n", conf, prefix],
+                           check=True, capture_output=True)
+            os.chown(prefix + ".key", self.uid, self.gid)
         ex = os.path.join(self.stage, "etc/slot")
         url = "http://127.0.0.1:7602/RPC2"
         edits = {
