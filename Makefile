@@ -159,7 +159,7 @@ asan-unit:
 integration: all
 	@./tests/integration/run.sh
 
-# The fuzz targets (tests/fuzz, docs/reliability/fuzz.md): the project's
+# The fuzz targets (tests/fuzz, docs/reliability.md, "Fuzzing"): the project's
 # sources built again with clang, libFuzzer's coverage, ASan and UBSan into
 # $(B)/fuzz/, then each target run on a scratch copy of its seed corpus.
 FUZZ_SECONDS ?= 60

@@ -1,4 +1,4 @@
-/* What the fuzz targets share (tests/fuzz, docs/reliability/fuzz.md): the
+/* What the fuzz targets share (tests/fuzz, docs/reliability.md, "Fuzzing"): the
  * fixed key, a NUL-terminated copy of an input, and a file holding an input
  * for the loaders that take only a path. Header-only: each target is one
  * translation unit linked with libFuzzer's main. */

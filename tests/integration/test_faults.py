@@ -15,7 +15,7 @@ sha256 end to end (the body curl wrote, or the file nginx stored), with the
 peer nginx logged for it (the relay's address when relayed, the client's
 when direct). Short batches of new transfers (BATCH_N, small, unthrottled)
 show how new connections fare during and after the fault. Each test prints
-one "faults: ..." line of figures (pytest -s); docs/reliability/faults.md
+one "faults: ..." line of figures (pytest -s); docs/reliability.md ("Faults under load")
 has them.
 
 The machine has 2 cores shared with other builds and tests: the tests count
@@ -91,7 +91,7 @@ def slotd(sb, request):
         s = sb.slotd([sb.relay(n) for n in relays], wrapper=wrapper)
         # Warm connections wait for PIPE_OK: with cache_early, a burst of
         # them races its PIPE_ESTABLISH to the relay (the relay resets a data
-        # connection that arrives first: docs/reliability/faults.md).
+        # connection that arrives first: docs/reliability.md ("Faults under load")).
         s.update({"select": {"cache_early": "no"}})
         s.update(overrides or {})
         started.append(s)
@@ -169,7 +169,7 @@ def all_ok(ld, peers):
 
 
 def report(what, **figures):
-    """One line of figures for docs/reliability/faults.md (pytest -s shows it)."""
+    """One line of figures for docs/reliability.md ("Faults under load") (pytest -s shows it)."""
     print("\nfaults: %s: %s" % (what, json.dumps(figures, sort_keys=True)))
 
 
@@ -332,7 +332,7 @@ def test_directory_down(sb, slotd, loads):
         batches.append(batch(loads, "dirdown-a"))
         # slotd crashes mid-outage and is started again: from its cache file
         # (a SIGKILL: SIGTERM's rule removal would take the load's pipes
-        # with it, see docs/reliability/faults.md)
+        # with it, see docs/reliability.md ("Faults under load"))
         s.kill()
         s = slotd((), dconf, wait=False)
         s.wait_ready(WAIT)
