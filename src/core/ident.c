@@ -349,42 +349,38 @@ ident_seed_load(const char *path, uint8_t seed[IDENT_SEED_LEN], char *err,
 	return ret;
 }
 
-int
-ident_cert_load(const char *path, uint8_t raw[IDENT_CERT_LEN], char *err,
-    size_t errlen)
+/* A public file of one tagged hex line; hint says how to make one. */
+static int
+load_public(const char *path, const char *what, const char *tag, uint8_t *out,
+    size_t outlen, const char *hint, char *err, size_t errlen)
 {
 	char buf[IDENT_FILE_MAX];
 	size_t len;
 
-	if (read_public(path, "certificate file", buf, sizeof(buf), &len, err,
-	    errlen) == -1)
+	if (read_public(path, what, buf, sizeof(buf), &len, err, errlen) == -1)
 		return -1;
-	if (ident_parse_text(buf, len, "slot-cert-1", raw, IDENT_CERT_LEN) == -1) {
-		errbuf_set(err, errlen, "certificate file %s must hold one line "
-		    "'slot-cert-1' and %d hex digits (make one with slot-keygen)",
-		    path, 2 * IDENT_CERT_LEN);
+	if (ident_parse_text(buf, len, tag, out, outlen) == -1) {
+		errbuf_set(err, errlen, "%s %s must hold one line '%s' and %zu hex "
+		    "digits (%s)", what, path, tag, 2 * outlen, hint);
 		return -1;
 	}
 	return 0;
 }
 
 int
+ident_cert_load(const char *path, uint8_t raw[IDENT_CERT_LEN], char *err,
+    size_t errlen)
+{
+	return load_public(path, "certificate file", "slot-cert-1", raw,
+	    IDENT_CERT_LEN, "make one with slot-keygen", err, errlen);
+}
+
+int
 ident_ca_load(const char *path, uint8_t ca_pk[IDENT_PK_LEN], char *err,
     size_t errlen)
 {
-	char buf[IDENT_FILE_MAX];
-	size_t len;
-
-	if (read_public(path, "CA file", buf, sizeof(buf), &len, err,
-	    errlen) == -1)
-		return -1;
-	if (ident_parse_text(buf, len, "slot-ca-1", ca_pk, IDENT_PK_LEN) == -1) {
-		errbuf_set(err, errlen, "CA file %s must hold one line "
-		    "'slot-ca-1' and %d hex digits (slot-keygen ca makes it)",
-		    path, 2 * IDENT_PK_LEN);
-		return -1;
-	}
-	return 0;
+	return load_public(path, "CA file", "slot-ca-1", ca_pk, IDENT_PK_LEN,
+	    "slot-keygen ca makes it", err, errlen);
 }
 
 int
