@@ -181,6 +181,11 @@ int ident_revoked_parse(const char *text, size_t len, struct ident_revoked *out,
 int ident_revoked_load(const char *path, struct ident_revoked *out, char *err,
     size_t errlen);
 bool ident_revoked_has(const struct ident_revoked *r, uint64_t serial);
+/* The same serials. */
+bool ident_revoked_equal(const struct ident_revoked *a, const struct ident_revoked *b);
+/* *to becomes a copy of *from (to's old contents are not freed). Returns 0,
+ * or -1 out of memory with *to empty. */
+int ident_revoked_copy(const struct ident_revoked *from, struct ident_revoked *to);
 void ident_revoked_free(struct ident_revoked *r);
 
 /* 16 hex digits of a serial, NUL terminated. */

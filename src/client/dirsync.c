@@ -721,26 +721,6 @@ fetch(struct dirsync *s, const char *version, const struct ident_revoked *held,
 	return -1;
 }
 
-static bool
-same_revoked(const struct ident_revoked *a, const struct ident_revoked *b)
-{
-	return a->n == b->n && (a->n == 0 ||
-	    memcmp(a->serial, b->serial, a->n * sizeof(*a->serial)) == 0);
-}
-
-static int
-copy_revoked(const struct ident_revoked *from, struct ident_revoked *to)
-{
-	memset(to, 0, sizeof(*to));
-	if (from->n == 0)
-		return 0;
-	if ((to->serial = malloc(from->n * sizeof(*to->serial))) == NULL)
-		return -1;
-	memcpy(to->serial, from->serial, from->n * sizeof(*to->serial));
-	to->n = from->n;
-	return 0;
-}
-
 static void
 deadline_after(struct timespec *ts, uint64_t ms)
 {
@@ -767,7 +747,7 @@ worker(void *arg)
 	version[0] = '\0';
 	pthread_mutex_lock(&s->mu);
 	/* The loop's list is the cache's until we hand it a new one. */
-	(void)copy_revoked(&s->rev, &held);
+	(void)ident_revoked_copy(&s->rev, &held);
 	while (!s->stop) {
 		if (s->forget) {
 			version[0] = '\0';
@@ -798,10 +778,10 @@ worker(void *arg)
 		if (u >= 0 && l.dropped > 0)
 			log_warnx("directory: listing %s: %zu relays left out, their certificates "
 			    "refused", l.version, l.dropped);
-		if (u >= 0 && l.is_signed && !same_revoked(&l.revoked, &held) &&
-		    copy_revoked(&l.revoked, &nrev) == 0) {
+		if (u >= 0 && l.is_signed && !ident_revoked_equal(&l.revoked, &held) &&
+		    ident_revoked_copy(&l.revoked, &nrev) == 0) {
 			ident_revoked_free(&held);
-			(void)copy_revoked(&nrev, &held);
+			(void)ident_revoked_copy(&nrev, &held);
 			rev_new = true;
 		}
 

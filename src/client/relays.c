@@ -232,15 +232,11 @@ out:
 int
 rlinks_revoke(struct slotd *d, const struct ident_revoked *rev)
 {
-	struct ident_revoked copy = { NULL, 0 };
+	struct ident_revoked copy;
 	int n = 0;
 
-	if (rev->n > 0) {
-		if ((copy.serial = malloc(rev->n * sizeof(*copy.serial))) == NULL)
-			return -1;
-		memcpy(copy.serial, rev->serial, rev->n * sizeof(*copy.serial));
-		copy.n = rev->n;
-	}
+	if (ident_revoked_copy(rev, &copy) == -1)
+		return -1;
 	ident_revoked_free(&d->revoked);
 	d->revoked = copy;
 	d->env.revoked = &d->revoked;

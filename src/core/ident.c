@@ -614,6 +614,26 @@ ident_revoked_has(const struct ident_revoked *r, uint64_t serial)
 	return false;
 }
 
+bool
+ident_revoked_equal(const struct ident_revoked *a, const struct ident_revoked *b)
+{
+	return a->n == b->n && (a->n == 0 ||
+	    memcmp(a->serial, b->serial, a->n * sizeof(*a->serial)) == 0);
+}
+
+int
+ident_revoked_copy(const struct ident_revoked *from, struct ident_revoked *to)
+{
+	memset(to, 0, sizeof(*to));
+	if (from->n == 0)
+		return 0;
+	if ((to->serial = malloc(from->n * sizeof(*to->serial))) == NULL)
+		return -1;
+	memcpy(to->serial, from->serial, from->n * sizeof(*to->serial));
+	to->n = from->n;
+	return 0;
+}
+
 void
 ident_revoked_free(struct ident_revoked *r)
 {

@@ -358,8 +358,7 @@ revoked_reload(struct daemon *dm, bool force)
 	}
 	dm->revoked_failing = false;
 	pthread_mutex_lock(&d->mu);
-	same = rev.n == d->revoked.n && (rev.n == 0 ||
-	    memcmp(rev.serial, d->revoked.serial, rev.n * sizeof(*rev.serial)) == 0);
+	same = ident_revoked_equal(&rev, &d->revoked);
 	if (!same) {
 		ident_revoked_free(&d->revoked);
 		d->revoked = rev;

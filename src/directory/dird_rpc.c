@@ -926,14 +926,8 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		rc = dstate_listing(d->state, clock_mono_us(), &o.e, &o.n);
 	if (rc == 0 && o.sign) {
 		o.id = d->id;
-		if (d->revoked.n > 0 && (o.rev.serial = malloc(d->revoked.n *
-		    sizeof(*o.rev.serial))) == NULL)
+		if (ident_revoked_copy(&d->revoked, &o.rev) == -1)
 			rc = -1;
-		else if (d->revoked.n > 0) {
-			memcpy(o.rev.serial, d->revoked.serial, d->revoked.n *
-			    sizeof(*o.rev.serial));
-			o.rev.n = d->revoked.n;
-		}
 	}
 	if (rc == 0 && o.changed)
 		d->ctr.lists_full++;

@@ -270,19 +270,6 @@ serve_url(struct worker *w, size_t i, uint64_t now)
 		send_report(w, u, url);
 }
 
-static int
-copy_revoked(const struct ident_revoked *from, struct ident_revoked *to)
-{
-	memset(to, 0, sizeof(*to));
-	if (from->n == 0)
-		return 0;
-	if ((to->serial = malloc(from->n * sizeof(*to->serial))) == NULL)
-		return -1;
-	memcpy(to->serial, from->serial, from->n * sizeof(*to->serial));
-	to->n = from->n;
-	return 0;
-}
-
 /* Hands the loop the peers of w->list (without self and the revoked), and
  * the revocation list if rev_new. */
 static void
@@ -292,7 +279,7 @@ hand_peers(struct worker *w, bool rev_new)
 	struct ident_revoked rev = { 0 };
 	size_t np = 0;
 
-	if (peers == NULL || (rev_new && copy_revoked(&w->held, &rev) == -1)) {
+	if (peers == NULL || (rev_new && ident_revoked_copy(&w->held, &rev) == -1)) {
 		free(peers);
 		return;
 	}

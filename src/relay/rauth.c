@@ -120,15 +120,11 @@ rauth_hello(const struct relay *r, uint32_t id, uint8_t *buf, size_t cap)
 int
 relay_revoke(struct relay *r, const struct ident_revoked *rev)
 {
-	struct ident_revoked copy = { NULL, 0 };
+	struct ident_revoked copy;
 	int n = 0;
 
-	if (rev->n > 0) {
-		if ((copy.serial = malloc(rev->n * sizeof(*copy.serial))) == NULL)
-			return -1;
-		memcpy(copy.serial, rev->serial, rev->n * sizeof(*copy.serial));
-		copy.n = rev->n;
-	}
+	if (ident_revoked_copy(rev, &copy) == -1)
+		return -1;
 	ident_revoked_free(&r->revoked);
 	r->revoked = copy;
 	n += (int)ctrl_revoke(r, &r->revoked);

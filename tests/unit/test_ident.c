@@ -306,6 +306,20 @@ test_revoked(void **state)
 	assert_true(ident_revoked_has(&r, UINT64_MAX));
 	assert_true(ident_revoked_has(&r, 1ull << 63));
 	assert_false(ident_revoked_has(&r, 2));
+	{
+		struct ident_revoked c, none = { NULL, 0 };
+
+		assert_int_equal(ident_revoked_copy(&r, &c), 0);
+		assert_true(c.serial != r.serial);
+		assert_true(ident_revoked_equal(&r, &c));
+		c.serial[0]++;
+		assert_false(ident_revoked_equal(&r, &c));
+		assert_false(ident_revoked_equal(&r, &none));
+		ident_revoked_free(&c);
+		assert_int_equal(ident_revoked_copy(&none, &c), 0);
+		assert_true(c.n == 0 && c.serial == NULL);
+		assert_true(ident_revoked_equal(&none, &c));
+	}
 	ident_revoked_free(&r);
 	assert_int_equal(ident_revoked_parse("0000000000000001\n123\n", 21, &r,
 	    err, sizeof(err)), -1);
