@@ -1,10 +1,11 @@
 /*
  * slot-wanem: the WAN emulator of the test bed (see docs/testbed.md).
  *
- * Runs in a router namespace whose forwarded IPv4 packets an iptables rule
- * sends to NFQUEUE queue N:
+ * Runs in a router namespace whose forwarded IPv4 and IPv6 packets an
+ * iptables and an ip6tables rule send to NFQUEUE queue N:
  *
  *   iptables -t mangle -A FORWARD -j NFQUEUE --queue-num N
+ *   ip6tables -t mangle -A FORWARD -j NFQUEUE --queue-num N
  *   slot-wanem --queue N --matrix FILE [--stats PATH] [--maxlen PACKETS]
  *       [--seed S] [--verbose]
  *
@@ -38,7 +39,8 @@
  *   released          packets accepted, at once or after their delay
  *   dropped_loss      dropped by the pair's loss probability
  *   dropped_overflow  dropped because the delay line was full
- *   non_ipv4          accepted at once, not IPv4
+ *   ipv6              IPv6 packets among those received
+ *   non_ip            accepted at once, neither IPv4 nor IPv6
  *   verdict_errors    verdicts the kernel refused or that could not be sent
  *   enobufs           times the socket reported lost messages
  *   late_us_max       lateness of held packets' releases vs their due time
@@ -80,6 +82,7 @@
 #include <libnetfilter_queue/libnetfilter_queue.h>
 #include <sodium.h>
 
+#include "slot/addr.h"
 #include "slot/clock.h"
 #include "slot/log.h"
 #include "slot/sock.h"
@@ -87,7 +90,7 @@
 #include "wanem_delayq.h"
 #include "wanem_matrix.h"
 
-/* The IPv4 header, options included, is all we read. */
+/* The IPv4 header with options, or the fixed IPv6 header, is all we read. */
 #define WM_COPY_RANGE 64
 /* 1 Gbit/s for 500 ms in 1500-byte packets: 1e9 * 0.5 / 8 / 1500. */
 #define WM_MAXLEN_DEFAULT 42000
@@ -112,7 +115,7 @@ enum { WM_EV_NL, WM_EV_TIMER, WM_EV_SIGNAL, WM_EV_LISTEN, WM_EV_CLIENT };
 
 struct wm_counters {
 	uint64_t received, held, holding_max, released, dropped_loss;
-	uint64_t dropped_overflow, non_ipv4, verdict_errors, enobufs;
+	uint64_t dropped_overflow, non_ip, ipv6, verdict_errors, enobufs;
 	uint64_t late_us_max, late_us_sum, late_n, late_over_1ms;
 	uint64_t reloads, reload_errors;
 };
@@ -245,8 +248,10 @@ wm_packet(struct wanem *w, const struct nlmsghdr *nlh, uint64_t now)
 	const struct nfqnl_msg_packet_hdr *ph;
 	const struct wm_link *link;
 	const uint8_t *ip;
-	uint32_t id, src, dst;
-	uint64_t due;
+	struct addr src = { 0 }, dst = { 0 };
+	uint32_t id;
+	uint64_t due, pair;
+	size_t len;
 
 	if (nfq_nlmsg_parse(nlh, attr) < 0 || attr[NFQA_PACKET_HDR] == NULL) {
 		log_warnx("malformed packet message from the kernel");
@@ -259,22 +264,29 @@ wm_packet(struct wanem *w, const struct nlmsghdr *nlh, uint64_t now)
 		wm_verdict(w, id, NF_ACCEPT);
 		return;
 	}
-	if (ntohs(ph->hw_protocol) != ETH_P_IP || attr[NFQA_PAYLOAD] == NULL ||
-	    mnl_attr_get_payload_len(attr[NFQA_PAYLOAD]) < 20 ||
-	    ((ip = mnl_attr_get_payload(attr[NFQA_PAYLOAD]))[0] >> 4) != 4) {
-		w->c.non_ipv4++;
+	ip = attr[NFQA_PAYLOAD] != NULL ? mnl_attr_get_payload(attr[NFQA_PAYLOAD]) : NULL;
+	len = attr[NFQA_PAYLOAD] != NULL ? mnl_attr_get_payload_len(attr[NFQA_PAYLOAD]) : 0;
+	if (ntohs(ph->hw_protocol) == ETH_P_IP && len >= 20 && ip[0] >> 4 == 4) {
+		src.family = dst.family = AF_INET;
+		memcpy(src.bytes, ip + 12, 4);
+		memcpy(dst.bytes, ip + 16, 4);
+	} else if (ntohs(ph->hw_protocol) == ETH_P_IPV6 && len >= 40 && ip[0] >> 4 == 6) {
+		src.family = dst.family = AF_INET6;
+		memcpy(src.bytes, ip + 8, 16);
+		memcpy(dst.bytes, ip + 24, 16);
+		w->c.ipv6++;
+	} else {
+		w->c.non_ip++;
 		wm_verdict(w, id, NF_ACCEPT);
 		return;
 	}
-	memcpy(&src, ip + 12, 4);
-	memcpy(&dst, ip + 16, 4);
-	link = wm_matrix_lookup(w->matrix, src, dst);
+	link = wm_matrix_lookup_addr(w->matrix, &src, &dst, &pair);
 	if (wm_lose(w, link->loss)) {
 		w->c.dropped_loss++;
 		wm_verdict(w, id, NF_DROP);
 		return;
 	}
-	switch (wm_dq_push(w->dq, id, wm_pair_key(src, dst), now, link->delay_us, &due)) {
+	switch (wm_dq_push(w->dq, id, pair, now, link->delay_us, &due)) {
 	case WM_DQ_NOW:
 		wm_verdict(w, id, NF_ACCEPT);
 		break;
@@ -514,14 +526,14 @@ wm_counters_fmt(const struct wanem *w, char *buf, size_t len)
 	    "received %" PRIu64 "\n" "held %" PRIu64 "\n" "holding %zu\n"
 	    "holding_max %" PRIu64 "\n" "released %" PRIu64 "\n"
 	    "dropped_loss %" PRIu64 "\n" "dropped_overflow %" PRIu64 "\n"
-	    "non_ipv4 %" PRIu64 "\n" "verdict_errors %" PRIu64 "\n"
+	    "ipv6 %" PRIu64 "\n" "non_ip %" PRIu64 "\n" "verdict_errors %" PRIu64 "\n"
 	    "enobufs %" PRIu64 "\n" "late_us_max %" PRIu64 "\n"
 	    "late_us_avg %" PRIu64 "\n" "late_over_1ms %" PRIu64 "\n"
 	    "reloads %" PRIu64 "\n"
 	    "reload_errors %" PRIu64 "\n" "kernel_queue_total %" PRIu64 "\n"
 	    "kernel_queue_dropped %" PRIu64 "\n" "kernel_user_dropped %" PRIu64 "\n",
 	    c->received, c->held, wm_dq_len(w->dq), c->holding_max, c->released,
-	    c->dropped_loss, c->dropped_overflow, c->non_ipv4, c->verdict_errors,
+	    c->dropped_loss, c->dropped_overflow, c->ipv6, c->non_ip, c->verdict_errors,
 	    c->enobufs, c->late_us_max, c->late_n > 0 ? c->late_us_sum / c->late_n : 0,
 	    c->late_over_1ms, c->reloads, c->reload_errors, k[0], k[1], k[2]);
 }

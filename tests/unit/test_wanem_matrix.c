@@ -1,5 +1,6 @@
 /* Unit tests for tests/testbed/wanem_matrix.c: the delay and loss matrix of
- * slot-wanem (parser with line numbers, defaults, duplicates, reload). */
+ * slot-wanem (parser with line numbers, defaults, duplicates, host lines
+ * with IPv4 and IPv6 addresses, reload). */
 
 #include <arpa/inet.h>
 #include <setjmp.h>
@@ -13,6 +14,8 @@
 
 #include <cmocka.h>
 #include <sodium.h>
+
+#include "slot/addr.h"
 
 #include "../testbed/wanem_matrix.h"
 
@@ -177,11 +180,93 @@ test_bad(void **state)
 	parse_bad("default\n", "m.txt:1: missing delay");
 	parse_bad("default 1 0 2\n", "m.txt:1: too many fields");
 	parse_bad("10.0.0.256 10.0.0.2 1\n",
-	    "m.txt:1: bad address '10.0.0.256' (IPv4, or 'default')");
-	parse_bad("2001:db8::1 10.0.0.2 1\n",
-	    "m.txt:1: bad address '2001:db8::1' (IPv4, or 'default')");
-	parse_bad("Default 1\n", "m.txt:1: bad address 'Default' (IPv4, or 'default')");
-	parse_bad("10.0.0.1 host 1\n", "m.txt:1: bad address 'host' (IPv4)");
+	    "m.txt:1: bad address '10.0.0.256' (IPv4 or IPv6)");
+	parse_bad("2001:db8::g 10.0.0.2 1\n",
+	    "m.txt:1: bad address '2001:db8::g' (IPv4 or IPv6)");
+	parse_bad("Default 1\n", "m.txt:1: unknown host 'Default' (an address, or a name "
+	    "from an earlier host line)");
+	parse_bad("10.0.0.1 b 1\nhost b 10.0.0.2\n", "m.txt:1: unknown host 'b' (an "
+	    "address, or a name from an earlier host line)");
+	parse_bad("host a\n", "m.txt:1: host a: no address");
+	parse_bad("host\n", "m.txt:1: bad host name '' (letters, digits, _ and -, at most "
+	    "32; not host or default)");
+	parse_bad("host a.b 10.0.0.1\n", "m.txt:1: bad host name 'a.b' (letters, digits, _ "
+	    "and -, at most 32; not host or default)");
+	parse_bad("host default 10.0.0.1\n", "m.txt:1: bad host name 'default' (letters, "
+	    "digits, _ and -, at most 32; not host or default)");
+	parse_bad("host a 10.0.0.1 fd00::1 fd00::x\n",
+	    "m.txt:1: bad address 'fd00::x' (IPv4 or IPv6)");
+	parse_bad("host a 10.0.0.1\nhost b 10.0.0.2 10.0.0.1\n", "m.txt:2: address "
+	    "10.0.0.1 given before, on line 1 (an address belongs to one host)");
+	parse_bad("10.0.0.1 10.0.0.2 1\nhost b 10.0.0.2\n", "m.txt:2: address "
+	    "10.0.0.2 given before, on line 1 (an address belongs to one host)");
+}
+
+static struct addr
+ad(const char *s)
+{
+	struct addr a;
+
+	assert_int_equal(addr_parse(s, &a), 0);
+	return a;
+}
+
+static const struct wm_link *
+look(const struct wm_matrix *m, const char *s, const char *d, uint64_t *pair)
+{
+	struct addr sa = ad(s), da = ad(d);
+
+	return wm_matrix_lookup_addr(m, &sa, &da, pair);
+}
+
+/* Host lines: both addresses of a dual-stack host, and a LAN routed behind
+ * it, share the host's pairs; IPv6 addresses alone work as hosts too. */
+static void
+test_hosts(void **state)
+{
+	struct wm_matrix *m;
+	uint64_t p1, p2, p3;
+
+	(void)state;
+	m = parse_ok(
+	    "default 1\n"
+	    "host a 10.0.1.2 fd00:0:1::2\n"
+	    "host b 10.0.2.2 fd00:0:2::2\n"
+	    "host a 192.168.1.2 fd01:0:1::2   # a LAN host routed behind a\n"
+	    "host v6only fd00:0:3::2\n"
+	    "a b 40 0.25\n"
+	    "b a 30\n"
+	    "v6only a 5\n"
+	    "fd00:9::1 2001:db8::2 7\n"
+	    "10.0.2.2 fd00:0:3::2 9\n");
+	assert_int_equal(wm_matrix_count(m), 5);
+	assert_int_equal(wm_matrix_addrs(m), 9);
+	assert_int_equal(look(m, "10.0.1.2", "10.0.2.2", &p1)->delay_us, 40000);
+	assert_int_equal(look(m, "fd00:0:1::2", "fd00:0:2::2", &p2)->delay_us, 40000);
+	assert_true(look(m, "fd00:0:1::2", "fd00:0:2::2", NULL)->loss == 0.25);
+	assert_int_equal(look(m, "fd01:0:1::2", "fd00:0:2::2", &p3)->delay_us, 40000);
+	/* One key per pair of hosts, whatever the address: one FIFO. */
+	assert_true(p1 == p2 && p2 == p3);
+	assert_int_equal(look(m, "192.168.1.2", "10.0.2.2", NULL)->delay_us, 40000);
+	assert_int_equal(look(m, "fd00:0:2::2", "fd01:0:1::2", &p2)->delay_us, 30000);
+	assert_true(p1 != p2);
+	assert_int_equal(look(m, "fd00:0:3::2", "fd00:0:1::2", NULL)->delay_us, 5000);
+	assert_int_equal(look(m, "fd00:9::1", "2001:db8::2", NULL)->delay_us, 7000);
+	/* A pair line by address reaches the host that address belongs to. */
+	assert_int_equal(look(m, "fd00:0:2::2", "fd00:0:3::2", NULL)->delay_us, 9000);
+	assert_int_equal(look(m, "10.0.2.2", "fd00:0:3::2", NULL)->delay_us, 9000);
+	/* Unlisted pairs and unknown addresses: the default. */
+	assert_ptr_equal(look(m, "fd00:0:1::2", "fd00:0:3::2", NULL), wm_matrix_default(m));
+	assert_ptr_equal(look(m, "fd00:0:1::99", "fd00:0:2::2", NULL), wm_matrix_default(m));
+	assert_ptr_equal(look(m, "10.0.1.2", "10.0.2.3", NULL), wm_matrix_default(m));
+	/* The IPv4 form finds the same lines. */
+	assert_int_equal(wm_matrix_lookup(m, ip("192.168.1.2"), ip("10.0.2.2"))->delay_us,
+	    40000);
+	wm_matrix_free(m);
+
+	/* The same pair by name and by address is a duplicate. */
+	parse_bad("host a 10.0.0.1\nhost b fd00::2\na b 1\n10.0.0.1 fd00::2 2\n",
+	    "m.txt:4: duplicate pair 10.0.0.1 fd00::2 (first on line 3)");
 }
 
 static void
@@ -288,6 +373,7 @@ main(void)
 		cmocka_unit_test(test_good),
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_bad),
+		cmocka_unit_test(test_hosts),
 		cmocka_unit_test(test_nul_and_long),
 		cmocka_unit_test(test_duplicates),
 		cmocka_unit_test(test_many),
