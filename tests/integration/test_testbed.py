@@ -135,11 +135,12 @@ def test_matrix_file_and_pairs(tmp_path):
     assert t.rtt("a", "b") == 11                 # (10 + 12) / 2
     assert t.rtt("a", "c") == 7                  # missing both ways: the default
     assert t.rtt("b", "c") == 16                 # 1 + 30/2
-    text = t.matrix_text(["10.0.1.2", "10.0.2.2", "10.0.3.2"])
+    text = t.matrix_text(["10.0.1.2", ["10.0.2.2", "fd00::2"], "10.0.3.2"])
     assert "default 3.5 0.5\n" in text
-    assert "10.0.1.2 10.0.2.2 5 0.5\n" in text
-    assert "10.0.2.2 10.0.3.2 1 0.25\n" in text
-    assert "10.0.3.2 10.0.2.2 15 0.5\n" in text
+    assert "host h1 10.0.1.2\n" in text and "host h2 10.0.2.2 fd00::2\n" in text
+    assert "h1 h2 5 0.5\n" in text
+    assert "h2 h3 1 0.25\n" in text
+    assert "h3 h2 15 0.5\n" in text
     for bad in ({"hosts": ["a", "a"]}, {"hosts": ["router"]}, {"hosts": ["a"], "rtt": 1},
                 {"hosts": ["a", "b"], "pairs": [{"a": "a", "b": "z", "rtt": 1}]},
                 {"hosts": ["a", "b"], "pairs": [{"a": "a", "b": "b", "loss": 2}]},

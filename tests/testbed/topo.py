@@ -1,7 +1,14 @@
 #!/usr/bin/python3
 """The emulated WAN test bed: N host namespaces on one router namespace.
 
-    host i  10.A.i.2/24  <-veth->  10.A.i.1/24  router  (i = 1..N)
+    host i  10.A.i.2/24    <-veth->  10.A.i.1/24    router  (i = 1..N)
+            fd00:A:i::2/64           fd00:A:i::1/64          (A, i in hex)
+
+Every host is dual-stack unless its "family" says "ipv4" or "ipv6". A LAN
+(topology key "lans") hangs further namespaces off a host, its gateway:
+
+    LAN host m  192.168.k.(m+1)/24  <-veth->  bridge in the gateway
+                fd01:A:k::(m+1)/64            192.168.k.1, fd01:A:k::1
 
 The router forwards between the hosts (ip_forward); every forwarded packet goes
 through NFQUEUE to slot-wanem, which holds it for the one-way delay of its
@@ -12,7 +19,9 @@ Everything is built from one topology description (JSON, see docs/testbed.md).
 Every name carries a per-run tag "slw<pid><letter>" (the pid of the process
 that owns the topology, a letter per topology of that process): namespaces
 "<tag>-router" and "<tag>-<host>", veth ends "<tag>h<i>" (host side) and
-"<tag>r<i>" (router side), the run directory /tmp/<tag>-*. Leftovers of runs
+"<tag>r<i>" (router side), LAN veth ends "<tag>l<j>" (LAN host side) and
+"<tag>g<j>" (gateway side) and bridges "<tag>b<k>", the run directory
+/tmp/<tag>-*. Leftovers of runs
 whose process is gone are swept at the start of every run (only this
 pattern: the relay tests' "sltit" and the benchmarks' "slb"/"sb" names are
 never touched). Teardown runs on every exit path: down(), the context
@@ -56,11 +65,14 @@ import time
 PREFIX = "slw"
 TAG_RE = re.compile(r"^%s(\d+)[a-z]$" % PREFIX)
 NAME_RE = re.compile(r"^%s(\d+)[a-z]-" % PREFIX)            # namespaces, run directories
-LINK_RE = re.compile(r"^%s(\d+)[a-z][hr]\d+$" % PREFIX)      # veth ends
+LINK_RE = re.compile(r"^%s(\d+)[a-z][hrlgb]\d+$" % PREFIX)   # veth ends, bridges
 HOST_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 WANEM = os.path.join(os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build")), "slot-wanem")
 MAX_HOSTS = 254
+MAX_LAN_HOSTS = 253             # per LAN: 192.168.k.2 ..
+MAX_LANS = 255
+FAMILIES = ("dual", "ipv4", "ipv6")
 
 # Link-layer bytes per full TCP segment on a 1500-byte MTU veth with timestamps:
 # 1448 payload + 32 TCP + 20 IP + 14 Ethernet. tbf counts the Ethernet frame.
@@ -129,7 +141,7 @@ def remove_tag(tag):
             sh("ip", "netns", "del", ns, check=False)
             removed.append(ns)
     for name in _root_links():
-        if LINK_RE.match(name) and name[:len(tag)] == tag and name[len(tag)] in "hr":
+        if LINK_RE.match(name) and name[:len(tag)] == tag and name[len(tag)] in "hrlgb":
             sh("ip", "link", "del", name, check=False)
             removed.append(name)
     tmp = tempfile.gettempdir()
@@ -149,7 +161,7 @@ def tags_present():
             tags.add(ns.split("-")[0])
     for name in _root_links():
         if LINK_RE.match(name):
-            tags.add(name[:-len(re.match(r".*?([hr]\d+)$", name).group(1))])
+            tags.add(name[:-len(re.match(r".*?([hrlgb]\d+)$", name).group(1))])
     for d in os.listdir(tempfile.gettempdir()):
         if NAME_RE.match(d):
             tags.add(d.split("-")[0])
@@ -333,7 +345,9 @@ def city_topology(cities, data=None, rate=None, cc=None):
 class HostSpec:
     def __init__(self, name, index):
         self.name = name
-        self.index = index            # 1..N: subnet 10.A.index.0/24
+        self.index = index            # 1..N: subnet 10.A.index.0/24 (a LAN host: 1.. in its LAN)
+        self.family = "dual"          # "dual", "ipv4" or "ipv6"
+        self.lan = None               # a LAN host: its LanSpec
         self.rate_up = None           # bit/s, host -> router (tbf on the host's veth)
         self.rate_down = None         # bit/s, router -> host (tbf on the router's veth)
         self.queue_ms = 50.0          # tbf queue, in ms at its rate
@@ -341,14 +355,40 @@ class HostSpec:
         self.gso = True               # False: gso_max_segs 1 on the host veth
         self.sysctls = {}
 
+    @property
+    def v4(self):
+        return self.family != "ipv6"
+
+    @property
+    def v6(self):
+        return self.family != "ipv4"
+
+
+class LanSpec:
+    """A LAN behind a host: hosts on a bridge in the gateway's namespace, the
+    gateway routing them (masquerade: behind its address, as a home NAT)."""
+
+    def __init__(self, name, number, gateway, masquerade):
+        self.name = name
+        self.number = number          # k: 192.168.k.0/24, fd01:A:k::/64
+        self.gateway = gateway        # HostSpec
+        self.masquerade = masquerade
+        self.hosts = []               # HostSpec, index m = 1..: 192.168.k.(m+1)
+        self.v4, self.v6 = gateway.v4, gateway.v6
+
 
 _TOP_KEYS = {"hosts", "cities", "pairs", "matrix", "default", "host_defaults", "router_sysctls",
-             "wanem", "subnet", "data"}
-_HOST_KEYS = {"name", "rate", "rate_up", "rate_down", "queue_ms", "burst", "gso", "sysctls"}
+             "wanem", "subnet", "data", "lans"}
+_HOST_KEYS = {"name", "rate", "rate_up", "rate_down", "queue_ms", "burst", "gso", "sysctls",
+              "family"}
+_LAN_KEYS = {"name", "gateway", "hosts", "masquerade"}
+_LAN_HOST_KEYS = {"name", "family", "sysctls"}
 _WANEM_KEYS = {"enabled", "queue", "maxlen", "seed", "verbose", "binary"}
 
 
 def _check_keys(d, allowed, where):
+    if not isinstance(d, dict):
+        raise ValueError("%s: want an object with keys %s" % (where, ", ".join(sorted(allowed))))
     bad = [k for k in d if k not in allowed and not k.startswith("_")]
     if bad:
         raise ValueError("%s: unknown key(s) %s (allowed: %s)" % (where, ", ".join(sorted(bad)),
@@ -361,6 +401,7 @@ class Topology:
 
     def __init__(self):
         self.hosts = []
+        self.lans = []                # LanSpec
         self.delay = {}               # (i, j) host indices -> one-way ms
         self.loss = {}                # (i, j) -> probability
         self.default_delay = 0.0
@@ -426,7 +467,9 @@ class Topology:
             h.gso = bool(m.get("gso", True))
             h.sysctls = dict(hd.get("sysctls", {}))
             h.sysctls.update(e.get("sysctls", {}))
+            h.family = _family(m.get("family", "dual"), "host %r" % h.name)
             t.hosts.append(h)
+        t._parse_lans(d.get("lans", []))
         idx = {h.name: h.index - 1 for h in t.hosts}
 
         def hi(name, where):
@@ -493,6 +536,63 @@ class Topology:
                 raise ValueError("subnet: 0..255 (the A of 10.A.i.x)")
         return t
 
+    def _parse_lans(self, lans):
+        if not isinstance(lans, list):
+            raise ValueError("lans: want a list of {\"name\", \"gateway\", \"hosts\", "
+                             "\"masquerade\"}")
+        if len(lans) > MAX_LANS:
+            raise ValueError("lans: %d, at most %d" % (len(lans), MAX_LANS))
+        names = {h.name for h in self.hosts}
+        for k, l in enumerate(lans, 1):
+            where = "lans[%d]" % (k - 1)
+            _check_keys(l, _LAN_KEYS, where)
+            name = l.get("name", "lan%d" % k)
+            if not isinstance(name, str) or not HOST_NAME_RE.match(name):
+                raise ValueError("%s: bad name %r" % (where, name))
+            where = "lan %r" % name
+            if any(x.name == name for x in self.lans):
+                raise ValueError("%s given twice" % where)
+            gw = [h for h in self.hosts if h.name == l.get("gateway")]
+            if not gw:
+                raise ValueError("%s: gateway %r is not a host (want one of %s)"
+                                 % (where, l.get("gateway"), ", ".join(h.name for h in self.hosts)))
+            masq = l.get("masquerade", True)
+            if not isinstance(masq, bool):
+                raise ValueError("%s: masquerade is true or false" % where)
+            lan = LanSpec(name, k, gw[0], masq)
+            entries = l.get("hosts")
+            if not isinstance(entries, list) or not entries:
+                raise ValueError("%s: hosts: want a list of host names" % where)
+            if len(entries) > MAX_LAN_HOSTS:
+                raise ValueError("%s: %d hosts, at most %d" % (where, len(entries), MAX_LAN_HOSTS))
+            for m, e in enumerate(entries, 1):
+                if isinstance(e, str):
+                    e = {"name": e}
+                _check_keys(e, _LAN_HOST_KEYS, "%s host" % where)
+                h = HostSpec(e.get("name"), m)
+                if not isinstance(h.name, str) or not HOST_NAME_RE.match(h.name) or \
+                        h.name == "router":
+                    raise ValueError("%s: bad host name %r" % (where, h.name))
+                if h.name in names:
+                    raise ValueError("%s: host %r given twice" % (where, h.name))
+                names.add(h.name)
+                h.family = _family(e.get("family", "dual"), "%s host %r" % (where, h.name))
+                # a LAN has the families of its gateway
+                if not lan.v4:
+                    h.family = "ipv6" if h.family != "ipv4" else None
+                if not lan.v6:
+                    h.family = "ipv4" if h.family != "ipv6" else None
+                if h.family is None:
+                    raise ValueError("%s: host %r: family %r, but the gateway %r is %s"
+                                     % (where, e.get("name"), e.get("family"), gw[0].name,
+                                        gw[0].family))
+                h.sysctls = dict(e.get("sysctls", {}))
+                h.lan = lan
+                lan.hosts.append(h)
+            self.lans.append(lan)
+        if sum(len(l.hosts) for l in self.lans) > MAX_HOSTS:
+            raise ValueError("lans: at most %d LAN hosts in all" % MAX_HOSTS)
+
     # -- queries and changes --
 
     def index(self, name):
@@ -501,6 +601,20 @@ class Topology:
                 return h.index - 1
         raise KeyError("no host %r" % name)
 
+    def lan_host(self, name):
+        for l in self.lans:
+            for h in l.hosts:
+                if h.name == name:
+                    return h
+        return None
+
+    def delay_index(self, name):
+        """The index whose delays a host's packets get: its own, or a LAN
+        host's gateway's (routed: slot-wanem maps its addresses to the
+        gateway; masqueraded: they carry the gateway's address)."""
+        h = self.lan_host(name)
+        return self.index(h.lan.gateway.name if h is not None else name)
+
     def set_rtt(self, i, j, rtt_ms):
         self.delay[(i, j)] = self.delay[(j, i)] = rtt_ms / 2
 
@@ -508,27 +622,39 @@ class Topology:
         return self.delay.get((i, j), self.default_delay)
 
     def rtt(self, a, b):
-        """Configured RTT between two hosts (names or indices), ms."""
-        i = a if isinstance(a, int) else self.index(a)
-        j = b if isinstance(b, int) else self.index(b)
+        """Configured RTT between two hosts (names or indices), ms. A LAN host
+        has its gateway's; within a LAN, and to its gateway, none."""
+        i = a if isinstance(a, int) else self.delay_index(a)
+        j = b if isinstance(b, int) else self.delay_index(b)
+        if i == j:
+            return 0.0
         return self.one_way(i, j) + self.one_way(j, i)
 
     def pair_loss(self, i, j):
         return self.loss.get((i, j), self.default_loss)
 
-    def matrix_text(self, ips):
-        """The slot-wanem matrix file for host addresses ips (in host order)."""
-        out = ["# slot-wanem matrix: SRC DST ONE_WAY_DELAY_MS [LOSS]; written by tests/testbed/topo.py",
+    def matrix_text(self, addrs):
+        """The slot-wanem matrix file (format in wanem_matrix.h). addrs[i]:
+        the addresses of host i (in host order; a string or a list: IPv4,
+        IPv6, a routed LAN's), which all get host i's delays. Host i is
+        "h<i+1>" in the file."""
+        out = ["# slot-wanem matrix, written by tests/testbed/topo.py:",
+               "# host hN ADDR...; SRC DST ONE_WAY_DELAY_MS [LOSS]",
                "default %s %s" % (_fmt(self.default_delay), _fmt(self.default_loss))]
         n = len(self.hosts)
+        for i, h in enumerate(self.hosts):
+            a = [addrs[i]] if isinstance(addrs[i], str) else list(addrs[i])
+            out.append("# h%d = %s" % (i + 1, h.name))
+            for c in range(0, len(a), 8):          # a line holds at most 14
+                out.append("host h%d %s" % (i + 1, " ".join(a[c:c + 8])))
         for i in range(n):
             for j in range(n):
                 if i == j:
                     continue
                 if (i, j) not in self.delay and (i, j) not in self.loss:
                     continue
-                out.append("%s %s %s %s" % (ips[i], ips[j], _fmt(self.one_way(i, j)),
-                                            _fmt(self.pair_loss(i, j))))
+                out.append("h%d h%d %s %s" % (i + 1, j + 1, _fmt(self.one_way(i, j)),
+                                              _fmt(self.pair_loss(i, j))))
         return "\n".join(out) + "\n"
 
     def congestion_controls(self):
@@ -543,6 +669,12 @@ def _ms(v, where):
         raise ValueError("%s: bad time %r (ms)" % (where, v))
     if not math.isfinite(v) or v < 0:
         raise ValueError("%s: bad time %r (ms)" % (where, v))
+    return v
+
+
+def _family(v, where):
+    if v not in FAMILIES:
+        raise ValueError("%s: family %r (want \"dual\", \"ipv4\" or \"ipv6\")" % (where, v))
     return v
 
 
@@ -579,13 +711,20 @@ def _fmt_rate(bps):
 # ---------------------------------------------------------------- the running test bed
 
 class Host:
-    def __init__(self, spec, ns, ip, gw, dev, rdev):
+    """A host up: ip/gw (IPv4, None if it has none), ip6/gw6 (IPv6, None if
+    none), dev (its end of the link), rdev (the other end: in the router, or
+    for a LAN host in its gateway)."""
+
+    def __init__(self, spec, ns, ip, gw, dev, rdev, ip6=None, gw6=None):
         self.name, self.index = spec.name, spec.index
         self.spec = spec
         self.ns, self.ip, self.gw, self.dev, self.rdev = ns, ip, gw, dev, rdev
+        self.ip6, self.gw6 = ip6, gw6
+        self.lan = spec.lan           # LanSpec for a LAN host, else None
 
     def __repr__(self):
-        return "Host(%s %s in %s)" % (self.name, self.ip, self.ns)
+        return "Host(%s %s in %s)" % (self.name, " ".join(a for a in (self.ip, self.ip6) if a),
+                                      self.ns)
 
 
 _live = []                      # test beds up in this process
@@ -718,13 +857,27 @@ class Testbed:
             raise RuntimeError("interface names would exceed 15 characters")
         self.subnet = topo.subnet if topo.subnet is not None else 1 + (self.pid * 26 + s) % 250
         self.router_ns = "%s-router" % self.tag
-        self.hosts = {}
+        self.hosts = {}               # the hosts on the router
         for h in topo.hosts:
             i = h.index
+            v4, v6 = "10.%d.%d." % (self.subnet, i), "fd00:%x:%x::" % (self.subnet, i)
             self.hosts[h.name] = Host(h, "%s-%s" % (self.tag, h.name),
-                                      "10.%d.%d.2" % (self.subnet, i),
-                                      "10.%d.%d.1" % (self.subnet, i),
-                                      "%sh%d" % (self.tag, i), "%sr%d" % (self.tag, i))
+                                      v4 + "2" if h.v4 else None, v4 + "1" if h.v4 else None,
+                                      "%sh%d" % (self.tag, i), "%sr%d" % (self.tag, i),
+                                      v6 + "2" if h.v6 else None, v6 + "1" if h.v6 else None)
+        self.lan_hosts = {}           # the hosts on LANs behind them
+        j = 0
+        for lan in topo.lans:
+            v4, v6 = "192.168.%d." % lan.number, "fd01:%x:%x::" % (self.subnet, lan.number)
+            for h in lan.hosts:
+                j += 1
+                m = h.index + 1
+                self.lan_hosts[h.name] = Host(h, "%s-%s" % (self.tag, h.name),
+                                              v4 + str(m) if h.v4 else None,
+                                              v4 + "1" if h.v4 else None,
+                                              "%sl%d" % (self.tag, j), "%sg%d" % (self.tag, j),
+                                              "%s%x" % (v6, m) if h.v6 else None,
+                                              v6 + "1" if h.v6 else None)
         self.wanem_bin = topo.wanem.get("binary") or wanem or WANEM
         self.keep_dir = keep_dir if keep_dir is not None else bool(os.environ.get("SLOT_KEEP"))
         self.dir = None
@@ -742,6 +895,17 @@ class Testbed:
 
     def nfqueue_rule(self):
         return ["FORWARD", "-j", "NFQUEUE", "--queue-num", str(self.topo.wanem["queue"])]
+
+    def has_v6(self):
+        return any(h.spec.v6 for h in self.hosts.values())
+
+    def lan_bridge(self, lan):
+        return "%sb%d" % (self.tag, lan.number)
+
+    def lan_subnets(self, lan):
+        """(IPv4 /24 or None, IPv6 /64 or None) of a LAN."""
+        return ("192.168.%d.0/24" % lan.number if lan.v4 else None,
+                "fd01:%x:%x::/64" % (self.subnet, lan.number) if lan.v6 else None)
 
     def wanem_argv(self):
         w = self.topo.wanem
@@ -764,23 +928,48 @@ class Testbed:
         if need:
             run("sysctl", "-qw", "net.ipv4.tcp_allowed_congestion_control=%s"
                 % " ".join(allowed_ccs() + need))
-        run("ip", "netns", "add", r)
-        run("ip", "-n", r, "link", "set", "lo", "up")
-        run("ip", "netns", "exec", r, "sysctl", "-qw", "net.ipv4.ip_forward=1",
-            *["%s=%s" % kv for kv in self.topo.router_sysctls.items()])
+        # IPv6 addresses usable at once: no duplicate address detection
+        nodad = ["net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"]
+
+        def new_ns(ns, *sysctls):
+            run("ip", "netns", "add", ns)
+            run("ip", "-n", ns, "link", "set", "lo", "up")
+            run("ip", "netns", "exec", ns, "sysctl", "-qw", *(nodad + list(sysctls)))
+
+        def addrs(h, ns, dev, peer_ns, peer_dev, v4_len=24):
+            # h's end and the peer's (its router or gateway) of the link
+            if h.ip:
+                run("ip", "-n", ns, "addr", "add", "%s/%d" % (h.ip, v4_len), "dev", dev)
+                if peer_dev:
+                    run("ip", "-n", peer_ns, "addr", "add", h.gw + "/24", "dev", peer_dev)
+            if h.ip6:
+                run("ip", "-n", ns, "addr", "add", h.ip6 + "/64", "dev", dev, "nodad")
+                if peer_dev:
+                    run("ip", "-n", peer_ns, "addr", "add", h.gw6 + "/64", "dev", peer_dev,
+                        "nodad")
+            if not h.spec.v6:
+                run("ip", "netns", "exec", ns, "sysctl", "-qw",
+                    "net.ipv6.conf.%s.disable_ipv6=1" % dev)
+
+        def routes(h):
+            if h.ip:
+                run("ip", "-n", h.ns, "route", "add", "default", "via", h.gw)
+            if h.ip6:
+                run("ip", "-n", h.ns, "-6", "route", "add", "default", "via", h.gw6)
+
+        new_ns(r, "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1",
+               *["%s=%s" % kv for kv in self.topo.router_sysctls.items()])
         for h in self.hosts.values():
             s = h.spec
-            run("ip", "netns", "add", h.ns)
-            run("ip", "-n", h.ns, "link", "set", "lo", "up")
+            new_ns(h.ns)
             run("ip", "link", "add", h.dev, "netns", h.ns, "type", "veth",
                 "peer", "name", h.rdev, "netns", r)
-            run("ip", "-n", h.ns, "addr", "add", h.ip + "/24", "dev", h.dev)
-            run("ip", "-n", r, "addr", "add", h.gw + "/24", "dev", h.rdev)
+            addrs(h, h.ns, h.dev, r, h.rdev)
             if not s.gso:
                 run("ip", "-n", h.ns, "link", "set", h.dev, "gso_max_segs", "1")
             run("ip", "-n", h.ns, "link", "set", h.dev, "up")
             run("ip", "-n", r, "link", "set", h.rdev, "up")
-            run("ip", "-n", h.ns, "route", "add", "default", "via", h.gw)
+            routes(h)
             if s.rate_up:
                 run("tc", "-n", h.ns, "qdisc", "replace", "dev", h.dev, "root", "tbf",
                     *tbf_args(s.rate_up, s.queue_ms, s.burst))
@@ -790,19 +979,64 @@ class Testbed:
             if s.sysctls:
                 run("ip", "netns", "exec", h.ns, "sysctl", "-qw",
                     *["%s=%s" % kv for kv in s.sysctls.items()])
+        for lan in self.topo.lans:
+            g = self.hosts[lan.gateway.name]
+            br = self.lan_bridge(lan)
+            run("ip", "netns", "exec", g.ns, "sysctl", "-qw", "net.ipv4.ip_forward=1",
+                "net.ipv6.conf.all.forwarding=1")
+            run("ip", "-n", g.ns, "link", "add", br, "type", "bridge")
+            net4, net6 = self.lan_subnets(lan)
+            bridge_end = Host(lan.gateway, g.ns, net4 and net4.replace(".0/24", ".1"), None,
+                              br, None, net6 and net6.replace("::/64", "::1"), None)
+            addrs(bridge_end, g.ns, br, None, None)
+            run("ip", "-n", g.ns, "link", "set", br, "up")
+            for hs in lan.hosts:
+                h = self.lan_hosts[hs.name]
+                new_ns(h.ns)
+                run("ip", "link", "add", h.dev, "netns", h.ns, "type", "veth",
+                    "peer", "name", h.rdev, "netns", g.ns)
+                addrs(h, h.ns, h.dev, None, None)
+                run("ip", "-n", g.ns, "link", "set", h.rdev, "master", br, "up")
+                run("ip", "-n", h.ns, "link", "set", h.dev, "up")
+                routes(h)
+                if hs.sysctls:
+                    run("ip", "netns", "exec", h.ns, "sysctl", "-qw",
+                        *["%s=%s" % kv for kv in hs.sysctls.items()])
+            if lan.masquerade:
+                # a home NAT: the rest of the bed sees only the gateway's address
+                for tool, net in (("iptables", net4), ("ip6tables", net6)):
+                    if net:
+                        run("ip", "netns", "exec", g.ns, tool, "-w", "-t", "nat", "-A",
+                            "POSTROUTING", "-s", net, "-o", g.dev, "-j", "MASQUERADE")
+            else:
+                # routed: the router reaches the LAN through the gateway
+                if net4:
+                    run("ip", "-n", r, "route", "add", net4, "via", g.ip)
+                if net6:
+                    run("ip", "-n", r, "-6", "route", "add", net6, "via", g.ip6)
         if self.topo.wanem["enabled"]:
             steps.append(("write", (self.matrix_path, self.matrix_text())))
             run("ip", "netns", "exec", r, "iptables", "-w", "-t", "mangle", "-A", *self.nfqueue_rule())
+            if self.has_v6():
+                run("ip", "netns", "exec", r, "ip6tables", "-w", "-t", "mangle", "-A",
+                    *self.nfqueue_rule())
             steps.append(("wanem", ["ip", "netns", "exec", r] + self.wanem_argv()))
         return steps
 
     def matrix_text(self):
-        return self.topo.matrix_text([h.ip for h in self.hosts.values()])
+        """A host's addresses, and those of the LAN hosts routed behind it,
+        share its delays."""
+        addrs = {h.name: [a for a in (h.ip, h.ip6) if a] for h in self.hosts.values()}
+        for h in self.lan_hosts.values():
+            if not h.lan.masquerade:
+                addrs[h.lan.gateway.name] += [a for a in (h.ip, h.ip6) if a]
+        return self.topo.matrix_text([addrs[h.name] for h in self.topo.hosts])
 
     def script(self):
         """The plan as a shell script (what a reader would type)."""
-        out = ["# test bed %s: %d hosts, 10.%d.i.2 (host) / 10.%d.i.1 (router)"
-               % (self.tag, len(self.hosts), self.subnet, self.subnet)]
+        out = ["# test bed %s: %d hosts, 10.%d.i.2 (host) / 10.%d.i.1 (router), "
+               "fd00:%x:i::2 / ::1" % (self.tag, len(self.hosts), self.subnet, self.subnet,
+                                       self.subnet)]
         for kind, a in self.plan():
             if kind == "run":
                 out.append(" ".join(shlex.quote(x) for x in a))
@@ -839,10 +1073,37 @@ class Testbed:
                     _write_atomic(*a)
                 else:
                     self._start_wanem(a)
+            self._wait_links()
         except BaseException:
             self.down()
             raise
         return self
+
+    def _wait_links(self, timeout=10):
+        """Waits until every link of the bed is operationally up. The kernel
+        reports a veth's carrier up to a second late (linkwatch), and until
+        then IPv6 holds the link's packets (IPv4 does not wait for it)."""
+        if not self.has_v6():
+            return
+        want = {self.router_ns: [h.rdev for h in self.hosts.values()]}
+        for h in list(self.hosts.values()) + list(self.lan_hosts.values()):
+            want.setdefault(h.ns, []).append(h.dev)
+        for h in self.lan_hosts.values():
+            want.setdefault(self.hosts[h.lan.gateway.name].ns, []).append(h.rdev)
+        end = time.monotonic() + timeout
+        while want:
+            for ns in list(want):
+                out = sh("ip", "-n", ns, "-o", "link", "show", check=False).stdout
+                up = {l.split(":")[1].strip().split("@")[0] for l in out.splitlines()
+                      if len(l.split(":")) > 2 and "state UP" in l}
+                want[ns] = [d for d in want[ns] if d not in up]
+                if not want[ns]:
+                    del want[ns]
+            if not want:
+                return
+            if time.monotonic() > end:
+                raise RuntimeError("links not up after %ds: %s" % (timeout, want))
+            time.sleep(0.05)
 
     def _start_wanem(self, argv, timeout=10):
         self._log_f = open(self.wanem_log, "ab")
@@ -914,15 +1175,45 @@ class Testbed:
     # -- names --
 
     def host(self, name):
-        return self.hosts[name]
+        """The Host of a host on the router or on a LAN."""
+        h = self.hosts.get(name) or self.lan_hosts.get(name)
+        if h is None:
+            raise KeyError("no host %r (hosts: %s)" % (name, ", ".join(
+                list(self.hosts) + list(self.lan_hosts))))
+        return h
 
     def ip(self, name):
-        return self.hosts[name].ip
+        """A host's IPv4 address (an error for an IPv6-only host: see ip6, addr)."""
+        h = self.host(name)
+        if h.ip is None:
+            raise ValueError("host %r has no IPv4 address (family %s): use ip6()"
+                             % (name, h.spec.family))
+        return h.ip
+
+    def ip6(self, name):
+        """A host's IPv6 address (an error for an IPv4-only host)."""
+        h = self.host(name)
+        if h.ip6 is None:
+            raise ValueError("host %r has no IPv6 address (family %s): use ip()"
+                             % (name, h.spec.family))
+        return h.ip6
+
+    def addr(self, name, family=None):
+        """A host's address: family 4 or 6, or None: IPv4 if it has one, else IPv6."""
+        if family not in (None, 4, 6):
+            raise ValueError("family %r: 4, 6 or None" % family)
+        h = self.host(name)
+        if family == 6 or (family is None and h.ip is None):
+            return self.ip6(name)
+        return self.ip(name)
+
+    def is_host(self, name):
+        return name in self.hosts or name in self.lan_hosts
 
     def ns(self, name):
         if name == "router":
             return self.router_ns
-        return self.hosts[name].ns
+        return self.host(name).ns
 
     def in_ns(self, name, fn):
         """fn() run inside host name's namespace (see in_netns)."""
@@ -960,17 +1251,26 @@ class Testbed:
 
     # -- measurements --
 
-    def ping(self, src, dst, count=5, interval=0.2, wait=None, size=None, preload=None):
-        """ping from host src to dst (a host name or an address). wait: seconds
-        to wait for late replies after the last request (default: 1 s + 3x the
-        configured RTT). preload: requests in flight (ping -l); by default
-        enough for the interval to hold when it is shorter than the RTT (ping
-        otherwise waits for replies)."""
-        dip = self.ip(dst) if dst in self.hosts else dst
-        rtt = self.rtt(src, dst) if dst in self.hosts else None     # ms
+    def ping(self, src, dst, count=5, interval=0.2, wait=None, size=None, preload=None,
+             family=None):
+        """ping from host src to dst (a host name or an address). family: 4
+        or 6 (default: that of an address; for a host name IPv4 if both ends
+        have it, else IPv6). wait: seconds to wait for late replies after the
+        last request (default: 1 s + 3x the configured RTT). preload: requests
+        in flight (ping -l); by default enough for the interval to hold when
+        it is shorter than the RTT (ping otherwise waits for replies)."""
+        if self.is_host(dst):
+            if family is None:
+                family = 4 if self.host(src).ip and self.host(dst).ip else 6
+            dip = self.addr(dst, family)
+        else:
+            dip = dst
+            family = family or (6 if ":" in dst else 4)
+        rtt = self.rtt(src, dst) if self.is_host(dst) else None     # ms
         if wait is None:
             wait = 1 + 3 * (rtt if rtt is not None else 1000) / 1000
-        a = ["ping", "-n", "-c", str(count), "-i", str(interval), "-W", "%g" % wait]
+        a = ["ping", "-%d" % family, "-n", "-c", str(count), "-i", str(interval),
+             "-W", "%g" % wait]
         if preload is None and rtt is not None and interval * 1000 < rtt:
             preload = min(1000, 2 * int(rtt / (interval * 1000)) + 5)
         if preload and preload > 1:
@@ -998,14 +1298,14 @@ class Testbed:
 
     def iperf3_server(self, name, port=5201):
         """A one-off iperf3 server on the host's address; returns the process."""
-        p = self.popen(name, ["iperf3", "-s", "-1", "-B", self.ip(name), "-p", str(port)],
+        p = self.popen(name, ["iperf3", "-s", "-1", "-B", self.addr(name), "-p", str(port)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.wait_listen(name, port, p)
         return p
 
     def iperf3_client(self, name, dst, port=5201, seconds=10, args=(), timeout=None):
         """Runs iperf3 -c from host name to dst (host name or address): the JSON result."""
-        dip = self.ip(dst) if dst in self.hosts else dst
+        dip = self.addr(dst) if self.is_host(dst) else dst
         a = ["iperf3", "-J", "-c", dip, "-p", str(port), "-t", "%g" % seconds] + list(args)
         r = self.run(name, *a, check=False, timeout=timeout or seconds + 60)
         try:
@@ -1114,9 +1414,10 @@ class Testbed:
             time.sleep(0.02)
 
     def nfqueue(self, on):
-        """Adds (on) or removes the NFQUEUE rule: off = plain kernel forwarding."""
-        self.run("router", "iptables", "-w", "-t", "mangle", "-A" if on else "-D",
-                 *self.nfqueue_rule())
+        """Adds (on) or removes the NFQUEUE rules: off = plain kernel forwarding."""
+        for tool in ("iptables", "ip6tables") if self.has_v6() else ("iptables",):
+            self.run("router", tool, "-w", "-t", "mangle", "-A" if on else "-D",
+                     *self.nfqueue_rule())
 
 
 def _write_atomic(path, text):
@@ -1194,7 +1495,11 @@ def _cmd_up(args):
 def _describe(bed):
     lines = ["tag %s" % bed.tag, "router %s" % bed.router_ns]
     for h in bed.hosts.values():
-        lines.append("host %s %s %s" % (h.name, h.ns, h.ip))
+        lines.append("host %s %s %s %s" % (h.name, h.ns, h.ip or "-", h.ip6 or "-"))
+    for h in bed.lan_hosts.values():
+        lines.append("lanhost %s %s %s %s lan=%s gateway=%s %s" % (
+            h.name, h.ns, h.ip or "-", h.ip6 or "-", h.lan.name, h.lan.gateway.name,
+            "masquerade" if h.lan.masquerade else "routed"))
     if bed.topo.wanem["enabled"]:
         lines.append("matrix %s" % bed.matrix_path)
         lines.append("stats %s" % bed.stats_path)
