@@ -8,11 +8,11 @@ and chosen RTTs, plus the daemons of a deployment:
 
 - slot-relayd in every relay host (config rendered from a dict, the key owned
   by "nobody" as the relay drops to that user; [policy] allow_destinations
-  covers the test bed's 10.A.0.0/16, since relays refuse private destinations
-  by default);
+  covers the test bed's 10.A.0.0/16 and fd00:A::/32 (and the LANs'), since
+  relays refuse private destinations by default);
 - nginx in the server host (config, pid, logs and temp paths in the run
   directory, `daemon off`), serving files of random bytes with known sha256
-  on server:80 and server:8080, accepting PUT under /up/ (dav module), with
+  on server:80 and server:8080 (IPv4 and IPv6), accepting PUT under /up/ (dav module), with
   an access log that names the peer address of every request: a relayed
   request comes from the relay's address, a direct one from the client's;
 - slotd in the client host (Slotd), with a config written from a dict; its
@@ -94,6 +94,11 @@ def parse_counters(text):
             except ValueError:
                 out[parts[0]] = parts[1]
     return out
+
+
+def hostport(ip, port):
+    """"ip:port", "[ip6]:port" for an IPv6 address."""
+    return ("[%s]:%d" if ":" in ip else "%s:%d") % (ip, port)
 
 
 def render_ini(conf):
@@ -227,12 +232,14 @@ def keygen(*args):
 
 class Relay:
     """slot-relayd in a host of the test bed, listening on the host's address
-    (probe and control on `port`, data on port + 1); config from a dict."""
+    (probe and control on `port`, data on port + 1); config from a dict.
+    family: 6 listens on the host's IPv6 address, 4 on its IPv4 one; None:
+    IPv4 if the host has it, else IPv6."""
 
-    def __init__(self, sb, host, key_file, overrides=None, port=RELAY_PORT):
+    def __init__(self, sb, host, key_file, overrides=None, port=RELAY_PORT, family=None):
         self.sb, self.bed, self.host = sb, sb.bed, host
         self.wrapper = []           # e.g. valgrind and its options
-        self.ip = sb.bed.ip(host)
+        self.ip = sb.bed.addr(host, family)
         self.ctl_port = port
         self.probe_port = port
         self.data_port = port + 1
@@ -244,16 +251,16 @@ class Relay:
             "relay": {
                 "user": "nobody",
                 "key_file": key_file,
-                "probe_listen": "%s:%d" % (self.ip, self.probe_port),
-                "control_listen": "%s:%d" % (self.ip, self.ctl_port),
-                "data_listen": "%s:%d" % (self.ip, self.data_port),
+                "probe_listen": hostport(self.ip, self.probe_port),
+                "control_listen": hostport(self.ip, self.ctl_port),
+                "data_listen": hostport(self.ip, self.data_port),
                 "stats_socket": self.stats,
                 "log_level": "debug",
             },
             "limits": {"connect_timeout": "2s", "pending_timeout": "5s", "drain_timeout": "5s"},
             # the relays refuse private destinations unless allowed
             "policy": {"allowed_ports": "1-65535",
-                       "allow_destinations": "10.%d.0.0/16" % sb.bed.subnet,
+                       "allow_destinations": sb.bed_networks(),
                        "deny_destinations": ""},
             # a burst of new connections probes often
             "probe": {"requester_rate": 1000, "requester_burst": 2000},
@@ -265,11 +272,11 @@ class Relay:
 
     @property
     def control(self):
-        """The relay's control endpoint as slotd names it: "ip:port"."""
-        return "%s:%d" % (self.ip, self.ctl_port)
+        """The relay's control endpoint as slotd names it: "ip:port" ("[ip6]:port")."""
+        return hostport(self.ip, self.ctl_port)
 
     def relay_line(self, group):
-        return "%s:%d data=%d group=%d" % (self.ip, self.ctl_port, self.data_port, group)
+        return "%s data=%d group=%d" % (hostport(self.ip, self.ctl_port), self.data_port, group)
 
     def update(self, overrides):
         for sec, kv in overrides.items():
@@ -300,7 +307,7 @@ class Relay:
     def _listening(self):
         out = self.bed.run(self.host, "ss", "-Hltn", check=False).stdout
         have = {l.split()[3] for l in out.splitlines() if len(l.split()) > 3}
-        return {"%s:%d" % (self.ip, p) for p in (self.ctl_port, self.data_port)} <= have
+        return {hostport(self.ip, p) for p in (self.ctl_port, self.data_port)} <= have
 
     @property
     def running(self):
@@ -427,11 +434,14 @@ class HAProxy:
 # ---------------------------------------------------------------- nginx
 
 class Nginx:
-    """nginx in a host: static files under /f/, PUT under /up/, on ports."""
+    """nginx in a host: static files under /f/, PUT under /up/, on ports, on
+    each of the host's addresses (IPv4, IPv6). ip: the IPv4 address if the
+    host has one, else the IPv6 one; ip6: the IPv6 address or None."""
 
     def __init__(self, sb, host, ports=(80, 8080)):
         self.sb, self.bed, self.host = sb, sb.bed, host
-        self.ip = sb.bed.ip(host)
+        self.ip = sb.bed.addr(host)
+        self.ip6 = sb.bed.host(host).ip6
         self.ports = list(ports)
         self.dir = os.path.join(sb.dir, "nginx")
         self.www = os.path.join(self.dir, "www")
@@ -466,19 +476,28 @@ class Nginx:
         self.files[name] = (size, h.hexdigest())
         return h.hexdigest()
 
-    def url(self, name, port=80, query=None, ip=None):
-        u = "http://%s%s/f/%s" % (ip or self.ip, "" if port == 80 else ":%d" % port, name)
+    def _base(self, port, ip, family):
+        ip = ip or (self.bed.addr(self.host, family) if family else self.ip)
+        return "http://%s%s" % ("[%s]" % ip if ":" in ip else ip,
+                                "" if port == 80 else ":%d" % port)
+
+    def url(self, name, port=80, query=None, ip=None, family=None):
+        """The URL of a file; ip: another address to name (an IPv6 one is
+        bracketed), or family 4/6: the server's address of that family."""
+        u = "%s/f/%s" % (self._base(port, ip, family), name)
         return u + ("?" + query if query else "")
 
-    def upload_url(self, name, port=80):
-        return "http://%s%s/up/%s" % (self.ip, "" if port == 80 else ":%d" % port, name)
+    def upload_url(self, name, port=80, ip=None, family=None):
+        return "%s/up/%s" % (self._base(port, ip, family), name)
 
     def upload_path(self, name):
         return os.path.join(self.www, "up", name)
 
     def config(self):
         d = self.dir
-        listen = "\n".join("        listen %s:%d backlog=4096;" % (self.ip, p) for p in self.ports)
+        h = self.bed.host(self.host)
+        listen = "\n".join("        listen %s backlog=4096;" % hostport(ip, p)
+                           for p in self.ports for ip in (h.ip, h.ip6) if ip)
         return """# written by tests/integration/slotbed.py
 daemon off;
 master_process on;
@@ -672,8 +691,8 @@ class Slotd:
                 return False
             # [slotd] iptables: the tools slotd uses (legacy or nft)
             ipt = self.conf["slotd"].get("iptables", "iptables")
-            return self.sb.run_client(ipt, "-w", "-t", "mangle", "-S", "SLOT_HIJACK",
-                                      check=False).returncode == 0
+            return self.bed.run(self.host, ipt, "-w", "-t", "mangle", "-S", "SLOT_HIJACK",
+                                check=False).returncode == 0
         try:
             wait_for(ready, timeout, "slotd to be ready")
         except AssertionError as e:
@@ -901,12 +920,18 @@ class SlotBed:
     may change the topology (tests/testbed/topo.py format) before it is built.
     auth: "identity" (the default: a CA of the run, a key and certificate per
     daemon) or "shared" (the lab's one key_file, every daemon in [auth] mode
-    shared)."""
+    shared). family: every host's address family ("dual", the default,
+    "ipv4" or "ipv6"); families: {host: family} for some. lans: LANs behind
+    hosts (topology key "lans", docs/testbed.md), e.g. [{"name": "home",
+    "gateway": "client", "hosts": ["pc1", "pc2"], "masquerade": True}]."""
 
     def __init__(self, relays, direct_rtt=80, other_rtt=10, host_sysctls=None, relay_conf=None,
-                 extra_hosts=(), extra_pairs=(), spec_edit=None, auth="identity"):
+                 extra_hosts=(), extra_pairs=(), spec_edit=None, auth="identity",
+                 family=None, families=None, lans=None):
         self.relay_rtts = dict(relays)
         hosts = ["client"] + list(self.relay_rtts) + ["server"] + list(extra_hosts)
+        hosts = [{"name": h, "family": families[h]} if families and h in families else h
+                 for h in hosts]
         pairs = [{"a": "client", "b": "server", "rtt": direct_rtt}]
         for name, (crtt, srtt) in self.relay_rtts.items():
             pairs.append({"a": "client", "b": name, "rtt": crtt})
@@ -923,6 +948,10 @@ class SlotBed:
         sysctls.update(host_sysctls or {})
         self.spec = {"hosts": hosts, "pairs": pairs, "default": {"rtt": other_rtt},
                      "host_defaults": {"sysctls": sysctls}}
+        if family:
+            self.spec["host_defaults"]["family"] = family
+        if lans:
+            self.spec["lans"] = lans
         if spec_edit:
             spec_edit(self.spec)    # rates, loss, congestion control... (docs/testbed.md)
         self.relay_conf = relay_conf or {}
@@ -1011,6 +1040,17 @@ class SlotBed:
     def ip(self, host):
         return self.bed.ip(host)
 
+    def ip6(self, host):
+        return self.bed.ip6(host)
+
+    def bed_networks(self):
+        """The bed's networks (the relays' allow_destinations): the hosts'
+        10.A.0.0/16 and fd00:A::/32, and the LANs' if there are any."""
+        nets = ["10.%d.0.0/16" % self.bed.subnet, "fd00:%x::/32" % self.bed.subnet]
+        if self.bed.topo.lans:
+            nets += ["192.168.0.0/16", "fd01:%x::/32" % self.bed.subnet]
+        return ", ".join(nets)
+
     def relay(self, name):
         return self.relays[name]
 
@@ -1038,16 +1078,21 @@ class SlotBed:
     def run_client(self, *args, **kw):
         return self.bed.run("client", *args, **kw)
 
-    def curl(self, url, out=None, args=(), timeout=120, expect_sha=None):
-        """curl in the client host; out: where the body goes (default: a file
-        in the run directory). Returns a Result with the sha256 of the body,
-        the HTTP status and curl's local port."""
-        out = out or os.path.join(self.dir, "curl.out")
+    def _out(self, tool, host):
+        return os.path.join(self.dir, "%s.out" % tool if host == "client"
+                            else "%s-%s.out" % (tool, host))
+
+    def curl(self, url, out=None, args=(), timeout=120, expect_sha=None, host="client"):
+        """curl in the client host (or another: a LAN host, a gateway); out:
+        where the body goes (default: a file in the run directory). Returns a
+        Result with the sha256 of the body, the HTTP status and curl's local
+        port."""
+        out = out or self._out("curl", host)
         if os.path.exists(out):
             os.unlink(out)
-        r = self.run_client("curl", "-sS", "--max-time", str(timeout), "-o", out,
-                            "-w", "%{http_code} %{local_port} %{size_download}", *args, url,
-                            check=False, timeout=timeout + 10)
+        r = self.bed.run(host, "curl", "-sS", "--max-time", str(timeout), "-o", out,
+                         "-w", "%{http_code} %{local_port} %{size_download}", *args, url,
+                         check=False, timeout=timeout + 10)
         res = Result(r.returncode, r.stdout, r.stderr)
         parts = r.stdout.split()
         if len(parts) == 3:
@@ -1057,14 +1102,14 @@ class SlotBed:
             res.size = os.path.getsize(out)
         return res
 
-    def curl_popen(self, url, out, args=()):
+    def curl_popen(self, url, out, args=(), host="client"):
         """curl in the background (for transfers in flight); finish with
         finish_curl(p, out)."""
         if os.path.exists(out):
             os.unlink(out)
-        return self.bed.popen("client", ["curl", "-sS", "--max-time", "120", "-o", out,
-                                         "-w", "%{http_code} %{local_port} %{size_download}",
-                                         *args, url],
+        return self.bed.popen(host, ["curl", "-sS", "--max-time", "120", "-o", out,
+                                     "-w", "%{http_code} %{local_port} %{size_download}",
+                                     *args, url],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def finish_curl(self, p, out, timeout=120):
@@ -1082,23 +1127,23 @@ class SlotBed:
             res.size = os.path.getsize(out)
         return res
 
-    def wget(self, url, out=None, timeout=120):
-        out = out or os.path.join(self.dir, "wget.out")
+    def wget(self, url, out=None, timeout=120, host="client"):
+        out = out or self._out("wget", host)
         if os.path.exists(out):
             os.unlink(out)
-        r = self.run_client("wget", "-q", "-T", str(timeout), "-t", "1", "-O", out, url,
-                            check=False, timeout=timeout + 10)
+        r = self.bed.run(host, "wget", "-q", "-T", str(timeout), "-t", "1", "-O", out, url,
+                         check=False, timeout=timeout + 10)
         res = Result(r.returncode, r.stdout, r.stderr)
         if os.path.exists(out):
             res.sha = sha256_file(out)
             res.size = os.path.getsize(out)
         return res
 
-    def upload(self, path, url, timeout=120):
-        """curl -T path url (HTTP PUT)."""
-        r = self.run_client("curl", "-sS", "--max-time", str(timeout), "-o", "/dev/null",
-                            "-w", "%{http_code} %{local_port} %{size_upload}", "-T", path, url,
-                            check=False, timeout=timeout + 10)
+    def upload(self, path, url, timeout=120, host="client"):
+        """curl -T path url (HTTP PUT), from the client host or another."""
+        r = self.bed.run(host, "curl", "-sS", "--max-time", str(timeout), "-o", "/dev/null",
+                         "-w", "%{http_code} %{local_port} %{size_upload}", "-T", path, url,
+                         check=False, timeout=timeout + 10)
         res = Result(r.returncode, r.stdout, r.stderr)
         parts = r.stdout.split()
         if len(parts) == 3:

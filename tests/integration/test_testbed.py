@@ -9,12 +9,22 @@ One topology holds every host of the accuracy checks, so it is built once:
     c m x    a lossy path: c-x 80 ms, c-m 40 ms, m-x 40 ms, 1% loss each way on each,
              cubic, one segment per packet (gso false)
 
-Everything is measured from real traffic (ping, iperf3); the bounds are stated
-where they are asserted. The file takes about 30 s.
+Every host is dual-stack: the RTT and loss checks run over IPv6 as well.
+A second topology (lanbed) holds the address families and the LANs:
+
+    s        a server, dual-stack
+    g        a home gateway: LAN "home" (pc1, pc2) masqueraded behind it; g-s 60 ms
+    rg       an office gateway: LAN "office" (pc3) routed through it; rg-s 30 ms
+    v6 v4    an IPv6-only and an IPv4-only host; v6-s 20 ms
+
+Everything is measured from real traffic (ping, iperf3, TCP transfers); the
+bounds are stated where they are asserted. The file takes about 40 s.
 """
 
+import hashlib
 import math
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -76,6 +86,27 @@ def need_wanem():
 def bed():
     need_wanem()
     b = topo.Testbed(spec()).up()
+    yield b
+    b.down()
+
+
+LAN_RTT = {"g": 60, "rg": 30, "v6": 20}      # to s
+
+
+def lan_spec():
+    return {
+        "hosts": ["s", "g", "rg", {"name": "v6", "family": "ipv6"},
+                  {"name": "v4", "family": "ipv4"}],
+        "pairs": [{"a": h, "b": "s", "rtt": r} for h, r in LAN_RTT.items()],
+        "lans": [{"name": "home", "gateway": "g", "hosts": ["pc1", "pc2"], "masquerade": True},
+                 {"name": "office", "gateway": "rg", "hosts": ["pc3"], "masquerade": False}],
+    }
+
+
+@pytest.fixture(scope="module")
+def lanbed():
+    need_wanem()
+    b = topo.Testbed(lan_spec()).up()
     yield b
     b.down()
 
@@ -149,6 +180,31 @@ def test_matrix_file_and_pairs(tmp_path):
             topo.Topology.from_dict(bad)
 
 
+def test_family_and_lan_keys():
+    """Families and LANs: what the description says, and clear errors."""
+    t = topo.Topology.from_dict(lan_spec())
+    assert [h.family for h in t.hosts] == ["dual", "dual", "dual", "ipv6", "ipv4"]
+    assert [(l.name, l.gateway.name, [h.name for h in l.hosts], l.masquerade)
+            for l in t.lans] == [("home", "g", ["pc1", "pc2"], True),
+                                 ("office", "rg", ["pc3"], False)]
+    assert t.rtt("pc1", "s") == 60 and t.rtt("pc3", "s") == 30 and t.rtt("pc1", "g") == 0
+    t = topo.Topology.from_dict({"hosts": ["a"], "host_defaults": {"family": "ipv6"},
+                                 "lans": [{"gateway": "a", "hosts": ["p"]}]})
+    assert t.hosts[0].family == "ipv6" and t.lans[0].hosts[0].family == "ipv6"
+    for bad, msg in (
+            ({"hosts": [{"name": "a", "family": "v6"}]}, "family 'v6'"),
+            ({"hosts": ["a"], "lans": [{"gateway": "b", "hosts": ["p"]}]}, "gateway 'b'"),
+            ({"hosts": ["a"], "lans": [{"gateway": "a", "hosts": ["a"]}]}, "given twice"),
+            ({"hosts": ["a"], "lans": [{"gateway": "a", "hosts": []}]}, "hosts"),
+            ({"hosts": ["a"], "lans": [{"gateway": "a", "hosts": ["p"], "nat": 1}]},
+             "unknown key"),
+            ({"hosts": [{"name": "a", "family": "ipv4"}],
+              "lans": [{"gateway": "a", "hosts": [{"name": "p", "family": "ipv6"}]}]},
+             "gateway 'a' is ipv4")):
+        with pytest.raises(ValueError, match=msg):
+            topo.Topology.from_dict(bad)
+
+
 # ---------------------------------------------------------------- emulation accuracy
 
 def test_rtt_matrix(bed):
@@ -193,6 +249,32 @@ def test_loss(bed):
               % (what, lost, r.sent, 100 * lost / r.sent, 100 * q, lo, hi))
         assert r.sent == n
         assert lo <= lost <= hi, (what, lost, lo, hi)
+
+
+def test_rtt_and_loss_ipv6(bed):
+    """The same matrix over IPv6: every RTT pair within the tolerance of
+    test_rtt_matrix, and l1<->l3's 3% each way within the binomial bounds of
+    test_loss (2000 pings)."""
+    pairs = [(a, b) for i, a in enumerate(RTT_HOSTS) for b in RTT_HOSTS[i + 1:]]
+    n = 2000
+    res = parallel([lambda a=a, b=b: bed.ping(a, b, count=5, interval=0.2, family=6)
+                    for a, b in pairs] +
+                   [lambda: bed.ping("l1", "l3", count=n, interval=0.001, family=6)])
+    bad = []
+    for (a, b), r in zip(pairs, res):
+        want, tol = bed.rtt(a, b), max(1.0, 0.02 * bed.rtt(a, b))
+        line = "%s-%s v6: configured %g ms, min %s" % (a, b, want, r.min)
+        print(line)
+        if r.received == 0 or abs(r.min - want) > tol:
+            bad.append(line)
+    assert not bad, bad
+    r = res[-1]
+    q = 1 - (1 - LOSS_BOTH) ** 2
+    lost = r.sent - r.received
+    lo, hi = binomial_bounds(r.sent, q)
+    print("l1<->l3 v6: %d of %d lost, bounds %.0f..%.0f" % (lost, r.sent, lo, hi))
+    assert r.sent == n and lo <= lost <= hi, (lost, lo, hi)
+    assert bed.counters()["ipv6"] >= 2 * sum(x.received for x in res)
 
 
 def test_tbf_rate(bed):
@@ -263,6 +345,150 @@ def test_emulator_accounting(bed):
         c.get("holding", 0)
     assert c["received"] > 0 and c["dropped_loss"] > 0
     assert c["verdict_errors"] == 0 and c["dropped_overflow"] == 0
+    assert c["ipv6"] > 0 and c["non_ip"] == 0
+
+
+# ---------------------------------------------------------------- families and LANs
+
+def global_addrs(bed, host, family):
+    out = bed.run(host, "ip", "-%d" % family, "-o", "addr", "show", "scope", "global").stdout
+    return [l.split()[3].split("/")[0] for l in out.splitlines()]
+
+
+def test_families(lanbed):
+    """An IPv6-only host has no IPv4 address (and bed.ip says so), an
+    IPv4-only one no IPv6 address; the IPv6-only host reaches s over IPv6 with
+    the configured RTT."""
+    b = lanbed
+    assert global_addrs(b, "v6", 4) == [] and global_addrs(b, "v6", 6) == [b.ip6("v6")]
+    assert global_addrs(b, "v4", 6) == [] and global_addrs(b, "v4", 4) == [b.ip("v4")]
+    assert global_addrs(b, "s", 4) == [b.ip("s")] and global_addrs(b, "s", 6) == [b.ip6("s")]
+    with pytest.raises(ValueError, match="no IPv4 address"):
+        b.ip("v6")
+    with pytest.raises(ValueError, match="no IPv6 address"):
+        b.ip6("v4")
+    assert b.addr("v6") == b.ip6("v6") and b.addr("s") == b.ip("s")
+    r = b.ping("v6", "s", count=5, interval=0.1)
+    assert r.received > 0 and abs(r.min - 20) <= 1, r
+    r = b.run("v4", "ping", "-6", "-n", "-c", "1", "-W", "1", b.ip6("s"), check=False)
+    assert r.returncode != 0, r.stdout
+
+
+class PeerServer:
+    """A TCP server in a host on [::] (IPv4 too, mapped): for each connection
+    it reads to EOF, then answers "<peer address> <sha256 of what came>\n"
+    and the bytes back. The peer is what the server sees: behind a NAT, the
+    gateway's address."""
+
+    def __init__(self, bed, host, port=9000):
+        def listen():
+            s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("::", port))
+            s.listen(64)
+            return s
+        self.sock = bed.in_ns(host, listen)
+        self.port = port
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, peer = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c, peer[0]), daemon=True).start()
+
+    @staticmethod
+    def _serve(c, peer):
+        with c:
+            c.settimeout(30)
+            data = bytearray()
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    break
+                data += b
+            if peer.startswith("::ffff:"):
+                peer = peer[7:]
+            c.sendall(("%s %s\n" % (peer, hashlib.sha256(data).hexdigest())).encode() + data)
+
+    def close(self):
+        self.sock.close()
+
+
+def exchange(bed, host, dst, port, size=256 * 1024):
+    """Sends size random bytes from host to dst:port, reads the answer: (peer
+    the server saw, server's sha256 of the upload, sha256 sent, sha256 of
+    the bytes that came back)."""
+    data = os.urandom(size)
+    c = bed.in_ns(host, lambda: socket.create_connection((dst, port), timeout=30))
+    with c:
+        c.settimeout(60)
+        c.sendall(data)
+        c.shutdown(socket.SHUT_WR)
+        got = bytearray()
+        while True:
+            b = c.recv(65536)
+            if not b:
+                break
+            got += b
+    head, _, body = bytes(got).partition(b"\n")
+    peer, up_sha = head.decode().split()
+    return peer, up_sha, hashlib.sha256(data).hexdigest(), hashlib.sha256(body).hexdigest()
+
+
+def test_lan_masquerade_two_hosts_at_once(lanbed):
+    """pc1 and pc2 behind g's NAT, both at once, over IPv4 and IPv6 (four
+    transfers of 256 KiB each way): the server sees g's address every time,
+    and the bytes arrive whole both ways (sha256)."""
+    b = lanbed
+    srv = PeerServer(b, "s")
+    try:
+        jobs = [(h, fam) for h in ("pc1", "pc2") for fam in (4, 6)]
+        res = parallel([lambda h=h, fam=fam: exchange(b, h, b.addr("s", fam), srv.port)
+                        for h, fam in jobs])
+    finally:
+        srv.close()
+    for (h, fam), (peer, up_sha, sent, back) in zip(jobs, res):
+        print("%s v%d: server saw %s" % (h, fam, peer))
+        assert peer == b.addr("g", fam), (h, fam, peer)
+        assert up_sha == sent and back == sent, (h, fam)
+    assert b.ip("pc1") != b.ip("pc2") and b.ip("pc1").startswith("192.168.")
+
+
+def test_lan_delays_routed_and_masqueraded(lanbed):
+    """A routed LAN host (pc3 behind rg) keeps its own address at the server
+    and gets rg's delays, over both families; a masqueraded one (pc1) gets
+    g's; within a LAN and to its gateway there is no delay."""
+    b = lanbed
+    srv = PeerServer(b, "s", port=9001)
+    try:
+        res = parallel([lambda fam=fam: exchange(b, "pc3", b.addr("s", fam), srv.port)
+                        for fam in (4, 6)])
+    finally:
+        srv.close()
+    for fam, (peer, up_sha, sent, back) in zip((4, 6), res):
+        assert peer == b.addr("pc3", fam), (fam, peer)
+        assert up_sha == sent and back == sent
+    pings = parallel([lambda: b.ping("pc3", "s", count=5, interval=0.1, family=4),
+                      lambda: b.ping("pc3", "s", count=5, interval=0.1, family=6),
+                      lambda: b.ping("pc1", "s", count=5, interval=0.1, family=4),
+                      lambda: b.ping("pc1", "s", count=5, interval=0.1, family=6),
+                      lambda: b.ping("pc1", "pc2", count=3, interval=0.1),
+                      lambda: b.ping("pc1", "g", count=3, interval=0.1, family=6)])
+    want = [30, 30, 60, 60, 0, 0]
+    for r, w in zip(pings, want):
+        print(r, "want", w)
+        assert r.received > 0 and abs(r.min - w) <= max(1.0, 0.02 * w), (r, w)
+    assert b.rtt("pc3", "s") == 30 and b.rtt("pc1", "s") == 60
+    # the matrix gives rg's pairs to pc3's addresses; pc1's never reach the router
+    text = open(b.matrix_path).read()
+    rg = [l for l in text.splitlines() if l.startswith("host h3 ")]
+    assert rg and b.ip("pc3") in rg[0] and b.ip6("pc3") in rg[0], text
+    assert b.ip("pc1") not in text
 
 
 # ---------------------------------------------------------------- life cycle
@@ -294,16 +520,22 @@ def test_cli_detach_down_and_sweep(tmp_path):
     removes it; a topology whose owner is gone is swept by the next run."""
     need_wanem()
     f = tmp_path / "t.json"
-    f.write_text('{"hosts": ["a", "b"], "default": {"rtt": 4}}')
+    f.write_text('{"hosts": ["a", "b"], "default": {"rtt": 4}, '
+                 '"lans": [{"gateway": "a", "hosts": ["p"]}]}')
     cli = [sys.executable, os.path.join(topo.ROOT, "tests", "testbed", "topo.py")]
     r = subprocess.run(cli + ["up", str(f), "--detach"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     lines = [l.split() for l in r.stdout.splitlines()]
     tag = [l[1] for l in lines if l[0] == "tag"][0]
-    hosts = {l[1]: (l[2], l[3]) for l in lines if l[0] == "host"}     # name: (ns, ip)
+    hosts = {l[1]: (l[2], l[3]) for l in lines if l[0] in ("host", "lanhost")}  # name: (ns, ip)
+    assert [l[5:8] for l in lines if l[0] == "lanhost"] == [["lan=lan1", "gateway=a",
+                                                            "masquerade"]]
     try:
         assert topo.tags_present().get(tag) is True
         out = subprocess.run(["ip", "netns", "exec", hosts["a"][0], "ping", "-c", "2", "-i", "0.05",
+                              hosts["b"][1]], capture_output=True, text=True, timeout=20).stdout
+        assert "2 received" in out and "time=4." in out, out
+        out = subprocess.run(["ip", "netns", "exec", hosts["p"][0], "ping", "-c", "2", "-i", "0.05",
                               hosts["b"][1]], capture_output=True, text=True, timeout=20).stdout
         assert "2 received" in out and "time=4." in out, out
         # A dead owner: a leftover namespace with the tag of a finished process.
