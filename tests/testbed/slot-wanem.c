@@ -410,7 +410,8 @@ wm_config(struct wanem *w, struct nlmsghdr *nlh)
 static void
 wm_nl_open(struct wanem *w)
 {
-	char buf[8192];
+	/* Zeroed: the attributes' padding goes to the kernel as it is. */
+	char buf[8192] = { 0 };
 	struct nlmsghdr *nlh;
 	int one = 1, rcvbuf;
 	socklen_t len;
