@@ -1,6 +1,7 @@
 #!/bin/sh
 # Hand check of slot-wanem (root): hosts a and b through router r, the
-# emulator in r. Pings with 40 ms each way; then throughput with zero delay,
+# emulator in r. Pings with 40 ms each way, over IPv4 and IPv6 (both
+# addresses of a host in one "host" line of the matrix); then throughput with zero delay,
 # and ping RTT under that load; then 1 Gbit/s with 40 ms each way, and the
 # lateness of releases (late_us_*) and ping RTT under that load.
 #   tests/testbed/wanem_smoke.sh [build/slot-wanem] [seconds]
@@ -22,7 +23,10 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-for n in $A $R $B; do ip netns add "$n"; ip -n "$n" link set lo up; done
+for n in $A $R $B; do
+	ip netns add "$n"; ip -n "$n" link set lo up
+	ip netns exec "$n" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+done
 ip link add va netns "$A" type veth peer name ra netns "$R"
 ip link add vb netns "$B" type veth peer name rb netns "$R"
 ip -n "$A" addr add 10.77.1.2/24 dev va; ip -n "$A" link set va up
@@ -31,13 +35,19 @@ ip -n "$R" addr add 10.77.1.1/24 dev ra; ip -n "$R" link set ra up
 ip -n "$R" addr add 10.77.2.1/24 dev rb; ip -n "$R" link set rb up
 ip -n "$A" route add default via 10.77.1.1
 ip -n "$B" route add default via 10.77.2.1
-ip netns exec "$R" sysctl -qw net.ipv4.ip_forward=1
+ip -n "$A" addr add fd00:77:1::2/64 dev va nodad; ip -n "$R" addr add fd00:77:1::1/64 dev ra nodad
+ip -n "$B" addr add fd00:77:2::2/64 dev vb nodad; ip -n "$R" addr add fd00:77:2::1/64 dev rb nodad
+ip -n "$A" -6 route add default via fd00:77:1::1
+ip -n "$B" -6 route add default via fd00:77:2::1
+ip netns exec "$R" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
 # 1 Gbit/s x 80 ms = 10 MB in flight
 for n in $A $B; do
 	ip netns exec "$n" sysctl -qw net.ipv4.tcp_rmem="4096 131072 33554432" \
 	    net.ipv4.tcp_wmem="4096 16384 33554432"
 done
 ip netns exec "$R" iptables -t mangle -A FORWARD -j NFQUEUE --queue-num 7
+ip netns exec "$R" ip6tables -t mangle -A FORWARD -j NFQUEUE --queue-num 7
+sleep 1		# the veths' carrier: IPv6 holds packets until the links are up
 
 stats() {
 	ip netns exec "$R" python3 -c '
@@ -59,10 +69,13 @@ start() {
 	sleep 0.5
 }
 
-echo "== 40 ms each way"
-start "10.77.1.2 10.77.2.2 40
-10.77.2.2 10.77.1.2 40"
+echo "== 40 ms each way, IPv4 then IPv6"
+start "host a 10.77.1.2 fd00:77:1::2
+host b 10.77.2.2 fd00:77:2::2
+a b 40
+b a 40"
 ip netns exec "$A" ping -c 10 -i 0.2 -q 10.77.2.2 | tail -1
+ip netns exec "$A" ping -6 -c 10 -i 0.2 -q fd00:77:2::2 | tail -1
 stats
 
 echo "== zero delay, iperf3 ${SECS}s a -> b"
