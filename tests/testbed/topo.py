@@ -576,16 +576,13 @@ class Topology:
                 if h.name in names:
                     raise ValueError("%s: host %r given twice" % (where, h.name))
                 names.add(h.name)
-                h.family = _family(e.get("family", "dual"), "%s host %r" % (where, h.name))
-                # a LAN has the families of its gateway
-                if not lan.v4:
-                    h.family = "ipv6" if h.family != "ipv4" else None
-                if not lan.v6:
-                    h.family = "ipv4" if h.family != "ipv6" else None
-                if h.family is None:
-                    raise ValueError("%s: host %r: family %r, but the gateway %r is %s"
-                                     % (where, e.get("name"), e.get("family"), gw[0].name,
-                                        gw[0].family))
+                # a LAN has the families of its gateway; a host may narrow them
+                want = _family(e.get("family", "dual"), "%s host %r" % (where, h.name))
+                v4, v6 = lan.v4 and want != "ipv6", lan.v6 and want != "ipv4"
+                if not (v4 or v6):
+                    raise ValueError("%s: host %r: family %s, but the gateway %r is %s"
+                                     % (where, h.name, want, gw[0].name, gw[0].family))
+                h.family = "dual" if v4 and v6 else "ipv4" if v4 else "ipv6"
                 h.sysctls = dict(e.get("sysctls", {}))
                 h.lan = lan
                 lan.hosts.append(h)
@@ -936,18 +933,12 @@ class Testbed:
             run("ip", "-n", ns, "link", "set", "lo", "up")
             run("ip", "netns", "exec", ns, "sysctl", "-qw", *(nodad + list(sysctls)))
 
-        def addrs(h, ns, dev, peer_ns, peer_dev, v4_len=24):
-            # h's end and the peer's (its router or gateway) of the link
-            if h.ip:
-                run("ip", "-n", ns, "addr", "add", "%s/%d" % (h.ip, v4_len), "dev", dev)
-                if peer_dev:
-                    run("ip", "-n", peer_ns, "addr", "add", h.gw + "/24", "dev", peer_dev)
-            if h.ip6:
-                run("ip", "-n", ns, "addr", "add", h.ip6 + "/64", "dev", dev, "nodad")
-                if peer_dev:
-                    run("ip", "-n", peer_ns, "addr", "add", h.gw6 + "/64", "dev", peer_dev,
-                        "nodad")
-            if not h.spec.v6:
+        def addrs(ns, dev, ip, ip6):
+            if ip:
+                run("ip", "-n", ns, "addr", "add", ip + "/24", "dev", dev)
+            if ip6:
+                run("ip", "-n", ns, "addr", "add", ip6 + "/64", "dev", dev, "nodad")
+            else:
                 run("ip", "netns", "exec", ns, "sysctl", "-qw",
                     "net.ipv6.conf.%s.disable_ipv6=1" % dev)
 
@@ -964,7 +955,8 @@ class Testbed:
             new_ns(h.ns)
             run("ip", "link", "add", h.dev, "netns", h.ns, "type", "veth",
                 "peer", "name", h.rdev, "netns", r)
-            addrs(h, h.ns, h.dev, r, h.rdev)
+            addrs(h.ns, h.dev, h.ip, h.ip6)
+            addrs(r, h.rdev, h.gw, h.gw6)
             if not s.gso:
                 run("ip", "-n", h.ns, "link", "set", h.dev, "gso_max_segs", "1")
             run("ip", "-n", h.ns, "link", "set", h.dev, "up")
@@ -986,16 +978,15 @@ class Testbed:
                 "net.ipv6.conf.all.forwarding=1")
             run("ip", "-n", g.ns, "link", "add", br, "type", "bridge")
             net4, net6 = self.lan_subnets(lan)
-            bridge_end = Host(lan.gateway, g.ns, net4 and net4.replace(".0/24", ".1"), None,
-                              br, None, net6 and net6.replace("::/64", "::1"), None)
-            addrs(bridge_end, g.ns, br, None, None)
+            addrs(g.ns, br, net4 and net4.replace(".0/24", ".1"),
+                  net6 and net6.replace("::/64", "::1"))
             run("ip", "-n", g.ns, "link", "set", br, "up")
             for hs in lan.hosts:
                 h = self.lan_hosts[hs.name]
                 new_ns(h.ns)
                 run("ip", "link", "add", h.dev, "netns", h.ns, "type", "veth",
                     "peer", "name", h.rdev, "netns", g.ns)
-                addrs(h, h.ns, h.dev, None, None)
+                addrs(h.ns, h.dev, h.ip, h.ip6)
                 run("ip", "-n", g.ns, "link", "set", h.rdev, "master", br, "up")
                 run("ip", "-n", h.ns, "link", "set", h.dev, "up")
                 routes(h)
