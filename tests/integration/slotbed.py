@@ -923,7 +923,9 @@ class SlotBed:
     shared). family: every host's address family ("dual", the default,
     "ipv4" or "ipv6"); families: {host: family} for some. lans: LANs behind
     hosts (topology key "lans", docs/testbed.md), e.g. [{"name": "home",
-    "gateway": "client", "hosts": ["pc1", "pc2"], "masquerade": True}]."""
+    "gateway": "client", "hosts": ["pc1", "pc2"], "masquerade": True}]: the
+    LAN hosts have the client's RTTs to the relays and the server (behind a
+    NAT, as the client's address), for a Slotd(host="pc1") or curl(host=...)."""
 
     def __init__(self, relays, direct_rtt=80, other_rtt=10, host_sysctls=None, relay_conf=None,
                  extra_hosts=(), extra_pairs=(), spec_edit=None, auth="identity",

@@ -416,7 +416,14 @@ class PeerServer:
             c.sendall(("%s %s\n" % (peer, hashlib.sha256(data).hexdigest())).encode() + data)
 
     def close(self):
+        # shutdown wakes the accept() of the thread (close alone would not)
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
+        self.thread.join(5)
+        assert not self.thread.is_alive()
 
 
 def exchange(bed, host, dst, port, size=256 * 1024):
