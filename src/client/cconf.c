@@ -36,6 +36,9 @@ cconf_defaults(struct cconf *c)
 	c->max_clock_skew_ms = 30000;
 	snprintf(c->user, sizeof(c->user), "slot");
 	snprintf(c->iptables, sizeof(c->iptables), "iptables");
+	snprintf(c->nft, sizeof(c->nft), "nft");
+	c->backend = CCONF_BACKEND_AUTO;
+	c->mode = RULES_LOCAL;
 	c->rules_timeout_ms = 10000;
 	c->auth_mode = IDENT_MODE_IDENTITY;
 	snprintf(c->id_key, sizeof(c->id_key), IDENT_DEFAULT_KEY("slotd"));
@@ -217,12 +220,39 @@ mask_contiguous(uint32_t m)
 	return m != 0 && (low & (low + 1)) == 0;
 }
 
+/* "eth1, eth2" (commas or blanks): the LAN interfaces of gateway mode. */
+static int
+parse_ifaces(struct cconf *c, const char *value, char *err, size_t errlen)
+{
+	char buf[1024], *save = NULL;
+
+	if (strlen(value) >= sizeof(buf)) {
+		snprintf(err, errlen, "too long");
+		return -1;
+	}
+	snprintf(buf, sizeof(buf), "%s", value);
+	c->nlan = 0;
+	for (char *t = strtok_r(buf, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save)) {
+		if (!rules_ifname_ok(t)) {
+			snprintf(err, errlen, "'%s': expected interface names (1 to %d letters, "
+			    "digits or .-_@), separated by commas", t, RULES_IFNAME_MAX - 1);
+			return -1;
+		}
+		if (c->nlan == RULES_LAN_MAX) {
+			snprintf(err, errlen, "at most %d interfaces", RULES_LAN_MAX);
+			return -1;
+		}
+		snprintf(c->lan[c->nlan++], RULES_IFNAME_MAX, "%s", t);
+	}
+	return 0;
+}
+
 struct key_spec {
 	const char *section, *name;
 	enum {
 		K_STR, K_LEVEL, K_UINT, K_MS, K_US, K_DOUBLE, K_BIT, K_MASK,
 		K_STRATEGY, K_PORTS, K_CIDRS, K_RELAY, K_URLS, K_BOOL, K_EP_OPT,
-		K_AUTHMODE,
+		K_AUTHMODE, K_BACKEND, K_HMODE, K_IFACES,
 	} kind;
 	size_t off, size;	/* of the member; K_UINT stores 2, 4 or 8 bytes */
 	uint64_t min, max;	/* K_UINT, K_DOUBLE; K_MS and K_US in ms */
@@ -241,6 +271,7 @@ static const struct key_spec keys[] = {
 	{ "slotd", "max_clock_skew", K_MS, F(max_clock_skew_ms), 1000, HOUR_MS },
 	{ "slotd", "user", K_STR, F(user), 0, 0 },
 	{ "slotd", "iptables", K_STR, F(iptables), 0, 0 },
+	{ "slotd", "nft", K_STR, F(nft), 0, 0 },
 	{ "slotd", "rules_timeout", K_MS, F(rules_timeout_ms), 1000, 600000 },
 	{ "auth", "mode", K_AUTHMODE, F(auth_mode), 0, 0 },
 	{ "auth", "key", K_STR, F(id_key), 0, 0 },
@@ -249,6 +280,9 @@ static const struct key_spec keys[] = {
 	{ "hijack", "ports", K_PORTS, F(ports), 0, 0 },
 	{ "hijack", "include", K_CIDRS, F(include), 0, 0 },
 	{ "hijack", "exclude", K_CIDRS, F(exclude), 0, 0 },
+	{ "hijack", "backend", K_BACKEND, F(backend), 0, 0 },
+	{ "hijack", "mode", K_HMODE, F(mode), 0, 0 },
+	{ "hijack", "lan_interfaces", K_IFACES, F(lan), 0, 0 },
 	{ "select", "strategy", K_STRATEGY, F(sel.strategy), 0, 0 },
 	{ "select", "k", K_UINT, F(sel.k), 1, 100000 },
 	{ "select", "c_wait", K_DOUBLE, F(sel.c_wait), 1, 10 },
@@ -315,6 +349,33 @@ set_key(void *user, const char *section, const char *name, const char *value,
 	switch (k->kind) {
 	case K_STR:
 		rc = conf_string(value, dst, k->size, sub, sizeof(sub));
+		break;
+	case K_BACKEND:
+		if (strcmp(value, "auto") == 0)
+			*(int *)dst = CCONF_BACKEND_AUTO;
+		else if (strcmp(value, "nft") == 0)
+			*(int *)dst = RULES_NFT;
+		else if (strcmp(value, "iptables") == 0)
+			*(int *)dst = RULES_IPTABLES;
+		else {
+			snprintf(sub, sizeof(sub), "expected auto, nft or iptables");
+			rc = -1;
+		}
+		break;
+	case K_HMODE:
+		if (strcmp(value, "local") == 0)
+			*(unsigned *)dst = RULES_LOCAL;
+		else if (strcmp(value, "gateway") == 0)
+			*(unsigned *)dst = RULES_GATEWAY;
+		else if (strcmp(value, "both") == 0)
+			*(unsigned *)dst = RULES_LOCAL | RULES_GATEWAY;
+		else {
+			snprintf(sub, sizeof(sub), "expected local, gateway or both");
+			rc = -1;
+		}
+		break;
+	case K_IFACES:
+		rc = parse_ifaces(c, value, sub, sizeof(sub));
 		break;
 	case K_AUTHMODE:
 		if ((*(int *)dst = ident_mode_parse(value)) == -1) {
@@ -443,6 +504,16 @@ cconf_load(struct cconf *c, const char *path, char *err, size_t errlen)
 	    c->iptables[strcspn(c->iptables, " \t")] != '\0') {
 		snprintf(err, errlen, "%s: [slotd] user and iptables must be set (one word each)",
 		    path);
+		goto fail;
+	}
+	if (c->nft[0] == '\0' || c->nft[strcspn(c->nft, " \t")] != '\0') {
+		snprintf(err, errlen, "%s: [slotd] nft must be set (one word)", path);
+		goto fail;
+	}
+	if ((c->mode & RULES_GATEWAY) && c->nlan == 0) {
+		snprintf(err, errlen, "%s: [hijack] mode %s needs lan_interfaces (the interfaces "
+		    "the LAN's connections come in on)", path,
+		    c->mode & RULES_LOCAL ? "both" : "gateway");
 		goto fail;
 	}
 	if (c->auth_mode == IDENT_MODE_IDENTITY &&

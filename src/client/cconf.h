@@ -8,6 +8,7 @@
 #include "slot/conf.h"
 #include "slot/log.h"
 #include "slot/select.h"
+#include "rules.h"
 
 /* slotd's configuration: defaults, INI keys, validation (etc/slotd.conf is
  * the reference and shows every default). The key itself is loaded by the
@@ -20,6 +21,8 @@
  * CCONF_DIR_GROUP + g, so the two never share a group. */
 #define CCONF_GROUP_MAX 0x7fffffffu
 #define CCONF_DIR_GROUP 0x80000000u
+
+#define CCONF_BACKEND_AUTO (-1)
 
 struct cconf_relay {
 	struct endpoint control;	/* probe (UDP) and control (TCP) port */
@@ -48,6 +51,7 @@ struct cconf {
 	uint64_t max_clock_skew_ms;
 	char user[64];			/* runs as this user once set up; "root": stays */
 	char iptables[CCONF_PATH_MAX];	/* iptables, iptables-legacy, iptables-nft or a path */
+	char nft[CCONF_PATH_MAX];	/* the nft tool */
 	uint64_t rules_timeout_ms;	/* xtables lock wait of each run; killed 2 s later */
 	/* [auth] */
 	int auth_mode;			/* enum ident_mode */
@@ -59,6 +63,10 @@ struct cconf {
 	struct portset ports;		/* required: at least one port */
 	struct cidr_list include;	/* empty: every destination */
 	struct cidr_list exclude;
+	int backend;			/* CCONF_BACKEND_AUTO or enum rules_backend */
+	unsigned mode;			/* RULES_LOCAL | RULES_GATEWAY */
+	char lan[RULES_LAN_MAX][RULES_IFNAME_MAX];	/* gateway: LAN interfaces */
+	size_t nlan;
 
 	/* [select] */
 	struct sel_params sel;		/* strategy, k, c_wait, min_gain, repair_timeout */

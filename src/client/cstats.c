@@ -418,7 +418,7 @@ rules(struct slotd *d, bool json_out, struct ctl_out *o)
 	char err[600];
 	size_t n;
 
-	if (rules_list(AF_INET, &d->rules_exec, &v, &n, err, sizeof(err)) == -1) {
+	if (rules_list(AF_UNSPEC, &d->rules_exec, &v, &n, err, sizeof(err)) == -1) {
 		ctl_error(o, "cannot read the rules: %s", err);
 		return;
 	}

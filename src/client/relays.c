@@ -105,7 +105,6 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 	bool *taken = calloc(maxmark + 1, sizeof(*taken));
 	struct rules_relay *rr = calloc(n ? n : 1, sizeof(*rr));
 	struct portset *ports = NULL;
-	char *text = NULL;
 	int rc = -1;
 
 	if (set == NULL || reused == NULL || taken == NULL || rr == NULL) {
@@ -149,13 +148,16 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 		rr[i].data.port = conf->relays[i].data_port;
 	}
 	struct rules_conf rc_ = {
-		.family = AF_INET,
+		.family = AF_UNSPEC,	/* both */
 		.queue = conf->queue,
 		.bypass_mark = conf->bypass_mark,
 		.relay_mask = conf->relay_mask,
 		.ports = &conf->ports,
 		.include = &conf->include,
 		.exclude = &conf->exclude,
+		.mode = conf->mode,
+		.lan = conf->lan,
+		.nlan = conf->nlan,
 	};
 	if (d->rsync == NULL) {
 		/* Start-up: nothing is hijacked before these rules exist. */
@@ -165,24 +167,15 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 	} else {
 		/* Running: the restore goes off the loop, and the new relays
 		 * wait for it (relay_usable). */
-		if ((text = malloc(RULES_TEXT_MAX)) == NULL) {
-			snprintf(err, errlen, "out of memory");
-			goto out;
-		}
-		int len = rules_render(&rc_, rr, n, text, RULES_TEXT_MAX);
-		if (len < 0) {
+		struct rules_set rs;
+		if (rules_set_render(&rc_, rr, n, d->rules_exec.backend, &rs) == -1) {
 			snprintf(err, errlen, "cannot render rules: %s", strerror(errno));
 			goto out;
 		}
-		char *small = realloc(text, (size_t)len + 1);
-		if (small)
-			text = small;
-		if (rsync_submit(d->rsync, rc_.family, text, (size_t)len, d->rules_gen + 1) == -1) {
-			text = NULL;
+		if (rsync_submit(d->rsync, &rs, d->rules_gen + 1) == -1) {
 			snprintf(err, errlen, "rule generation out of order");
 			goto out;
 		}
-		text = NULL;
 	}
 	d->rules_gen++;
 
@@ -225,7 +218,6 @@ out:
 	free(taken);
 	free(rr);
 	free(ports);
-	free(text);
 	return rc;
 }
 

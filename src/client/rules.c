@@ -1,3 +1,4 @@
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -101,6 +102,45 @@ port_lists(const struct portset *ps, port_list **out)
 	return nl;
 }
 
+bool
+rules_ifname_ok(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n == 0 || n >= RULES_IFNAME_MAX)
+		return false;
+	for (const char *p = name; *p; p++)
+		if (!isalnum((unsigned char)*p) && strchr(".-_@", *p) == NULL)
+			return false;
+	return true;
+}
+
+static unsigned
+mode_of(const struct rules_conf *c)
+{
+	return c->mode ? c->mode : RULES_LOCAL;
+}
+
+/* What both renderers refuse: marks that overlap or name no relay, a mode
+ * outside the two, a gateway without (valid) LAN interfaces. */
+static int
+check_conf(const struct rules_conf *c, const struct rules_relay *r, size_t n)
+{
+	if (c->bypass_mark == 0 || (c->bypass_mark & c->relay_mask) != 0 ||
+	    (c->mode & ~(RULES_LOCAL | RULES_GATEWAY)) != 0)
+		return -1;
+	if ((c->mode & RULES_GATEWAY) && (c->nlan == 0 || c->nlan > RULES_LAN_MAX))
+		return -1;
+	for (size_t i = 0; (c->mode & RULES_GATEWAY) && i < c->nlan; i++)
+		if (!rules_ifname_ok(c->lan[i]))
+			return -1;
+	for (size_t i = 0; i < n; i++)
+		if ((c->family == AF_UNSPEC || r[i].data.addr.family == c->family) &&
+		    (r[i].mark == 0 || (r[i].mark & ~c->relay_mask) != 0))
+			return -1;
+	return 0;
+}
+
 int
 rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
     char *buf, size_t cap)
@@ -110,17 +150,11 @@ rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 	char cb[ADDR_STRLEN + 5], ab[ADDR_STRLEN];
 	size_t nl;
 
-	if ((c->family != AF_INET && c->family != AF_INET6) || c->bypass_mark == 0 ||
-	    (c->bypass_mark & c->relay_mask) != 0 || cap == 0) {
+	if ((c->family != AF_INET && c->family != AF_INET6) || check_conf(c, r, n) == -1 ||
+	    cap == 0) {
 		errno = EINVAL;
 		return -1;
 	}
-	for (size_t i = 0; i < n; i++)
-		if (r[i].data.addr.family == c->family &&
-		    (r[i].mark == 0 || (r[i].mark & ~c->relay_mask) != 0)) {
-			errno = EINVAL;
-			return -1;
-		}
 	if ((nl = port_lists(c->ports, &lists)) == (size_t)-1) {
 		errno = ENOMEM;
 		return -1;
@@ -155,6 +189,11 @@ rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 		}
 	}
 	free(lists);
+	if (c->mode & RULES_GATEWAY) {
+		put(&o, ":%s - [0:0]\n-F %s\n", RULES_GW, RULES_GW);
+		for (size_t i = 0; i < c->nlan; i++)
+			put(&o, "-A %s -i %s -j %s\n", RULES_GW, c->lan[i], RULES_HIJACK);
+	}
 	put(&o, "COMMIT\n*nat\n:%s - [0:0]\n-F %s\n", RULES_DNAT, RULES_DNAT);
 	for (size_t i = 0; i < n; i++) {
 		if (r[i].data.addr.family != c->family)
@@ -173,6 +212,211 @@ rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 	return (int)o.len;
 }
 
+/* The port set as nft set elements, "80, 443, 8000-8099", into o; nothing
+ * for every port. Returns whether the set has every port, -1 if none. */
+static int
+nft_ports(const struct portset *ps, struct out *o)
+{
+	unsigned p = 1, nr = 0;
+
+	if (ps == NULL)
+		return -1;
+	for (unsigned q = 1; q <= 65535 && nr == 0; q++)
+		if (!portset_has(ps, (uint16_t)q))
+			nr = 1;
+	if (nr == 0)
+		return 1;
+	nr = 0;
+	while (p <= 65535) {
+		if (!portset_has(ps, (uint16_t)p)) {
+			p++;
+			continue;
+		}
+		unsigned e = p;
+		while (e < 65535 && portset_has(ps, (uint16_t)(e + 1)))
+			e++;
+		if (e > p)
+			put(o, "%s%u-%u", nr ? ", " : "", p, e);
+		else
+			put(o, "%s%u", nr ? ", " : "", p);
+		nr++;
+		p = e + 1;
+	}
+	return nr ? 0 : -1;
+}
+
+static bool
+has_family(const struct cidr_list *l, int family)
+{
+	for (size_t i = 0; l && i < l->n; i++)
+		if (l->v[i].addr.family == family)
+			return true;
+	return false;
+}
+
+/* "ip daddr { a, b }" of l's entries of family, in o (at least one). */
+static void
+nft_daddrs(const struct cidr_list *l, int family, struct out *o)
+{
+	char cb[ADDR_STRLEN + 5];
+	size_t k = 0;
+
+	for (size_t i = 0; l && i < l->n; i++) {
+		if (l->v[i].addr.family != family)
+			continue;
+		put(o, "%s%s", k++ ? ", " : (family == AF_INET ? "ip daddr { " : "ip6 daddr { "),
+		    cidr_fmt(&l->v[i], cb));
+	}
+	put(o, " }");
+}
+
+static void
+nft_lan(const struct rules_conf *c, struct out *o)
+{
+	put(o, "iifname { ");
+	for (size_t i = 0; i < c->nlan; i++)
+		put(o, "%s\"%s\"", i ? ", " : "", c->lan[i]);
+	put(o, " }");
+}
+
+int
+rules_render_nft(const struct rules_conf *c, const struct rules_relay *r, size_t n,
+    char *buf, size_t cap)
+{
+	static const int fams[] = { AF_INET, AF_INET6 };
+	struct out o = { buf, cap, 0, 0 };
+	char ab[ADDR_STRLEN];
+	/* Every other port, "1, 3, 5...": 32768 elements of up to 7 bytes. */
+	struct out po = { NULL, 256 * 1024, 0, 0 };
+	unsigned mode = mode_of(c);
+	int all;
+
+	if (check_conf(c, r, n) == -1 || cap == 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	if ((po.buf = malloc(po.cap)) == NULL)
+		return -1;
+	po.buf[0] = '\0';
+	if ((all = nft_ports(c->ports, &po)) == -1 || po.overflow) {
+		free(po.buf);
+		errno = po.overflow ? ENOSPC : EINVAL;
+		return -1;
+	}
+	/* Created if absent, so that the delete cannot fail; then made anew:
+	 * one transaction, so the kernel goes from the old table to the new
+	 * one and packets never see a half or an absent one. */
+	put(&o, "table inet %s {}\ndelete table inet %s\ntable inet %s {\n",
+	    RULES_NFT_TABLE, RULES_NFT_TABLE, RULES_NFT_TABLE);
+	put(&o, "\tchain hijack {\n");
+	put(&o, "\t\tmeta mark & 0x%x == 0x%x counter return\n", c->bypass_mark, c->bypass_mark);
+	for (size_t f = 0; f < 2; f++) {
+		if (!has_family(c->exclude, fams[f]))
+			continue;
+		put(&o, "\t\t");
+		nft_daddrs(c->exclude, fams[f], &o);
+		put(&o, " counter return\n");
+	}
+	size_t ninc = c->include ? c->include->n : 0;
+	for (size_t f = 0; f < (ninc ? 2 : 1); f++) {
+		if (ninc && !has_family(c->include, fams[f]))
+			continue;
+		put(&o, "\t\t");
+		if (ninc) {
+			nft_daddrs(c->include, fams[f], &o);
+			put(&o, " ");
+		}
+		put(&o, "tcp flags & (fin | syn | rst | ack) == syn ");
+		if (!all)
+			put(&o, "tcp dport { %s } ", po.buf);
+		put(&o, "counter queue num %u bypass\n", c->queue);
+	}
+	free(po.buf);
+	put(&o, "\t}\n\tchain to_relay {\n");
+	for (size_t i = 0; i < n; i++) {
+		int v6 = r[i].data.addr.family == AF_INET6;
+		if (r[i].data.addr.family != AF_INET && !v6)
+			continue;
+		addr_fmt(&r[i].data.addr, ab);
+		put(&o, v6 ? "\t\tmeta nfproto ipv6 meta l4proto tcp meta mark & 0x%x == 0x%x "
+		    "counter dnat ip6 to [%s]:%u\n" : "\t\tmeta nfproto ipv4 meta l4proto tcp "
+		    "meta mark & 0x%x == 0x%x counter dnat ip to %s:%u\n", c->relay_mask,
+		    r[i].mark, ab, r[i].data.port);
+	}
+	put(&o, "\t}\n");
+	if (mode & RULES_LOCAL) {
+		put(&o, "\tchain out_queue {\n\t\ttype filter hook output priority mangle; "
+		    "policy accept;\n\t\tjump hijack\n\t}\n");
+		/* -100: iptables' nat OUTPUT (nft names dstnat for prerouting
+		 * only). */
+		put(&o, "\tchain out_nat {\n\t\ttype nat hook output priority -100; "
+		    "policy accept;\n\t\tjump to_relay\n\t}\n");
+	}
+	if (mode & RULES_GATEWAY) {
+		put(&o, "\tchain pre_queue {\n\t\ttype filter hook prerouting priority "
+		    "mangle; policy accept;\n\t\t");
+		nft_lan(c, &o);
+		put(&o, " jump hijack\n\t}\n");
+		put(&o, "\tchain pre_nat {\n\t\ttype nat hook prerouting priority "
+		    "dstnat; policy accept;\n\t\t");
+		nft_lan(c, &o);
+		put(&o, " jump to_relay\n\t}\n");
+	}
+	put(&o, "}\n");
+	if (o.overflow) {
+		errno = ENOSPC;
+		return -1;
+	}
+	return (int)o.len;
+}
+
+void
+rules_set_free(struct rules_set *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->job[i].text);
+	memset(s, 0, sizeof(*s));
+}
+
+int
+rules_set_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
+    enum rules_backend backend, struct rules_set *s)
+{
+	static const int fams[] = { AF_INET, AF_INET6 };
+	struct rules_conf one = *c;
+
+	memset(s, 0, sizeof(*s));
+	for (size_t f = 0; f < 2; f++) {
+		if (backend == RULES_IPTABLES && c->family != AF_UNSPEC && c->family != fams[f])
+			continue;
+		if (backend == RULES_NFT && f > 0)
+			break;
+		struct rules_job *j = &s->job[s->n];
+		int len;
+		if ((j->text = malloc(RULES_TEXT_MAX)) == NULL) {
+			rules_set_free(s);
+			errno = ENOMEM;
+			return -1;
+		}
+		s->n++;
+		one.family = fams[f];
+		j->family = backend == RULES_NFT ? AF_UNSPEC : fams[f];
+		len = backend == RULES_NFT ? rules_render_nft(c, r, n, j->text, RULES_TEXT_MAX) :
+		    rules_render(&one, r, n, j->text, RULES_TEXT_MAX);
+		if (len < 0) {
+			int e = errno;
+			rules_set_free(s);
+			errno = e;
+			return -1;
+		}
+		j->len = (size_t)len;
+		char *small = realloc(j->text, j->len + 1);
+		if (small)
+			j->text = small;
+	}
+	return 0;
+}
+
 /* The most of a tool's output rules_list reads: iptables-save of a nat
  * table with a hundred thousand rules fits. */
 #define CAPTURE_MAX (64u << 20)
@@ -180,18 +424,19 @@ rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 /* A tool that outlives its -w wait by this much is killed. */
 #define KILL_GRACE_MS 2000
 
-static const struct rules_exec default_exec = { "iptables", RULES_WAIT_DEFAULT };
+static const struct rules_exec default_exec = { .iptables = "iptables",
+    .wait_s = RULES_WAIT_DEFAULT };
 
 static const struct rules_exec *
 exec_or_default(const struct rules_exec *x)
 {
-	return x && x->iptables && x->iptables[0] ? x : &default_exec;
+	return x ? x : &default_exec;
 }
 
 int
 rules_tool(const struct rules_exec *x, int family, const char *suffix, char *buf, size_t len)
 {
-	const char *name = exec_or_default(x)->iptables;
+	const char *name = x && x->iptables && x->iptables[0] ? x->iptables : "iptables";
 	const char *base = strrchr(name, '/');
 	size_t dir = base ? (size_t)(base + 1 - name) : 0;
 	int n;
@@ -436,13 +681,26 @@ explain(const char *tool, int rc, const char *msg, char *err, size_t errlen)
 	}
 }
 
+/* A hook's jump to one of our chains, for the iptables backend. */
+struct hook_jump {
+	const char *table, *hook, *chain;
+	unsigned mode;			/* installed in this mode */
+};
+static const struct hook_jump hook_jumps[] = {
+	{ "mangle", "OUTPUT", RULES_HIJACK, RULES_LOCAL },
+	{ "nat", "OUTPUT", RULES_DNAT, RULES_LOCAL },
+	{ "mangle", "PREROUTING", RULES_GW, RULES_GATEWAY },
+	{ "nat", "PREROUTING", RULES_DNAT, RULES_GATEWAY },
+};
+#define NJUMPS (sizeof(hook_jumps) / sizeof(hook_jumps[0]))
+
 static int
-jump(const struct rules_exec *x, int family, const char *table, const char *chain,
-    const char *op, char *err, size_t errlen)
+jump(const struct rules_exec *x, int family, const struct hook_jump *j, const char *op,
+    char *err, size_t errlen)
 {
 	char ipt[RULES_TOOL_MAX], w[16];
-	char *argv[] = { ipt, "-w", w, "-t", (char *)table, (char *)op,
-	    "OUTPUT", "-j", (char *)chain, NULL, NULL, NULL };
+	char *argv[] = { ipt, "-w", w, "-t", (char *)j->table, (char *)op,
+	    (char *)j->hook, "-j", (char *)j->chain, NULL, NULL, NULL };
 
 	if (rules_tool(x, family, "", ipt, sizeof(ipt)) == -1) {
 		errbuf_set(err, errlen, "tool name too long");
@@ -452,7 +710,7 @@ jump(const struct rules_exec *x, int family, const char *table, const char *chai
 	if (strcmp(op, "-I") == 0) {	/* first, so earlier ACCEPTs cannot skip it */
 		argv[7] = "1";
 		argv[8] = "-j";
-		argv[9] = (char *)chain;
+		argv[9] = (char *)j->chain;
 	}
 	return run(x, argv, NULL, err, errlen);
 }
@@ -477,10 +735,66 @@ rules_is_legacy(const struct rules_exec *x, char *err, size_t errlen)
 	return strstr(msg, "(legacy)") != NULL;
 }
 
+static const char *
+nft_tool(const struct rules_exec *x)
+{
+	return x->nft && x->nft[0] ? x->nft : "nft";
+}
+
+void
+rules_host_probe(const struct rules_exec *x, struct rules_host *h)
+{
+	char nft[RULES_TOOL_MAX], msg[256];
+	char *list[] = { nft, "list", "tables", NULL };
+	char *check[] = { nft, "-c", "-f", "-", NULL };
+	/* -c: the kernel checks the batch and commits nothing. */
+	static const char probe[] = "table inet slot_probe {\n\tchain c {\n"
+	    "\t\ttcp dport 9 queue num 9 bypass\n\t}\n}\n";
+
+	x = exec_or_default(x);
+	snprintf(nft, sizeof(nft), "%s", nft_tool(x));
+	h->nft_works = run(x, list, NULL, msg, sizeof(msg)) == 0;
+	h->nft_queue = h->nft_works && run(x, check, probe, msg, sizeof(msg)) == 0;
+	h->iptables = rules_is_legacy(x, msg, sizeof(msg));
+}
+
+enum rules_backend
+rules_backend_auto(const struct rules_host *h, char *why, size_t len)
+{
+	if (!h->nft_works) {
+		errbuf_set(why, len, "nft is missing or does not work%s",
+		    h->iptables == -1 ? " (and so is iptables)" : "");
+		return RULES_IPTABLES;
+	}
+	if (!h->nft_queue) {
+		errbuf_set(why, len, "the kernel has no nft queue (CONFIG_NFT_QUEUE); iptables "
+		    "reaches NFQUEUE through xtables");
+		return RULES_IPTABLES;
+	}
+	if (h->iptables == 1) {
+		errbuf_set(why, len, "iptables is the legacy variant: the firewall is xtables");
+		return RULES_IPTABLES;
+	}
+	errbuf_set(why, len, h->iptables == 0 ? "nft works and iptables is its nf_tables "
+	    "variant" : "nft works and iptables is absent");
+	return RULES_NFT;
+}
+
 int
 rules_restore_argv(const struct rules_exec *x, int family, struct rules_argv *a)
 {
 	x = exec_or_default(x);
+	if (x->backend == RULES_NFT) {
+		/* nft has no lock: its run is bounded by the same deadline. */
+		if ((size_t)snprintf(a->tool, sizeof(a->tool), "%s", nft_tool(x)) >= sizeof(a->tool))
+			return -1;
+		a->wait[0] = '\0';
+		a->argv[0] = a->tool;
+		a->argv[1] = "-f";
+		a->argv[2] = "-";
+		a->argv[3] = NULL;
+		return 0;
+	}
 	if (rules_tool(x, family, "-restore", a->tool, sizeof(a->tool)) == -1)
 		return -1;
 	snprintf(a->wait, sizeof(a->wait), "%u", x->wait_s);
@@ -492,79 +806,111 @@ rules_restore_argv(const struct rules_exec *x, int family, struct rules_argv *a)
 	return 0;
 }
 
-int
-rules_apply(const struct rules_conf *c, const struct rules_relay *r, size_t n,
-    const struct rules_exec *x, char *err, size_t errlen)
+/* Runs one job of a set, synchronously. */
+static int
+run_job(const struct rules_exec *x, const struct rules_job *j, char *err, size_t errlen)
 {
-	size_t cap = RULES_TEXT_MAX;
-	char *text = malloc(cap);
 	struct rules_argv a;
 	char msg[512];
-	int len, rc;
+	int rc;
 
-	x = exec_or_default(x);
-	if (text == NULL) {
-		errbuf_set(err, errlen, "out of memory");
-		return -1;
-	}
-	if ((len = rules_render(c, r, n, text, cap)) < 0) {
-		errbuf_set(err, errlen, "cannot render rules: %s", strerror(errno));
-		free(text);
-		return -1;
-	}
-	if (rules_restore_argv(x, c->family, &a) == -1) {
+	if (rules_restore_argv(x, j->family, &a) == -1) {
 		errbuf_set(err, errlen, "tool name too long");
-		free(text);
 		return -1;
 	}
-	rc = run(x, a.argv, text, msg, sizeof(msg));
-	free(text);
-	if (rc != 0) {
+	if ((rc = run(x, a.argv, j->text, msg, sizeof(msg))) != 0) {
 		explain(a.tool, rc, msg, err, errlen);
 		return -1;
-	}
-	static const char *const jumps[][2] = { { "mangle", RULES_HIJACK }, { "nat", RULES_DNAT } };
-	for (size_t i = 0; i < 2; i++) {
-		if (jump(x, c->family, jumps[i][0], jumps[i][1], "-C", msg, sizeof(msg)) == 0)
-			continue;
-		if ((rc = jump(x, c->family, jumps[i][0], jumps[i][1], "-I", msg, sizeof(msg))) != 0) {
-			char why[600];
-			explain("iptables", rc, msg, why, sizeof(why));
-			errbuf_set(err, errlen, "adding the jump to %s in %s OUTPUT: %s",
-			    jumps[i][1], jumps[i][0], why);
-			return -1;
-		}
 	}
 	return 0;
 }
 
 int
-rules_remove(int family, const struct rules_exec *x, char *err, size_t errlen)
+rules_apply(const struct rules_conf *c, const struct rules_relay *r, size_t n,
+    const struct rules_exec *x, char *err, size_t errlen)
 {
-	static const char *const jumps[][2] = { { "mangle", RULES_HIJACK }, { "nat", RULES_DNAT } };
-	char msg[512], ipt[RULES_TOOL_MAX], w[16];
-	int fail = 0, rc;
+	struct rules_set set;
+	char msg[512];
+	int rc;
 
 	x = exec_or_default(x);
+	if (rules_set_render(c, r, n, x->backend, &set) == -1) {
+		errbuf_set(err, errlen, "cannot render rules: %s", strerror(errno));
+		return -1;
+	}
+	for (size_t i = 0; i < set.n; i++)
+		if (run_job(x, &set.job[i], err, errlen) == -1) {
+			rules_set_free(&set);
+			return -1;
+		}
+	for (size_t i = 0; x->backend == RULES_IPTABLES && i < set.n; i++) {
+		int fam = set.job[i].family;
+		for (size_t k = 0; k < NJUMPS; k++) {
+			const struct hook_jump *j = &hook_jumps[k];
+			if ((j->mode & mode_of(c)) == 0 ||
+			    jump(x, fam, j, "-C", msg, sizeof(msg)) == 0)
+				continue;
+			if ((rc = jump(x, fam, j, "-I", msg, sizeof(msg))) != 0) {
+				char why[600];
+				explain(fam == AF_INET6 ? "ip6tables" : "iptables", rc, msg, why,
+				    sizeof(why));
+				errbuf_set(err, errlen, "adding the jump to %s in %s %s: %s",
+				    j->chain, j->table, j->hook, why);
+				rules_set_free(&set);
+				return -1;
+			}
+		}
+	}
+	rules_set_free(&set);
+	return 0;
+}
+
+/* The table removed in one transaction; absent is fine. */
+static int
+remove_nft(const struct rules_exec *x, char *err, size_t errlen)
+{
+	char text[128];
+	struct rules_job j = { AF_UNSPEC, text, 0 };
+
+	j.len = (size_t)snprintf(text, sizeof(text), "table inet %s {}\ndelete table inet %s\n",
+	    RULES_NFT_TABLE, RULES_NFT_TABLE);
+	return run_job(x, &j, err, errlen);
+}
+
+static int
+remove_family(int family, const struct rules_exec *x, char *err, size_t errlen)
+{
+	/* SLOT_GW refers to SLOT_HIJACK: it goes first. */
+	static const char *const chains[][2] = { { "mangle", RULES_GW },
+	    { "mangle", RULES_HIJACK }, { "nat", RULES_DNAT } };
+	char msg[512], ipt[RULES_TOOL_MAX], w[16];
+	int fail = 0, rc = 0;
+
 	if (rules_tool(x, family, "", ipt, sizeof(ipt)) == -1) {
 		errbuf_set(err, errlen, "tool name too long");
 		return -1;
 	}
 	snprintf(w, sizeof(w), "%u", x->wait_s);
-	for (size_t i = 0; i < 2; i++) {
-		const char *t = jumps[i][0], *ch = jumps[i][1];
+	/* Every jump whatever the mode: a run in another mode may have left
+	 * its own. */
+	for (size_t i = 0; i < NJUMPS; i++) {
+		const struct hook_jump *j = &hook_jumps[i];
 		/* A crash between two inserts could leave the jump twice. */
-		for (int k = 0; k < 16 && (rc = jump(x, family, t, ch, "-C", msg, sizeof(msg))) == 0;
+		for (int k = 0; k < 16 && (rc = jump(x, family, j, "-C", msg, sizeof(msg))) == 0;
 		    k++)
-			if ((rc = jump(x, family, t, ch, "-D", msg, sizeof(msg))) != 0)
+			if ((rc = jump(x, family, j, "-D", msg, sizeof(msg))) != 0)
 				break;
 		/* Held lock or deadline: every other run would wait as long. */
 		if (rc == RULES_KILLED || rules_lock_busy(rc, msg)) {
 			char why[600];
 			explain(ipt, rc, msg, why, sizeof(why));
-			errbuf_set(err, errlen, "removing the jump to %s from %s: %s", ch, t, why);
+			errbuf_set(err, errlen, "removing the jump to %s from %s %s: %s", j->chain,
+			    j->table, j->hook, why);
 			return -1;
 		}
+	}
+	for (size_t i = 0; i < sizeof(chains) / sizeof(chains[0]); i++) {
+		const char *t = chains[i][0], *ch = chains[i][1];
 		char *flush[] = { ipt, "-w", w, "-t", (char *)t, "-F", (char *)ch, NULL };
 		char *del[] = { ipt, "-w", w, "-t", (char *)t, "-X", (char *)ch, NULL };
 		rc = run(x, flush, NULL, msg, sizeof(msg));
@@ -580,6 +926,24 @@ rules_remove(int family, const struct rules_exec *x, char *err, size_t errlen)
 			fail = 1;
 		}
 	}
+	return fail ? -1 : 0;
+}
+
+int
+rules_remove(int family, const struct rules_exec *x, char *err, size_t errlen)
+{
+	int fail = 0;
+	char e6[512];
+
+	x = exec_or_default(x);
+	if (x->backend == RULES_NFT)
+		return remove_nft(x, err, errlen);
+	if (family != AF_INET6 && remove_family(AF_INET, x, err, errlen) == -1)
+		fail = 1;
+	/* Both tried, the first failure reported. */
+	if (family != AF_INET && remove_family(AF_INET6, x, fail ? e6 : err,
+	    fail ? sizeof(e6) : errlen) == -1)
+		fail = 1;
 	return fail ? -1 : 0;
 }
 
@@ -619,9 +983,10 @@ rules_parse_saved(const char *table, const char *text, struct rules_entry **v, s
 		char *text_rule = rule ? strndup(rule, len - (size_t)(rule - line)) : NULL;
 		if (text_rule == NULL)
 			return -1;
+		bool hook = strcmp(chain, "OUTPUT") == 0 || strcmp(chain, "PREROUTING") == 0;
 		if (strcmp(chain, RULES_HIJACK) != 0 && strcmp(chain, RULES_DNAT) != 0 &&
-		    !(strcmp(chain, "OUTPUT") == 0 && (jumps_to(text_rule, RULES_HIJACK) ||
-		    jumps_to(text_rule, RULES_DNAT)))) {
+		    strcmp(chain, RULES_GW) != 0 && !(hook && (jumps_to(text_rule, RULES_HIJACK) ||
+		    jumps_to(text_rule, RULES_DNAT) || jumps_to(text_rule, RULES_GW)))) {
 			free(text_rule);
 			continue;
 		}
@@ -651,39 +1016,148 @@ rules_list_free(struct rules_entry *v, size_t n)
 }
 
 int
+rules_parse_nft(const char *text, struct rules_entry **v, size_t *n)
+{
+	char chain[32] = "";
+	const char *line = text, *end;
+
+	for (; line && *line; line = *end ? end + 1 : end) {
+		end = strchr(line, '\n');
+		if (end == NULL)
+			end = line + strlen(line);
+		while (line < end && (*line == ' ' || *line == '\t'))
+			line++;
+		size_t len = (size_t)(end - line);
+		if (len == 0 || strncmp(line, "table ", 6) == 0 || strncmp(line, "type ", 5) == 0 ||
+		    strncmp(line, "policy ", 7) == 0)
+			continue;
+		if (strncmp(line, "chain ", 6) == 0) {
+			if (sscanf(line + 6, "%31s", chain) != 1)
+				chain[0] = '\0';
+			continue;
+		}
+		if (*line == '}') {
+			chain[0] = '\0';
+			continue;
+		}
+		if (chain[0] == '\0')
+			continue;
+		char *rule = strndup(line, len);
+		if (rule == NULL)
+			return -1;
+		unsigned long long pk = 0, by = 0;
+		/* "... counter packets 3 bytes 180 queue ...": the counter goes to
+		 * its columns, the rest is the rule. */
+		char *ctr = strstr(rule, "counter packets ");
+		int off = 0;
+		if (ctr && sscanf(ctr, "counter packets %llu bytes %llu%n", &pk, &by, &off) == 2 &&
+		    off > 0) {
+			const char *rest = ctr + off;
+			while (*rest == ' ')
+				rest++;
+			memmove(ctr, rest, strlen(rest) + 1);
+			size_t rl = strlen(rule);
+			while (rl > 0 && rule[rl - 1] == ' ')
+				rule[--rl] = '\0';
+		}
+		struct rules_entry *nv = realloc(*v, (*n + 1) * sizeof(**v));
+		if (nv == NULL) {
+			free(rule);
+			return -1;
+		}
+		*v = nv;
+		struct rules_entry *e = &nv[(*n)++];
+		memset(e, 0, sizeof(*e));
+		snprintf(e->table, sizeof(e->table), "inet %s", RULES_NFT_TABLE);
+		snprintf(e->chain, sizeof(e->chain), "%s", chain);
+		e->packets = pk;
+		e->bytes = by;
+		e->rule = rule;
+	}
+	return 0;
+}
+
+/* The output of argv into *text (malloc'ed), or -1 with err. */
+static int
+capture(const struct rules_exec *x, char *const argv[], char **text, char *err, size_t errlen)
+{
+	char msg[512];
+	int rc = run_capture(argv, NULL, (int64_t)x->wait_s * 1000 + KILL_GRACE_MS, msg,
+	    sizeof(msg), text);
+
+	if (rc != 0) {
+		free(*text);
+		*text = NULL;
+		errbuf_set(err, errlen, "%s %s failed (%d): %s", argv[0], argv[1], rc, msg);
+		return rc;
+	}
+	if (*text == NULL) {
+		errbuf_set(err, errlen, "%s: output too large or out of memory", argv[0]);
+		return -1;
+	}
+	return 0;
+}
+
+static int
+list_nft(const struct rules_exec *x, struct rules_entry **out, size_t *n, char *err,
+    size_t errlen)
+{
+	char nft[RULES_TOOL_MAX], msg[512];
+	char *argv[] = { nft, "list", "table", "inet", RULES_NFT_TABLE, NULL };
+	char *text = NULL;
+
+	snprintf(nft, sizeof(nft), "%s", nft_tool(x));
+	if (capture(x, argv, &text, msg, sizeof(msg)) != 0) {
+		/* No table: nothing of ours is installed. */
+		if (strstr(msg, "No such file or directory"))
+			return 0;
+		errbuf_set(err, errlen, "%s", msg);
+		return -1;
+	}
+	int rc = rules_parse_nft(text, out, n);
+	free(text);
+	if (rc == -1)
+		errbuf_set(err, errlen, "out of memory");
+	return rc;
+}
+
+int
 rules_list(int family, const struct rules_exec *x, struct rules_entry **out, size_t *n,
     char *err, size_t errlen)
 {
 	static const char *const tables[] = { "mangle", "nat" };
-	char msg[512], save[RULES_TOOL_MAX];
+	static const int fams[] = { AF_INET, AF_INET6 };
+	char save[RULES_TOOL_MAX];
 
 	*out = NULL;
 	*n = 0;
 	x = exec_or_default(x);
-	if (rules_tool(x, family, "-save", save, sizeof(save)) == -1) {
-		errbuf_set(err, errlen, "tool name too long");
-		return -1;
+	if (x->backend == RULES_NFT) {
+		if (list_nft(x, out, n, err, errlen) == 0)
+			return 0;
+		goto fail;
 	}
-	for (size_t i = 0; i < 2; i++) {
-		char *argv[] = { save, "-c", "-t", (char *)tables[i], NULL };
-		char *text = NULL;
-		int rc = run_capture(argv, NULL, (int64_t)x->wait_s * 1000 + KILL_GRACE_MS, msg,
-		    sizeof(msg), &text);
-		if (rc != 0) {
-			errbuf_set(err, errlen, "%s -t %s failed (%d): %s", argv[0], tables[i],
-			    rc, msg);
+	for (size_t f = 0; f < 2; f++) {
+		if (family != AF_UNSPEC && family != fams[f])
+			continue;
+		if (rules_tool(x, fams[f], "-save", save, sizeof(save)) == -1) {
+			errbuf_set(err, errlen, "tool name too long");
 			goto fail;
 		}
-		if (text == NULL) {
-			errbuf_set(err, errlen, "%s -t %s: output too large or out of memory",
-			    argv[0], tables[i]);
-			goto fail;
-		}
-		rc = rules_parse_saved(tables[i], text, out, n);
-		free(text);
-		if (rc == -1) {
-			errbuf_set(err, errlen, "out of memory");
-			goto fail;
+		for (size_t i = 0; i < 2; i++) {
+			char *argv[] = { save, "-c", "-t", (char *)tables[i], NULL };
+			char *text = NULL, name[16];
+			if (capture(x, argv, &text, err, errlen) != 0)
+				goto fail;
+			/* IPv4's keep their old names: "mangle", "nat". */
+			snprintf(name, sizeof(name), "%s%s", fams[f] == AF_INET6 ? "ip6 " : "",
+			    tables[i]);
+			int rc = rules_parse_saved(name, text, out, n);
+			free(text);
+			if (rc == -1) {
+				errbuf_set(err, errlen, "out of memory");
+				goto fail;
+			}
 		}
 	}
 	return 0;

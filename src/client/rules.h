@@ -7,27 +7,55 @@
 
 #include "slot/addr.h"
 
-/* slotd's packet-filter rules, and only those (DESIGN.md, step 1 and 6):
+/* slotd's packet-filter rules, and only those (DESIGN.md, step 1 and 6),
+ * through one of two backends.
+ * iptables (and ip6tables for IPv6):
  * - mangle chain SLOT_HIJACK, jumped to from OUTPUT: queues the selected
  *   SYNs to NFQUEUE with --queue-bypass, so that traffic flows directly
  *   while slotd is down; slotd's own sockets carry the bypass mark;
  * - nat chain SLOT_DNAT, jumped to from OUTPUT: a connection whose SYN got a
- *   relay's mark in the verdict goes to that relay's data port.
- * Both chains are replaced atomically (iptables-restore --noflush, one
- * COMMIT per table); the jumps are added once. Nothing else is touched. */
+ *   relay's mark in the verdict goes to that relay's data port;
+ * - gateway mode: mangle chain SLOT_GW, jumped to from PREROUTING, sends the
+ *   SYNs that come in on a LAN interface to SLOT_HIJACK, and nat PREROUTING
+ *   jumps to SLOT_DNAT.
+ * The chains are replaced atomically (iptables-restore --noflush, one
+ * COMMIT per table); the jumps are added once. Nothing else is touched.
+ * nft: the table inet RULES_NFT_TABLE, both families, the same rules in
+ * chains of its own hooked at output and prerouting (mangle priority for
+ * the queue, dstnat for the DNAT), replaced whole in one nft -f
+ * transaction; nothing outside the table is touched. */
 
 #define RULES_HIJACK "SLOT_HIJACK"
 #define RULES_DNAT "SLOT_DNAT"
+#define RULES_GW "SLOT_GW"
+#define RULES_NFT_TABLE "slot"
+
+enum rules_backend { RULES_IPTABLES, RULES_NFT };
+
+/* Which connections: the host's own, or those forwarded from the LAN
+ * interfaces (a gateway), or both. 0 counts as local. */
+#define RULES_LOCAL 1u
+#define RULES_GATEWAY 2u
+
+#define RULES_IFNAME_MAX 16		/* IFNAMSIZ */
+#define RULES_LAN_MAX 32
 
 struct rules_conf {
-	int family;			/* AF_INET or AF_INET6 */
+	int family;			/* AF_INET, AF_INET6, or AF_UNSPEC: both */
 	uint16_t queue;			/* NFQUEUE number */
 	uint32_t bypass_mark;		/* one bit: slotd's own sockets */
 	uint32_t relay_mask;		/* the mark bits that name a relay */
 	const struct portset *ports;	/* hijacked destination ports */
 	const struct cidr_list *include;	/* hijacked destinations; empty: all */
 	const struct cidr_list *exclude;	/* never hijacked */
+	unsigned mode;			/* RULES_LOCAL | RULES_GATEWAY; 0: local */
+	const char (*lan)[RULES_IFNAME_MAX];	/* gateway: the LAN interfaces */
+	size_t nlan;
 };
+
+/* Whether name may be a LAN interface of the rules: 1 to 15 characters of
+ * letters, digits and ".-_@" (what the tools quote safely). */
+bool rules_ifname_ok(const char *name);
 
 struct rules_relay {
 	uint32_t mark;			/* non-zero, within relay_mask */
@@ -42,6 +70,8 @@ struct rules_relay {
 struct rules_exec {
 	const char *iptables;
 	unsigned wait_s;
+	enum rules_backend backend;	/* RULES_IPTABLES unless set */
+	const char *nft;		/* the nft tool; NULL: "nft" */
 };
 
 #define RULES_WAIT_DEFAULT 10
@@ -63,13 +93,56 @@ int rules_tool(const struct rules_exec *x, int family, const char *suffix, char 
 int rules_is_legacy(const struct rules_exec *x, char *err, size_t errlen);
 
 /* The command line of the restore that installs a rendered text (read on
- * its stdin): argv points into a. Returns 0, or -1 (name too long). */
+ * its stdin) of family (AF_UNSPEC: nft's inet table): iptables-restore
+ * --noflush, ip6tables-restore --noflush or nft -f -, by x's backend. argv
+ * points into a. Returns 0, or -1 (name too long). */
 struct rules_argv {
 	char tool[RULES_TOOL_MAX];
 	char wait[16];
 	char *argv[5];
 };
 int rules_restore_argv(const struct rules_exec *x, int family, struct rules_argv *a);
+
+/* What a rule set is made of for a backend: one text per tool run, run in
+ * order (iptables: IPv4, then IPv6; nft: one for both families). Every
+ * text replaces all of what it covers, so running them again is harmless. */
+struct rules_job {
+	int family;			/* AF_INET, AF_INET6; AF_UNSPEC: nft */
+	char *text;			/* malloc'ed */
+	size_t len;
+};
+struct rules_set {
+	struct rules_job job[2];
+	size_t n;
+};
+
+/* Renders c (c->family, or both for AF_UNSPEC) for backend into s.
+ * Returns 0, or -1 with errno (EINVAL: c inconsistent; ENOSPC; ENOMEM). */
+int rules_set_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
+    enum rules_backend backend, struct rules_set *s);
+void rules_set_free(struct rules_set *s);
+
+/* Renders the nft -f input that creates (or empties) and refills the table
+ * inet RULES_NFT_TABLE, in one transaction, for both families whatever
+ * c->family. Returns its length, or -1 (errno ENOSPC or EINVAL). */
+int rules_render_nft(const struct rules_conf *c, const struct rules_relay *r, size_t n,
+    char *buf, size_t cap);
+
+/* The backend choice of [hijack] backend = auto, from what the host runs:
+ * nft if nft works, the kernel has nft's queue statement, and iptables is
+ * absent or its nf_tables variant; iptables otherwise (nft missing, a
+ * kernel without CONFIG_NFT_QUEUE, or iptables-legacy as the host's
+ * firewall). The reason goes into why. */
+struct rules_host {
+	bool nft_works;			/* nft list tables ran */
+	bool nft_queue;			/* the kernel takes "queue" rules (nft -c) */
+	int iptables;			/* 1 legacy, 0 nf_tables, -1 absent or broken */
+};
+enum rules_backend rules_backend_auto(const struct rules_host *h, char *why, size_t len);
+
+/* Looks at the host for rules_backend_auto: runs nft list tables, nft -c
+ * of a queue rule (nothing is installed) and iptables -V with x's tools. */
+void rules_host_probe(const struct rules_exec *x, struct rules_host *h);
 
 /* A sealed-in-memory file (memfd, close-on-exec) holding text, at offset 0:
  * a tool's stdin that never blocks the writer. Returns it, or -1 (errno). */
@@ -91,31 +164,35 @@ int rules_lock_holder(const char *lockfile, char *buf, size_t len);
 int rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
     char *buf, size_t cap);
 
-/* Replaces both chains with the rendered rules, then adds each OUTPUT jump
- * unless present. Idempotent. Runs the tools and waits for them (each
+/* Replaces the chains (or nft's table) with the rendered rules, for
+ * c->family or both (AF_UNSPEC), then adds each jump of c->mode unless
+ * present (iptables; nft's table holds its own hooks). Idempotent. Runs the tools and waits for them (each
  * bounded by x's deadline): for start-up, before anything is hijacked; the
  * running daemon goes through rulesync.h. Returns 0, or -1 with the tool's
  * message in err (naming the lock's holder when the lock stopped it). */
 int rules_apply(const struct rules_conf *c, const struct rules_relay *r, size_t n,
     const struct rules_exec *x, char *err, size_t errlen);
 
-/* Removes the jumps and both chains of family (absent ones are fine), for
+/* Removes the jumps and the chains of family (AF_UNSPEC: both), or nft's
+ * table, by x's backend (absent ones are fine), for
  * SIGTERM and for a start that fails after installing its own (a start
  * after a crash replaces the leftovers with rules_apply instead). Returns 0,
  * or -1 with err. */
 int rules_remove(int family, const struct rules_exec *x, char *err, size_t errlen);
 
 /* One installed rule of ours, as iptables-save -c shows it: a rule of
- * SLOT_HIJACK or SLOT_DNAT, or a jump to one of them from OUTPUT. */
+ * SLOT_HIJACK, SLOT_GW or SLOT_DNAT, or a jump to one of them from OUTPUT
+ * or PREROUTING; or a rule of nft's table (nft -a list, with its counter). */
 struct rules_entry {
-	char table[8];			/* mangle, nat */
+	char table[16];			/* mangle, nat, mangle6, nat6; inet slot */
 	char chain[32];
 	unsigned long long packets, bytes;
 	char *rule;			/* "-A CHAIN ...", without the counters */
 };
 
-/* What the kernel holds of our rules for family (iptables-save -c of the
- * mangle and nat tables, filtered), in the tool's order. *out is malloc'ed
+/* What the kernel holds of our rules for family (AF_UNSPEC: both; the
+ * iptables-save -c of the mangle and nat tables, filtered; or nft's table),
+ * in the tool's order. *out is malloc'ed
  * (free with rules_list_free). Runs the tool and waits for it. Returns 0,
  * or -1 with the reason in err. */
 int rules_list(int family, const struct rules_exec *x, struct rules_entry **out, size_t *n,
@@ -125,5 +202,9 @@ void rules_list_free(struct rules_entry *v, size_t n);
 /* The pure part: appends our rules of one table's iptables-save -c text to
  * *v (n entries, realloc'ed). Returns 0, or -1 out of memory. */
 int rules_parse_saved(const char *table, const char *text, struct rules_entry **v, size_t *n);
+
+/* The same for nft list table inet RULES_NFT_TABLE output: one entry per
+ * rule, table "inet slot", its chain, the counter's packets and bytes. */
+int rules_parse_nft(const char *text, struct rules_entry **v, size_t *n);
 
 #endif

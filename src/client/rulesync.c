@@ -20,9 +20,8 @@ extern char **environ;
 #define MSG_MAX 512
 
 struct set {
-	char *text;
-	size_t len;
-	int family;
+	struct rules_set rs;		/* rs.n == 0: none */
+	size_t job;			/* the one running or next */
 	uint64_t gen;
 };
 
@@ -31,9 +30,11 @@ struct rulesync {
 	rsync_done_fn *done;
 	void *user;
 	char iptables[RULES_TOOL_MAX];
+	char nft[RULES_TOOL_MAX];
 	struct rules_exec x;
+	char tool[RULES_TOOL_MAX];	/* the running one, for the log */
 
-	struct set next;		/* waiting (text NULL: none) */
+	struct set next;		/* waiting (rs.n 0: none) */
 	struct set cur;			/* running, or failed and due for a retry */
 	pid_t pid;			/* the running restore; 0: none */
 	int err_fd;			/* its stdout and stderr */
@@ -54,7 +55,7 @@ static void start(struct rulesync *s);
 static void
 set_clear(struct set *x)
 {
-	free(x->text);
+	rules_set_free(&x->rs);
 	memset(x, 0, sizeof(*x));
 }
 
@@ -124,6 +125,16 @@ finish(struct rulesync *s, int status)
 	s->st.running = false;
 	flatten(s->msg);
 
+	/* The set's next tool (ip6tables-restore after iptables-restore), or
+	 * a newer set that covers every tool of this one. */
+	if (!s->killed && rc == 0 && s->cur.job + 1 < s->cur.rs.n) {
+		if (s->next.rs.n)
+			s->st.superseded++;
+		else
+			s->cur.job++;
+		start(s);
+		return;
+	}
 	if (!s->killed && rc == 0) {
 		s->st.ok++;
 		s->st.installed = s->cur.gen;
@@ -131,14 +142,14 @@ finish(struct rulesync *s, int status)
 		uint64_t gen = s->cur.gen;
 		set_clear(&s->cur);
 		log_debug("rules: generation %llu installed", (unsigned long long)gen);
-		if (s->next.text)
+		if (s->next.rs.n)
 			start(s);
 		s->done(s->user, gen);	/* last: it may submit again */
 		return;
 	}
 	s->st.failed++;
 	/* A newer set is due anyway: it goes now, and supersedes this one. */
-	bool newer = s->next.text != NULL;
+	bool newer = s->next.rs.n != 0;
 	char retry[48];
 	if (newer)
 		snprintf(retry, sizeof(retry), "trying the newer set now");
@@ -148,7 +159,7 @@ finish(struct rulesync *s, int status)
 	if (s->killed) {
 		s->st.killed++;
 		log_warnx("rules: %s did not finish within %u s and was killed: %s; rules not "
-		    "updated, %s", s->x.iptables, s->x.wait_s + KILL_GRACE_MS / 1000, s->msg, retry);
+		    "updated, %s", s->tool, s->x.wait_s + KILL_GRACE_MS / 1000, s->msg, retry);
 	} else if (rules_lock_busy(rc, s->msg)) {
 		s->st.lock_busy++;
 		if (rules_lock_holder(NULL, who, sizeof(who)) > 0)
@@ -158,13 +169,14 @@ finish(struct rulesync *s, int status)
 			log_warnx("rules: xtables lock held by another program for over %u s, rules "
 			    "not updated, %s", s->x.wait_s, retry);
 	} else {
-		log_warnx("rules: %s-restore failed (%d): %s; rules not updated, %s",
-		    s->x.iptables, rc, s->msg[0] ? s->msg : "no message", retry);
+		log_warnx("rules: %s failed (%d): %s; rules not updated, %s",
+		    s->tool, rc, s->msg[0] ? s->msg : "no message", retry);
 	}
 	if (newer) {
 		set_clear(&s->cur);
 		start(s);
 	} else {
+		s->cur.job = 0;		/* every text is whole: the retry runs all */
 		schedule_retry(s);	/* cur stays, for the retry */
 	}
 }
@@ -204,8 +216,9 @@ retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		start(s);
 }
 
-/* Starts the newest set: next if there is one, else cur again (a retry).
- * A failure to start counts as a failed run. */
+/* Starts the newest set: next if there is one (also between two tools of
+ * cur: the newer set covers them all), else cur's job (its next tool, or a
+ * retry). A failure to start counts as a failed run. */
 static void
 start(struct rulesync *s)
 {
@@ -217,22 +230,25 @@ start(struct rulesync *s)
 	pid_t pid;
 
 	ev_timer_stop(s->loop, &s->retry);
-	if (s->next.text) {
+	if (s->next.rs.n) {
 		set_clear(&s->cur);
 		s->cur = s->next;
 		memset(&s->next, 0, sizeof(s->next));
 	}
-	if (s->cur.text == NULL)
+	if (s->cur.rs.n == 0)
 		return;
-	s->st.runs++;
+	const struct rules_job *j = &s->cur.rs.job[s->cur.job];
+	if (s->cur.job == 0)
+		s->st.runs++;
 	s->killed = false;
 	s->msglen = 0;
 	s->msg[0] = '\0';
-	if (rules_restore_argv(&s->x, s->cur.family, &a) == -1) {
+	if (rules_restore_argv(&s->x, j->family, &a) == -1) {
 		snprintf(s->msg, sizeof(s->msg), "tool name too long");
 		goto fail;
 	}
-	if ((in = rules_input_fd(s->cur.text, s->cur.len)) == -1 || pipe2(p, O_CLOEXEC) == -1) {
+	snprintf(s->tool, sizeof(s->tool), "%s", a.tool);
+	if ((in = rules_input_fd(j->text, j->len)) == -1 || pipe2(p, O_CLOEXEC) == -1) {
 		snprintf(s->msg, sizeof(s->msg), "cannot start %s: %s", a.tool, strerror(errno));
 		goto fail;
 	}
@@ -285,6 +301,7 @@ fail:
 	s->st.failed++;
 	log_warnx("rules: %s; rules not updated, retrying in %llu s", s->msg,
 	    (unsigned long long)(s->retry_ms + 999) / 1000);
+	s->cur.job = 0;
 	schedule_retry(s);
 }
 
@@ -301,7 +318,8 @@ rsync_new(struct ev_loop *loop, rsync_done_fn *done, void *user)
 	s->err_fd = -1;
 	s->retry_ms = RETRY_MIN_MS;
 	snprintf(s->iptables, sizeof(s->iptables), "iptables");
-	s->x = (struct rules_exec){ s->iptables, RULES_WAIT_DEFAULT };
+	snprintf(s->nft, sizeof(s->nft), "nft");
+	s->x = (struct rules_exec){ s->iptables, RULES_WAIT_DEFAULT, RULES_IPTABLES, s->nft };
 	ev_child_init(&s->child, child_cb, 0, 0);
 	ev_io_init(&s->err_io, err_cb, -1, EV_READ);
 	ev_timer_init(&s->deadline, deadline_cb, 0, 0);
@@ -313,10 +331,15 @@ rsync_new(struct ev_loop *loop, rsync_done_fn *done, void *user)
 int
 rsync_set_exec(struct rulesync *s, const struct rules_exec *x)
 {
-	if (x->iptables == NULL || strlen(x->iptables) >= sizeof(s->iptables) || x->wait_s == 0)
+	const char *nft = x->nft && x->nft[0] ? x->nft : "nft";
+
+	if (x->iptables == NULL || strlen(x->iptables) >= sizeof(s->iptables) ||
+	    strlen(nft) >= sizeof(s->nft) || x->wait_s == 0)
 		return -1;
 	snprintf(s->iptables, sizeof(s->iptables), "%s", x->iptables);
+	snprintf(s->nft, sizeof(s->nft), "%s", nft);
 	s->x.wait_s = x->wait_s;
+	s->x.backend = x->backend;
 	return 0;
 }
 
@@ -330,22 +353,23 @@ rsync_mark_installed(struct rulesync *s, uint64_t gen)
 }
 
 int
-rsync_submit(struct rulesync *s, int family, char *text, size_t len, uint64_t gen)
+rsync_submit(struct rulesync *s, struct rules_set *rs, uint64_t gen)
 {
-	if (gen <= s->st.wanted) {
-		free(text);
+	if (gen <= s->st.wanted || rs->n == 0) {
+		rules_set_free(rs);
 		return -1;
 	}
 	s->st.wanted = gen;
-	if (s->next.text)
+	if (s->next.rs.n)
 		s->st.superseded++;
 	set_clear(&s->next);
-	s->next = (struct set){ text, len, family, gen };
+	s->next = (struct set){ *rs, 0, gen };
+	memset(rs, 0, sizeof(*rs));
 	/* A running restore finishes first (killing it halfway could leave one
 	 * table new and the other old); a failed one waiting for its retry is
 	 * superseded now. */
 	if (s->pid == 0) {
-		if (s->cur.text)
+		if (s->cur.rs.n)
 			s->st.superseded++;
 		s->retry_ms = RETRY_MIN_MS;
 		start(s);

@@ -10,9 +10,11 @@
 #include "rules.h"
 
 /* The running slotd's rule sets reach the kernel off the event loop: each
- * set is handed to iptables-restore as a child process that the loop
- * watches (ev_child, a pipe for its messages, a deadline), so SYNs keep
- * being decided while another program holds the xtables lock.
+ * text of a set (rules.h, struct rules_set) is handed to its tool
+ * (iptables-restore, then ip6tables-restore; or one nft -f) as a child
+ * process that the loop watches (ev_child, a pipe for its messages, a
+ * deadline), so SYNs keep being decided while another program holds the
+ * xtables lock. A set is in once all its texts are.
  *
  * Sets are numbered by generation. Only the newest set matters: one that
  * arrives while a restore runs waits for it and replaces any set still
@@ -42,16 +44,17 @@ struct rsync_stats {
 /* loop must be the default loop (ev_child). Returns NULL out of memory. */
 struct rulesync *rsync_new(struct ev_loop *loop, rsync_done_fn *done, void *user);
 
-/* The tools and their wait, for restores started from now on (copied). */
+/* The backend, its tools and their wait, for restores started from now on
+ * (copied). */
 int rsync_set_exec(struct rulesync *s, const struct rules_exec *x);
 
 /* gen went in synchronously (at start-up, rules_apply): nothing to run. */
 void rsync_mark_installed(struct rulesync *s, uint64_t gen);
 
-/* Takes text (malloc'ed, len bytes; owned by s from here, also on
- * failure) as the set of generation gen for family. gen must be above every
- * earlier one. Returns 0, or -1 if gen is not new (text freed). */
-int rsync_submit(struct rulesync *s, int family, char *text, size_t len, uint64_t gen);
+/* Takes the texts of rs (owned by s from here, also on failure; *rs is
+ * left empty) as the set of generation gen. gen must be above every earlier
+ * one. Returns 0, or -1 if gen is not new or rs is empty (rs freed). */
+int rsync_submit(struct rulesync *s, struct rules_set *rs, uint64_t gen);
 
 uint64_t rsync_installed(const struct rulesync *s);
 void rsync_get_stats(const struct rulesync *s, struct rsync_stats *out);

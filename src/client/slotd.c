@@ -87,6 +87,53 @@ wait_s(const struct cconf *c)
 	return (unsigned)((c->rules_timeout_ms + 999) / 1000);
 }
 
+static struct rules_exec
+exec_of(const struct cconf *c, enum rules_backend backend)
+{
+	return (struct rules_exec){ c->iptables, wait_s(c), backend, c->nft };
+}
+
+/* [hijack] backend: the one configured, if its tool runs, or auto's choice
+ * (rules.h, rules_backend_auto). Says which and why in the log. */
+static enum rules_backend
+choose_backend(const struct cconf *c, char *err, size_t errlen)
+{
+	struct rules_exec x = exec_of(c, RULES_IPTABLES);
+	struct rules_host h;
+	char why[160];
+
+	rules_host_probe(&x, &h);
+	if (c->backend == RULES_NFT && !h.nft_works) {
+		errbuf_set(err, errlen, "[hijack] backend = nft: '%s list tables' does not run "
+		    "(install nftables, or set [slotd] nft to its path)", c->nft);
+		return (enum rules_backend)-1;
+	}
+	if (c->backend == RULES_NFT && !h.nft_queue) {
+		errbuf_set(err, errlen, "[hijack] backend = nft: this kernel takes no nft "
+		    "\"queue\" rule (it lacks CONFIG_NFT_QUEUE); set backend = iptables (or "
+		    "auto), which reaches NFQUEUE through xtables");
+		return (enum rules_backend)-1;
+	}
+	if (c->backend == RULES_IPTABLES && h.iptables == -1) {
+		errbuf_set(err, errlen, "[hijack] backend = iptables: '%s -V' does not run "
+		    "(install iptables, or set [slotd] iptables to its path)", c->iptables);
+		return (enum rules_backend)-1;
+	}
+	if (c->backend != CCONF_BACKEND_AUTO) {
+		log_info("rules: %s backend, as configured", c->backend == RULES_NFT ? "nft" :
+		    "iptables");
+		return (enum rules_backend)c->backend;
+	}
+	enum rules_backend b = rules_backend_auto(&h, why, sizeof(why));
+	if (b == RULES_IPTABLES && h.iptables == -1) {
+		errbuf_set(err, errlen, "[hijack] backend = auto: neither '%s list tables' nor "
+		    "'%s -V' runs (install nftables or iptables)", c->nft, c->iptables);
+		return (enum rules_backend)-1;
+	}
+	log_info("rules: %s backend (auto: %s)", b == RULES_NFT ? "nft" : "iptables", why);
+	return b;
+}
+
 static void
 queue_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
@@ -156,12 +203,23 @@ reload(struct slotd *d)
 		    d->conf.bypass_mark);
 		nc.bypass_mark = d->conf.bypass_mark;
 	}
+	if (nc.backend != d->conf.backend || nc.mode != d->conf.mode) {
+		log_warnx("reload: [hijack] backend and mode change only on restart; keeping "
+		    "the running ones");
+		nc.backend = d->conf.backend;
+		nc.mode = d->conf.mode;
+		if ((nc.mode & RULES_GATEWAY) && nc.nlan == 0) {
+			memcpy(nc.lan, d->conf.lan, sizeof(nc.lan));
+			nc.nlan = d->conf.nlan;
+		}
+	}
 	if (strcmp(nc.user, d->conf.user) != 0) {
 		log_warnx("reload: user needs a restart; keeping %s", d->conf.user);
 		memcpy(nc.user, d->conf.user, sizeof(nc.user));
 	}
 	dirsync_reload_conf(d, &nc);
-	(void)rsync_set_exec(d->rsync, &(struct rules_exec){ nc.iptables, wait_s(&nc) });
+	(void)rsync_set_exec(d->rsync, &(struct rules_exec){ nc.iptables, wait_s(&nc),
+	    d->rules_exec.backend, nc.nft });
 	/* The directory's relays stay in the set; their rules follow off the
 	 * loop (rulesync.h). */
 	if (dirsync_apply(d, &nc, err, sizeof(err)) == -1) {
@@ -182,7 +240,7 @@ reload(struct slotd *d)
 	}
 	cconf_free(&d->conf);
 	d->conf = nc;
-	d->rules_exec = (struct rules_exec){ d->conf.iptables, wait_s(&d->conf) };
+	d->rules_exec = exec_of(&d->conf, d->rules_exec.backend);
 	auth_key_wipe(&d->key);
 	d->key = nk;
 	if (d->auth_mode == IDENT_MODE_IDENTITY) {
@@ -311,6 +369,7 @@ main(int argc, char **argv)
 	const char *level_arg = NULL;
 	enum slog_level level;
 	int check_only = 0, ch, ctl_fd, metrics_fd = -1, legacy;
+	enum rules_backend backend;
 	char err[512], err2[512], mb[EP_STRLEN];
 	uid_t uid;
 	gid_t gid;
@@ -351,7 +410,7 @@ main(int argc, char **argv)
 	d->probe_fd[0] = d->probe_fd[1] = -1;
 	if (cconf_load(&d->conf, path, err, sizeof(err)) == -1)
 		fatalx("%s", err);
-	d->rules_exec = (struct rules_exec){ d->conf.iptables, wait_s(&d->conf) };
+	d->rules_exec = exec_of(&d->conf, RULES_IPTABLES);
 	if (level_arg)
 		d->conf.log_level = level;
 	log_set_level(d->conf.log_level);
@@ -377,9 +436,14 @@ main(int argc, char **argv)
 		    "[slotd] user with CAP_NET_ADMIN alone once set up");
 	if (caps_lookup(d->conf.user, &uid, &gid, err, sizeof(err)) == -1)
 		fatalx("%s", err);
+	if ((backend = choose_backend(&d->conf, err, sizeof(err))) == (enum rules_backend)-1)
+		fatalx("%s", err);
+	d->rules_exec = exec_of(&d->conf, backend);
 	/* iptables-legacy opens a raw socket (CAP_NET_RAW) and the xtables
-	 * lock file; iptables-nft needs CAP_NET_ADMIN alone. */
-	if ((legacy = rules_is_legacy(&d->rules_exec, err, sizeof(err))) == -1)
+	 * lock file; iptables-nft and nft need CAP_NET_ADMIN alone. */
+	if (backend == RULES_NFT)
+		legacy = 0;
+	else if ((legacy = rules_is_legacy(&d->rules_exec, err, sizeof(err))) == -1)
 		fatalx("[slotd] iptables = %s: %s", d->conf.iptables, err);
 
 	signal(SIGPIPE, SIG_IGN);
@@ -448,13 +512,13 @@ main(int argc, char **argv)
 	if (notify_init(&notify, err, sizeof(err)) == -1)
 		log_warnx("%s; not telling the service manager", err);
 	if (drop_privileges(d, uid, gid, legacy, err, sizeof(err)) == -1) {
-		(void)rules_remove(AF_INET, &d->rules_exec, err2, sizeof(err2));
+		(void)rules_remove(AF_UNSPEC, &d->rules_exec, err2, sizeof(err2));
 		(void)unlink(d->conf.control_socket);
 		fatalx("%s", err);
 	}
 	/* After the capabilities are dropped: the thread inherits the rest. */
 	if (dirsync_start(d, err, sizeof(err)) == -1) {
-		(void)rules_remove(AF_INET, &d->rules_exec, err, sizeof(err));
+		(void)rules_remove(AF_UNSPEC, &d->rules_exec, err, sizeof(err));
 		(void)unlink(d->conf.control_socket);
 		fatalx("%s", err);
 	}
@@ -493,7 +557,7 @@ main(int argc, char **argv)
 	 * still running is stopped: the removal supersedes it. */
 	rsync_free(d->rsync);
 	d->rsync = NULL;
-	if (rules_remove(AF_INET, &d->rules_exec, err, sizeof(err)) == -1)
+	if (rules_remove(AF_UNSPEC, &d->rules_exec, err, sizeof(err)) == -1)
 		log_warnx("removing the rules: %s", err);
 	rank_stop(d);
 	dirsync_stop(d);

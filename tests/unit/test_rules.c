@@ -20,7 +20,8 @@ static struct rules_conf
 conf(int family, const char *portspec, const char *incspec, const char *excspec)
 {
 	char err[128];
-	struct rules_conf c = { family, 7, 0x1000000, 0xffff, &ports, &inc, &exc };
+	struct rules_conf c = { .family = family, .queue = 7, .bypass_mark = 0x1000000,
+	    .relay_mask = 0xffff, .ports = &ports, .include = &inc, .exclude = &exc };
 
 	cidr_list_free(&inc);
 	cidr_list_free(&exc);
