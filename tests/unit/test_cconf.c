@@ -160,8 +160,55 @@ test_example_is_defaults(void **state)
 	assert_int_equal(c.dir_retry_ms, d.dir_retry_ms);
 	assert_int_equal(c.dir_timeout_ms, d.dir_timeout_ms);
 	assert_string_equal(c.dir_cache_file, d.dir_cache_file);
+	assert_string_equal(c.nft, d.nft);
+	assert_int_equal(c.backend, CCONF_BACKEND_AUTO);
+	assert_int_equal(d.backend, CCONF_BACKEND_AUTO);
+	assert_int_equal(c.mode, RULES_LOCAL);
+	assert_int_equal(d.mode, RULES_LOCAL);
+	assert_int_equal(c.nlan, 0);
 	cconf_free(&c);
 	cconf_free(&d);
+}
+
+/* [hijack] backend, mode and lan_interfaces. */
+static void
+test_hijack_backend_and_mode(void **state)
+{
+	struct cconf c;
+	char err[256];
+	(void)state;
+
+	assert_int_equal(load(&c, "[hijack]\nports = 443\nbackend = nft\nmode = both\n"
+	    "lan_interfaces = eth1, br-lan.10 wlan0\n[slotd]\nnft = /usr/sbin/nft\n", err,
+	    sizeof(err)), 0);
+	assert_int_equal(c.backend, RULES_NFT);
+	assert_int_equal(c.mode, RULES_LOCAL | RULES_GATEWAY);
+	assert_int_equal(c.nlan, 3);
+	assert_string_equal(c.lan[0], "eth1");
+	assert_string_equal(c.lan[1], "br-lan.10");
+	assert_string_equal(c.lan[2], "wlan0");
+	assert_string_equal(c.nft, "/usr/sbin/nft");
+	cconf_free(&c);
+	assert_int_equal(load(&c, "[hijack]\nports = 443\nbackend = iptables\nmode = gateway\n"
+	    "lan_interfaces = lan0\n", err, sizeof(err)), 0);
+	assert_int_equal(c.backend, RULES_IPTABLES);
+	assert_int_equal(c.mode, RULES_GATEWAY);
+	assert_int_equal(c.nlan, 1);
+	cconf_free(&c);
+
+	bad("[hijack]\nports = 443\nbackend = pf\n",
+	    ":3: [hijack] backend = pf: expected auto, nft or iptables");
+	bad("[hijack]\nports = 443\nmode = router\n",
+	    ":3: [hijack] mode = router: expected local, gateway or both");
+	bad("[hijack]\nports = 443\nlan_interfaces = eth0, \"x\"\n",
+	    ":3: [hijack] lan_interfaces = eth0, \"x\": '\"x\"': expected interface names");
+	bad("[hijack]\nports = 443\nlan_interfaces = a-very-long-interface\n",
+	    "expected interface names (1 to 15");
+	bad("[hijack]\nports = 443\nmode = gateway\n",
+	    "[hijack] mode gateway needs lan_interfaces");
+	bad("[hijack]\nports = 443\nmode = both\nlan_interfaces =\n",
+	    "[hijack] mode both needs lan_interfaces");
+	bad("[slotd]\nnft = my nft\n", "[slotd] nft must be set (one word)");
 }
 
 static void
@@ -525,6 +572,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_example_is_defaults),
+		cmocka_unit_test(test_hijack_backend_and_mode),
 		cmocka_unit_test(test_values),
 		cmocka_unit_test(test_parse_relay),
 		cmocka_unit_test(test_relay_lines),

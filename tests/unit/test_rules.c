@@ -1,5 +1,5 @@
 /* slotd's rule rendering (src/client/rules.c): the exact text handed to
- * iptables-restore --noflush. Applying it to a real kernel is tested in
+ * iptables-restore --noflush and to nft -f, and the backend choice. Applying it to a real kernel is tested in
  * tests/integration/test_rules.py. */
 #include <errno.h>
 #include <netinet/in.h>
@@ -189,6 +189,271 @@ test_parse_saved(void **state)
 	assert_null(v);
 }
 
+static const char lan[][RULES_IFNAME_MAX] = { "lan0", "wlan.7" };
+
+/* Gateway mode adds SLOT_GW: the SYNs that come in on a LAN interface go
+ * to SLOT_HIJACK (the PREROUTING jumps are added by rules_apply). */
+static void
+test_iptables_gateway(void **state)
+{
+	struct rules_conf c = conf(AF_INET6, "443", "", "fc00::/7");
+	struct rules_relay r[] = { relay(1, "[2001:db8::1]:7601") };
+	(void)state;
+
+	c.mode = RULES_GATEWAY;
+	c.lan = lan;
+	c.nlan = 2;
+	assert_true(rules_render(&c, r, 1, buf, sizeof(buf)) > 0);
+	assert_string_equal(buf,
+	    "*mangle\n"
+	    ":SLOT_HIJACK - [0:0]\n"
+	    "-F SLOT_HIJACK\n"
+	    "-A SLOT_HIJACK -m mark --mark 0x1000000/0x1000000 -j RETURN\n"
+	    "-A SLOT_HIJACK -d fc00::/7 -j RETURN\n"
+	    "-A SLOT_HIJACK -p tcp --syn -m multiport --dports 443 -j NFQUEUE --queue-num 7 --queue-bypass\n"
+	    ":SLOT_GW - [0:0]\n"
+	    "-F SLOT_GW\n"
+	    "-A SLOT_GW -i lan0 -j SLOT_HIJACK\n"
+	    "-A SLOT_GW -i wlan.7 -j SLOT_HIJACK\n"
+	    "COMMIT\n"
+	    "*nat\n"
+	    ":SLOT_DNAT - [0:0]\n"
+	    "-F SLOT_DNAT\n"
+	    "-A SLOT_DNAT -p tcp -m mark --mark 0x1/0xffff -j DNAT --to-destination [2001:db8::1]:7601\n"
+	    "COMMIT\n");
+}
+
+/* One table for both families: include, exclude, ports as a set, relays
+ * of either family, the local and the gateway hooks. */
+static void
+test_nft_full(void **state)
+{
+	struct rules_conf c = conf(AF_UNSPEC, "80,443,8000-8099", "203.0.113.0/24, 2001:db8:1::/48",
+	    "10.0.0.0/8, 2001:db8::/32, 192.168.0.0/16");
+	struct rules_relay r[] = { relay(1, "198.51.100.7:7601"), relay(3, "[2001:db8::1]:7601") };
+	(void)state;
+
+	c.mode = RULES_LOCAL | RULES_GATEWAY;
+	c.lan = lan;
+	c.nlan = 2;
+	int n = rules_render_nft(&c, r, 2, buf, sizeof(buf));
+	assert_true(n > 0);
+	assert_string_equal(buf,
+	    "table inet slot {}\n"
+	    "delete table inet slot\n"
+	    "table inet slot {\n"
+	    "\tchain hijack {\n"
+	    "\t\tmeta mark & 0x1000000 == 0x1000000 counter return\n"
+	    "\t\tip daddr { 10.0.0.0/8, 192.168.0.0/16 } counter return\n"
+	    "\t\tip6 daddr { 2001:db8::/32 } counter return\n"
+	    "\t\tip daddr { 203.0.113.0/24 } tcp flags & (fin | syn | rst | ack) == syn tcp dport { 80, 443, 8000-8099 } counter queue num 7 bypass\n"
+	    "\t\tip6 daddr { 2001:db8:1::/48 } tcp flags & (fin | syn | rst | ack) == syn tcp dport { 80, 443, 8000-8099 } counter queue num 7 bypass\n"
+	    "\t}\n"
+	    "\tchain to_relay {\n"
+	    "\t\tmeta nfproto ipv4 meta l4proto tcp meta mark & 0xffff == 0x1 counter dnat ip to 198.51.100.7:7601\n"
+	    "\t\tmeta nfproto ipv6 meta l4proto tcp meta mark & 0xffff == 0x3 counter dnat ip6 to [2001:db8::1]:7601\n"
+	    "\t}\n"
+	    "\tchain out_queue {\n"
+	    "\t\ttype filter hook output priority mangle; policy accept;\n"
+	    "\t\tjump hijack\n"
+	    "\t}\n"
+	    "\tchain out_nat {\n"
+	    "\t\ttype nat hook output priority -100; policy accept;\n"
+	    "\t\tjump to_relay\n"
+	    "\t}\n"
+	    "\tchain pre_queue {\n"
+	    "\t\ttype filter hook prerouting priority mangle; policy accept;\n"
+	    "\t\tiifname { \"lan0\", \"wlan.7\" } jump hijack\n"
+	    "\t}\n"
+	    "\tchain pre_nat {\n"
+	    "\t\ttype nat hook prerouting priority dstnat; policy accept;\n"
+	    "\t\tiifname { \"lan0\", \"wlan.7\" } jump to_relay\n"
+	    "\t}\n"
+	    "}\n");
+	assert_int_equal(n, (int)strlen(buf));
+}
+
+/* Every port, every destination, local only (mode 0): one queue rule for
+ * both families, no dport match, no prerouting chains. */
+static void
+test_nft_all_ports_local(void **state)
+{
+	struct rules_conf c = conf(AF_INET, "all", "", "");
+	(void)state;
+
+	assert_true(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)) > 0);
+	assert_non_null(strstr(buf, "\t\ttcp flags & (fin | syn | rst | ack) == syn counter "
+	    "queue num 7 bypass\n"));
+	assert_null(strstr(buf, "dport"));
+	assert_null(strstr(buf, "daddr"));
+	assert_non_null(strstr(buf, "chain out_queue"));
+	assert_null(strstr(buf, "prerouting"));
+	/* Only IPv6 destinations included: no IPv4 SYN is queued. */
+	c = conf(AF_INET, "80", "2001:db8::/32", "");
+	assert_true(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)) > 0);
+	assert_null(strstr(buf, "ip daddr"));
+	assert_non_null(strstr(buf, "ip6 daddr { 2001:db8::/32 } tcp flags"));
+	/* Gateway alone: no output chains. */
+	c.mode = RULES_GATEWAY;
+	c.lan = lan;
+	c.nlan = 1;
+	assert_true(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)) > 0);
+	assert_null(strstr(buf, "chain out_"));
+	assert_non_null(strstr(buf, "iifname { \"lan0\" } jump hijack"));
+}
+
+static void
+test_nft_bad_input(void **state)
+{
+	struct rules_conf c = conf(AF_UNSPEC, "80", "", "");
+	struct rules_relay bad_mark[] = { relay(0x10000, "[2001:db8::1]:7601") };
+	static const char bad_if[][RULES_IFNAME_MAX] = { "eth0\"; flush" };
+	(void)state;
+
+	errno = 0;
+	assert_int_equal(rules_render_nft(&c, bad_mark, 1, buf, sizeof(buf)), -1);
+	assert_int_equal(errno, EINVAL);
+	c.mode = RULES_GATEWAY;		/* without LAN interfaces */
+	assert_int_equal(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)), -1);
+	c.lan = bad_if;			/* a name that would break out of the quotes */
+	c.nlan = 1;
+	assert_int_equal(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)), -1);
+	assert_int_equal(rules_render(&c, NULL, 0, buf, sizeof(buf)), -1);
+	c = conf(AF_UNSPEC, "80", "", "");
+	c.mode = 4;
+	assert_int_equal(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)), -1);
+	c = conf(AF_UNSPEC, "", "", "");	/* no port */
+	assert_int_equal(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)), -1);
+	assert_int_equal(errno, EINVAL);
+	c = conf(AF_UNSPEC, "80", "", "");
+	errno = 0;
+	assert_int_equal(rules_render_nft(&c, NULL, 0, buf, 40), -1);
+	assert_int_equal(errno, ENOSPC);
+	assert_true(rules_ifname_ok("eth0"));
+	assert_true(rules_ifname_ok("br-lan.10"));
+	assert_false(rules_ifname_ok(""));
+	assert_false(rules_ifname_ok("sixteen-chars-xx"));
+	assert_false(rules_ifname_ok("a b"));
+	assert_false(rules_ifname_ok("a\"b"));
+}
+
+/* What each backend runs: iptables, one text per family in order; nft, one
+ * text for both. */
+static void
+test_set_render(void **state)
+{
+	struct rules_conf c = conf(AF_UNSPEC, "80", "", "");
+	struct rules_relay r[] = { relay(1, "198.51.100.7:7601"), relay(2, "[2001:db8::1]:7601") };
+	struct rules_set s;
+	struct rules_argv a;
+	struct rules_exec x = { .iptables = "/sbin/iptables-nft", .wait_s = 5 };
+	(void)state;
+
+	assert_int_equal(rules_set_render(&c, r, 2, RULES_IPTABLES, &s), 0);
+	assert_int_equal(s.n, 2);
+	assert_int_equal(s.job[0].family, AF_INET);
+	assert_int_equal(s.job[1].family, AF_INET6);
+	assert_non_null(strstr(s.job[0].text, "198.51.100.7:7601"));
+	assert_null(strstr(s.job[0].text, "2001:db8::1"));
+	assert_non_null(strstr(s.job[1].text, "[2001:db8::1]:7601"));
+	assert_int_equal(s.job[1].len, strlen(s.job[1].text));
+	assert_int_equal(rules_restore_argv(&x, s.job[1].family, &a), 0);
+	assert_string_equal(a.argv[0], "/sbin/ip6tables-nft-restore");
+	assert_string_equal(a.argv[3], "--noflush");
+	rules_set_free(&s);
+	assert_int_equal(s.n, 0);
+
+	assert_int_equal(rules_set_render(&c, r, 2, RULES_NFT, &s), 0);
+	assert_int_equal(s.n, 1);
+	assert_int_equal(s.job[0].family, AF_UNSPEC);
+	assert_non_null(strstr(s.job[0].text, "dnat ip to 198.51.100.7:7601"));
+	assert_non_null(strstr(s.job[0].text, "dnat ip6 to [2001:db8::1]:7601"));
+	x.backend = RULES_NFT;
+	assert_int_equal(rules_restore_argv(&x, AF_UNSPEC, &a), 0);
+	assert_string_equal(a.argv[0], "nft");
+	assert_string_equal(a.argv[1], "-f");
+	assert_string_equal(a.argv[2], "-");
+	assert_null(a.argv[3]);
+	x.nft = "/usr/sbin/nft";
+	assert_int_equal(rules_restore_argv(&x, AF_UNSPEC, &a), 0);
+	assert_string_equal(a.argv[0], "/usr/sbin/nft");
+	rules_set_free(&s);
+
+	/* One family only, for the iptables backend. */
+	c.family = AF_INET6;
+	assert_int_equal(rules_set_render(&c, r, 2, RULES_IPTABLES, &s), 0);
+	assert_int_equal(s.n, 1);
+	assert_int_equal(s.job[0].family, AF_INET6);
+	rules_set_free(&s);
+	/* Bad input: nothing is left allocated. */
+	c.bypass_mark = 0x1;
+	assert_int_equal(rules_set_render(&c, r, 2, RULES_NFT, &s), -1);
+	assert_int_equal(s.n, 0);
+}
+
+/* [hijack] backend = auto. */
+static void
+test_backend_auto(void **state)
+{
+	static const struct {
+		struct rules_host h;
+		enum rules_backend want;
+		const char *why;
+	} cases[] = {
+		{ { true, true, 0 }, RULES_NFT, "nf_tables variant" },
+		{ { true, true, -1 }, RULES_NFT, "iptables is absent" },
+		{ { true, true, 1 }, RULES_IPTABLES, "legacy" },
+		{ { true, false, 0 }, RULES_IPTABLES, "CONFIG_NFT_QUEUE" },
+		{ { false, false, 0 }, RULES_IPTABLES, "nft is missing" },
+		{ { false, false, -1 }, RULES_IPTABLES, "and so is iptables" },
+	};
+	char why[160];
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		why[0] = '\0';
+		assert_int_equal(rules_backend_auto(&cases[i].h, why, sizeof(why)), cases[i].want);
+		if (strstr(why, cases[i].why) == NULL)
+			fail_msg("case %zu: \"%s\" lacks \"%s\"", i, why, cases[i].why);
+	}
+}
+
+/* "slotctl rules" under nft: the table's rules with their counters. */
+static void
+test_parse_nft(void **state)
+{
+	static const char text[] =
+	    "table inet slot {\n"
+	    "\tchain hijack {\n"
+	    "\t\tmeta mark & 0x10000000 == 0x10000000 counter packets 4 bytes 240 return\n"
+	    "\t\ttcp flags syn / fin,syn,rst,ack tcp dport { 80, 443 } counter packets 3 bytes 180 queue flags bypass to 7600\n"
+	    "\t}\n"
+	    "\n"
+	    "\tchain out_queue {\n"
+	    "\t\ttype filter hook output priority mangle; policy accept;\n"
+	    "\t\tjump hijack\n"
+	    "\t}\n"
+	    "}";
+	struct rules_entry *v = NULL;
+	size_t n = 0;
+	(void)state;
+
+	assert_int_equal(rules_parse_nft(text, &v, &n), 0);
+	assert_int_equal(n, 3);
+	assert_string_equal(v[0].table, "inet slot");
+	assert_string_equal(v[0].chain, "hijack");
+	assert_int_equal(v[0].packets, 4);
+	assert_int_equal(v[0].bytes, 240);
+	assert_string_equal(v[0].rule, "meta mark & 0x10000000 == 0x10000000 return");
+	assert_int_equal(v[1].packets, 3);
+	assert_string_equal(v[1].rule, "tcp flags syn / fin,syn,rst,ack tcp dport { 80, 443 } "
+	    "queue flags bypass to 7600");
+	assert_string_equal(v[2].chain, "out_queue");
+	assert_string_equal(v[2].rule, "jump hijack");
+	assert_int_equal(v[2].packets, 0);
+	rules_list_free(v, n);
+}
+
 static int
 teardown(void **state)
 {
@@ -207,6 +472,13 @@ main(void)
 		cmocka_unit_test(test_many_ports_split_into_multiport_lists),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_parse_saved),
+		cmocka_unit_test(test_iptables_gateway),
+		cmocka_unit_test(test_nft_full),
+		cmocka_unit_test(test_nft_all_ports_local),
+		cmocka_unit_test(test_nft_bad_input),
+		cmocka_unit_test(test_set_render),
+		cmocka_unit_test(test_backend_auto),
+		cmocka_unit_test(test_parse_nft),
 	};
 	return cmocka_run_group_tests_name("rules", tests, NULL, teardown);
 }
