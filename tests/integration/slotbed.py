@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -689,6 +690,9 @@ class Slotd:
                 self.counters()
             except (OSError, ValueError):
                 return False
+            if self.conf.get("hijack", {}).get("backend") == "nft":
+                return self.sb.run_client("nft", "list", "table", "inet", "slot",
+                                          check=False).returncode == 0
             # [slotd] iptables: the tools slotd uses (legacy or nft)
             ipt = self.conf["slotd"].get("iptables", "iptables")
             return self.bed.run(self.host, ipt, "-w", "-t", "mangle", "-S", "SLOT_HIJACK",
@@ -1181,15 +1185,24 @@ class SlotBed:
                 if "SLOT_" in l]
 
     def remove_slot_rules(self, host="client"):
-        """Removes slotd's jumps and chains by hand (after a SIGKILL), as
-        slotd itself does at start."""
-        for table, chain in (("mangle", "SLOT_HIJACK"), ("nat", "SLOT_DNAT")):
-            for _ in range(100):
-                if self.bed.run(host, "iptables", "-w", "-t", table, "-D", "OUTPUT", "-j", chain,
-                                check=False).returncode != 0:
-                    break
-            self.bed.run(host, "iptables", "-w", "-t", table, "-F", chain, check=False)
-            self.bed.run(host, "iptables", "-w", "-t", table, "-X", chain, check=False)
+        """Removes slotd's jumps and chains (both families, both hooks) and
+        its nft table by hand (after a SIGKILL), as slotd itself does at
+        stop."""
+        for ipt in ("iptables", "ip6tables"):
+            for table, hook, chain in (("mangle", "OUTPUT", "SLOT_HIJACK"),
+                                       ("nat", "OUTPUT", "SLOT_DNAT"),
+                                       ("mangle", "PREROUTING", "SLOT_GW"),
+                                       ("nat", "PREROUTING", "SLOT_DNAT")):
+                for _ in range(100):
+                    if self.bed.run(host, ipt, "-w", "-t", table, "-D", hook, "-j", chain,
+                                    check=False).returncode != 0:
+                        break
+            for table, chain in (("mangle", "SLOT_GW"), ("mangle", "SLOT_HIJACK"),
+                                 ("nat", "SLOT_DNAT")):
+                self.bed.run(host, ipt, "-w", "-t", table, "-F", chain, check=False)
+                self.bed.run(host, ipt, "-w", "-t", table, "-X", chain, check=False)
+        if shutil.which("nft"):
+            self.bed.run(host, "nft", "delete", "table", "inet", "slot", check=False)
 
     def conntrack(self, host="client", dport=None):
         """TCP conntrack entries of a host (conntrack -L)."""
