@@ -847,8 +847,17 @@ rules_apply(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 		int fam = set.job[i].family;
 		for (size_t k = 0; k < NJUMPS; k++) {
 			const struct hook_jump *j = &hook_jumps[k];
-			if ((j->mode & mode_of(c)) == 0 ||
-			    jump(x, fam, j, "-C", msg, sizeof(msg)) == 0)
+			/* A jump of another mode, left by a run that crashed: its
+			 * chains are ours again, so it would hijack what this
+			 * mode leaves alone. */
+			if ((j->mode & mode_of(c)) == 0) {
+				for (int t = 0; t < 16 && jump(x, fam, j, "-C", msg, sizeof(msg)) == 0;
+				    t++)
+					if (jump(x, fam, j, "-D", msg, sizeof(msg)) != 0)
+						break;
+				continue;
+			}
+			if (jump(x, fam, j, "-C", msg, sizeof(msg)) == 0)
 				continue;
 			if ((rc = jump(x, fam, j, "-I", msg, sizeof(msg))) != 0) {
 				char why[600];

@@ -4,6 +4,8 @@ emulated WAN test bed (tests/integration/slotbed.py), one bed for the module:
     client --60 ms-- server              (direct)
     client --20-- relay1 --20-- server   the relay wins
     client --20-- relay2 --20-- server   added and removed by reloads
+    pc1 -- client                        a routed LAN behind the client host,
+                                         which is its gateway (no NAT)
 
 Each test that makes sense for both backends runs once per backend. The nft
 ones need a kernel that takes nft's "queue" statement (CONFIG_NFT_QUEUE):
@@ -33,7 +35,9 @@ PROBE = ("table inet slot_probe {\n\tchain c {\n\t\ttcp dport 9 queue num 9 bypa
 
 @pytest.fixture(scope="module")
 def sb():
-    b = slotbed.SlotBed(RELAYS, direct_rtt=DIRECT_RTT).up()
+    b = slotbed.SlotBed(RELAYS, direct_rtt=DIRECT_RTT,
+                        lans=[{"name": "office", "gateway": "client", "hosts": ["pc1"],
+                               "masquerade": False}]).up()
     try:
         for name, size in FILES.items():
             b.nginx.add_file(name, size)
@@ -121,17 +125,17 @@ def nothing_left(sb):
     return slot_lines(sb) == [] and nft_table(sb) is None
 
 
-def fetch(sb, tag, name="mid", timeout=60):
-    r = sb.curl(sb.nginx.url(name, query="id=" + tag), timeout=timeout)
+def fetch(sb, tag, name="mid", timeout=60, host="client"):
+    r = sb.curl(sb.nginx.url(name, query="id=" + tag), timeout=timeout, host=host)
     size, sha = sb.nginx.files[name]
     assert r.rc == 0 and r.status == 200 and r.size == size and r.sha == sha, r
     r.peer = sb.nginx.peer_of("id=%s " % tag)
     return r
 
 
-def upload(sb, tag, size=384 * KiB):
+def upload(sb, tag, size=384 * KiB, host="client"):
     path, sha = sb.random_file("up-%s.bin" % tag, size)
-    r = sb.upload(path, sb.nginx.upload_url(tag))
+    r = sb.upload(path, sb.nginx.upload_url(tag), host=host)
     assert r.rc == 0 and r.status == 201 and r.size == size, r
     assert slotbed.sha256_file(sb.nginx.upload_path(tag)) == sha
     r.peer = sb.nginx.peer_of("PUT /up/%s " % tag)
@@ -355,3 +359,58 @@ def test_stopped_mid_transfer_fails_open(sb, slotd, backend, how, stateful_firew
         assert r.peer == r1.ip
         assert s2.stop() == 0
         assert nothing_left(sb)
+
+
+# ---------------------------------------------------------------- gateway
+
+def lan_if(sb):
+    return sb.bed.lan_bridge(sb.bed.topo.lans[0])
+
+
+def test_gateway_routed_lan_host(sb, slotd, backend, stateful_firewall):
+    """slotd on the LAN's gateway (mode both): a LAN host with nothing of
+    slot on it downloads and uploads through the relay (sha256; the relay's
+    data connection comes from the LAN host's own address, matched as
+    today), the gateway's own connections too; killed, the LAN host's new
+    connections go direct; stopped, nothing is left."""
+    r1 = sb.relay("relay1")
+    br = lan_if(sb)
+    s = slotd(backend, ["relay1"], {"hijack": {"mode": "both", "lan_interfaces": br}})
+    if backend == "nft":
+        t = nft_table(sb)
+        assert 'iifname { "%s" } jump hijack' % br in t and "hook prerouting" in t, t
+    else:
+        for tool in ("iptables-save", "ip6tables-save"):
+            m, n = saved(sb, tool, "mangle"), saved(sb, tool, "nat")
+            assert "-A PREROUTING -j SLOT_GW" in m and "-A SLOT_GW -i %s -j SLOT_HIJACK" % br \
+                in m, m
+            assert "-A PREROUTING -j SLOT_DNAT" in n, n
+    rc0 = r1.counters()
+    a = fetch(sb, "rb-%s-gw-down" % backend, host="pc1")
+    b = upload(sb, "rb-%s-gw-up" % backend, host="pc1")
+    assert a.peer == r1.ip and b.peer == r1.ip, (a.peer, b.peer)
+    d = s.decision(client="%s:%d" % (sb.ip("pc1"), a.local_port))
+    assert d["verdict"] == "relay" and d["relay"] == r1.control, d
+    c = fetch(sb, "rb-%s-gw-self" % backend)
+    assert c.peer == r1.ip
+    rc1 = r1.wait_counter("pipes_open", lambda v: v == 0)
+    assert rc1["pipes_total"] - rc0["pipes_total"] == 3, (rc0, rc1)
+    assert rc1["data_rejected"] == rc0["data_rejected"], (rc0, rc1)
+    # The LAN host is untouched.
+    for tool in ("iptables-save", "ip6tables-save"):
+        assert "SLOT_" not in sb.bed.run("pc1", tool).stdout
+    assert sb.bed.run("pc1", "nft", "list", "ruleset").stdout.strip() == ""
+
+    s.kill()
+    assert installed(sb, backend)
+    n = fetch(sb, "rb-%s-gw-direct" % backend, host="pc1", timeout=20)
+    assert n.peer == sb.ip("pc1"), n.peer
+    u = upload(sb, "rb-%s-gw-direct-up" % backend, host="pc1")
+    assert u.peer == sb.ip("pc1"), u.peer
+    s2 = slotd(backend, ["relay1"], {"hijack": {"mode": "gateway", "lan_interfaces": br}})
+    e = fetch(sb, "rb-%s-gw-again" % backend, host="pc1")
+    assert e.peer == r1.ip
+    f = fetch(sb, "rb-%s-gw-self-direct" % backend)    # gateway mode alone
+    assert f.peer == sb.ip("client"), f.peer
+    assert s2.stop() == 0
+    assert nothing_left(sb)
