@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -370,6 +371,26 @@ rules_render_nft(const struct rules_conf *c, const struct rules_relay *r, size_t
 	return (int)o.len;
 }
 
+bool
+rules_kernel_ipv6(void)
+{
+	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd == -1)
+		return errno != EAFNOSUPPORT;
+	close(fd);
+	return true;
+}
+
+/* Whether family f is one that AF_UNSPEC stands for here. */
+static bool
+unspec_has(int family, int f)
+{
+	if (family != AF_UNSPEC)
+		return family == f;
+	return f == AF_INET || rules_kernel_ipv6();
+}
+
 void
 rules_set_free(struct rules_set *s)
 {
@@ -387,7 +408,7 @@ rules_set_render(const struct rules_conf *c, const struct rules_relay *r, size_t
 
 	memset(s, 0, sizeof(*s));
 	for (size_t f = 0; f < 2; f++) {
-		if (backend == RULES_IPTABLES && c->family != AF_UNSPEC && c->family != fams[f])
+		if (backend == RULES_IPTABLES && !unspec_has(c->family, fams[f]))
 			continue;
 		if (backend == RULES_NFT && f > 0)
 			break;
@@ -947,10 +968,10 @@ rules_remove(int family, const struct rules_exec *x, char *err, size_t errlen)
 	x = exec_or_default(x);
 	if (x->backend == RULES_NFT)
 		return remove_nft(x, err, errlen);
-	if (family != AF_INET6 && remove_family(AF_INET, x, err, errlen) == -1)
+	if (unspec_has(family, AF_INET) && remove_family(AF_INET, x, err, errlen) == -1)
 		fail = 1;
 	/* Both tried, the first failure reported. */
-	if (family != AF_INET && remove_family(AF_INET6, x, fail ? e6 : err,
+	if (unspec_has(family, AF_INET6) && remove_family(AF_INET6, x, fail ? e6 : err,
 	    fail ? sizeof(e6) : errlen) == -1)
 		fail = 1;
 	return fail ? -1 : 0;
@@ -1147,7 +1168,7 @@ rules_list(int family, const struct rules_exec *x, struct rules_entry **out, siz
 		goto fail;
 	}
 	for (size_t f = 0; f < 2; f++) {
-		if (family != AF_UNSPEC && family != fams[f])
+		if (!unspec_has(family, fams[f]))
 			continue;
 		if (rules_tool(x, fams[f], "-save", save, sizeof(save)) == -1) {
 			errbuf_set(err, errlen, "tool name too long");

@@ -134,6 +134,23 @@ choose_backend(const struct cconf *c, char *err, size_t errlen)
 	return b;
 }
 
+/* Gateway mode relays what the host forwards: say so if it does not. */
+static void
+check_forwarding(const struct cconf *c)
+{
+	char v = '1';
+	FILE *f;
+
+	if ((c->mode & RULES_GATEWAY) == 0 ||
+	    (f = fopen("/proc/sys/net/ipv4/ip_forward", "re")) == NULL)
+		return;
+	if (fread(&v, 1, 1, f) == 1 && v == '0')
+		log_warnx("[hijack] mode %s: net.ipv4.ip_forward is 0, so the LAN's "
+		    "connections are not forwarded at all", c->mode & RULES_LOCAL ? "both" :
+		    "gateway");
+	fclose(f);
+}
+
 static void
 queue_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
@@ -439,6 +456,7 @@ main(int argc, char **argv)
 	if ((backend = choose_backend(&d->conf, err, sizeof(err))) == (enum rules_backend)-1)
 		fatalx("%s", err);
 	d->rules_exec = exec_of(&d->conf, backend);
+	check_forwarding(&d->conf);
 	/* iptables-legacy opens a raw socket (CAP_NET_RAW) and the xtables
 	 * lock file; iptables-nft and nft need CAP_NET_ADMIN alone. */
 	if (backend == RULES_NFT)
