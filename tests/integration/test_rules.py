@@ -1,7 +1,9 @@
 """slotd's packet-filter rules (src/client/rules.c) applied to a real kernel,
 in a namespace of their own: atomic replacement, idempotence, removal that
 leaves the operator's own rules alone, fail-open when nobody reads the queue,
-and a relay's mark steering a connection to its data port."""
+and a relay's mark steering a connection to its data port; both families and
+the gateway's jumps; and the nft backend's table (replaced whole, listed,
+removed, steering by mark over IPv4 and IPv6)."""
 
 import atexit
 import os
@@ -21,16 +23,17 @@ NS = "%s%d" % (PREFIX, os.getpid())
 SO_MARK = 36
 
 
-def sh(*args, check=True):
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=30)
+def sh(*args, check=True, input_text=None):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=30,
+                       input=input_text)
     if check and r.returncode != 0:
         raise AssertionError("%s: exit %d: %s%s" % (" ".join(map(str, args)), r.returncode,
                                                     r.stdout, r.stderr))
     return r
 
 
-def ns(*args, check=True):
-    return sh("ip", "netns", "exec", NS, *args, check=check)
+def ns(*args, check=True, input_text=None):
+    return sh("ip", "netns", "exec", NS, *args, check=check, input_text=input_text)
 
 
 def rules(*args, check=True):
@@ -176,3 +179,133 @@ def test_fail_open_and_relay_mark_steers(netns):
 
     assert in_ns(steered) == b"steered"
     rules("remove")
+
+
+# ---------------------------------------------------------------- both families, gateway, nft
+
+def test_both_families_and_gateway_jumps(netns):
+    """-b: the same chains in iptables and ip6tables; gateway mode adds
+    SLOT_GW from PREROUTING (LAN interfaces only) and nat PREROUTING's jump;
+    a start in local mode after a crash in gateway mode drops the stale
+    PREROUTING jumps; remove takes everything of both families."""
+    rules("apply", "-b", "-p", "443", "-g", "lan0,lan1", "-l", "1=192.0.2.10:7601",
+          "2=[2001:db8::10]:7601")
+    for save, relay in (("iptables-save", "192.0.2.10:7601"),
+                        ("ip6tables-save", "[2001:db8::10]:7601")):
+        m = ns(save, "-t", "mangle").stdout
+        n = ns(save, "-t", "nat").stdout
+        assert "-A PREROUTING -j SLOT_GW" in m and "-A OUTPUT -j SLOT_HIJACK" in m, m
+        assert "-A SLOT_GW -i lan0 -j SLOT_HIJACK" in m and "-i lan1" in m, m
+        assert "-A PREROUTING -j SLOT_DNAT" in n and "-A OUTPUT -j SLOT_DNAT" in n, n
+        assert n.count("-j DNAT") == 1 and relay in n, n
+    listed = rules("list", "-b").stdout
+    assert "ip6 mangle\tSLOT_GW" in listed and "mangle\tPREROUTING" in listed, listed
+
+    rules("apply", "-b", "-p", "443", "1=192.0.2.10:7601")     # local mode again
+    for save in ("iptables-save", "ip6tables-save"):
+        m = ns(save, "-t", "mangle").stdout
+        n = ns(save, "-t", "nat").stdout
+        assert "-A PREROUTING -j SLOT_GW" not in m and "-A PREROUTING -j SLOT_DNAT" not in n
+        assert "-A OUTPUT -j SLOT_HIJACK" in m, m
+    rules("remove", "-b")
+    for save in ("iptables-save", "ip6tables-save"):
+        assert "SLOT_" not in ns(save, "-t", "mangle").stdout + ns(save, "-t", "nat").stdout
+    operator_rules_intact()
+
+
+NFT_QUEUE_PROBE = "table inet slot_probe {\n\tchain c {\n\t\ttcp dport 9 queue num 9 bypass\n\t}\n}\n"
+
+
+def nft_queue_works():
+    return sh("ip", "netns", "exec", NS, "nft", "-c", "-f", "/dev/stdin", check=False,
+              input_text=NFT_QUEUE_PROBE).returncode == 0
+
+
+def nft_install(*args):
+    """The nft backend's table: slot-rules apply -n where the kernel takes
+    its queue rule; elsewhere (no CONFIG_NFT_QUEUE) the same rendered
+    transaction with each queue statement made an accept, so that the rest
+    (the transaction, the chains, hooks and priorities, the DNAT by mark) is
+    still the kernel's to check."""
+    if nft_queue_works():
+        rules("apply", "-n", *args)
+        return
+    text = rules("render", "-n", *args).stdout
+    text = re.sub(r"queue num \d+ bypass", "accept", text)
+    r = sh("ip", "netns", "exec", NS, "nft", "-f", "/dev/stdin", input_text=text, check=False)
+    assert r.returncode == 0, r.stderr
+
+
+def nft_table():
+    r = ns("nft", "list", "table", "inet", "slot", check=False)
+    return r.stdout if r.returncode == 0 else None
+
+
+def test_nft_table_replace_list_remove(netns):
+    """The nft backend's table in a real kernel: installed, replaced whole by
+    a second set (no rule of the first left), read back with counters,
+    removed (twice: absent is fine); the operator's own table untouched."""
+    ns("nft", "-f", "/dev/stdin", input_text="table inet operator {\n\tchain o {\n"
+       "\t\ttype filter hook output priority 0; policy accept;\n"
+       "\t\tudp dport 9 accept\n\t}\n}\n")
+    try:
+        nft_install("-p", "80,443,8000-8099", "-x", "192.0.2.128/25,2001:db8:f::/48", "-g",
+                    "lan0", "-l", "1=192.0.2.10:7601", "2=[2001:db8::10]:7601")
+        t = nft_table()
+        assert "dnat ip to 192.0.2.10:7601" in t and "dnat ip6 to [2001:db8::10]:7601" in t, t
+        assert "ip daddr 192.0.2.128/25" in t and "ip6 daddr 2001:db8:f::/48" in t, t
+        assert "tcp dport { 80, 443, 8000-8099 }" in t, t
+        assert 'iifname "lan0" jump hijack' in t and "hook prerouting" in t, t
+        listed = rules("list", "-n").stdout
+        assert "inet slot\thijack\t" in listed and "inet slot\tto_relay\t" in listed, listed
+
+        nft_install("-p", "443", "3=192.0.2.30:7601")
+        t = nft_table()
+        assert "192.0.2.10" not in t and "2001:db8::10" not in t and "lan0" not in t, t
+        assert "dnat ip to 192.0.2.30:7601" in t and "hook prerouting" not in t, t
+        assert "tcp dport 443" in t or "tcp dport { 443 }" in t, t
+
+        rules("remove", "-n")
+        assert nft_table() is None
+        rules("remove", "-n")
+        assert "udp dport 9 accept" in ns("nft", "list", "table", "inet", "operator").stdout
+    finally:
+        ns("nft", "delete", "table", "inet", "operator", check=False)
+        ns("nft", "delete", "table", "inet", "slot", check=False)
+
+
+def test_nft_relay_mark_steers_both_families(netns):
+    """A connection carrying a relay's mark (slotd's verdict) goes to that
+    relay's data port through the table's to_relay chain, over IPv4 and over
+    IPv6."""
+    ns("ip", "addr", "add", "2001:db8::1/64", "dev", "lo", "nodad", check=False)
+    ns("ip", "addr", "add", "2001:db8::50/128", "dev", "lo", "nodad", check=False)
+    ns("ip", "addr", "add", "192.0.2.50/32", "dev", "lo", check=False)
+    nft_install("-p", "80", "5=192.0.2.50:7601", "6=[2001:db8::50]:7601")
+    try:
+        def steered(fam, dst, relay_addr, mark):
+            ls = socket.socket(fam)
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            ls.bind((relay_addr, 7601))
+            ls.listen(4)
+            ls.settimeout(10)
+            c = socket.socket(fam)
+            c.setsockopt(socket.SOL_SOCKET, SO_MARK, mark)
+            c.settimeout(5)
+            c.connect((dst, 80))     # nothing listens on :80: only the DNAT answers
+            a, _ = ls.accept()
+            c.sendall(b"steered")
+            got = a.recv(7)
+            for x in (a, c, ls):
+                x.close()
+            return got
+
+        assert in_ns(lambda: steered(socket.AF_INET, "192.0.2.1", "192.0.2.50", 5)) == \
+            b"steered"
+        assert in_ns(lambda: steered(socket.AF_INET6, "2001:db8::1", "2001:db8::50", 6)) == \
+            b"steered"
+        listed = rules("list", "-n").stdout
+        hits = [l.split("\t") for l in listed.splitlines() if "\tto_relay\t" in l]
+        assert len(hits) == 2 and all(int(h[2]) >= 1 for h in hits), listed
+    finally:
+        rules("remove", "-n")
