@@ -290,9 +290,11 @@ rules_render_nft(const struct rules_conf *c, const struct rules_relay *r, size_t
 	/* Every other port, "1, 3, 5...": 32768 elements of up to 7 bytes. */
 	struct out po = { NULL, 256 * 1024, 0, 0 };
 	unsigned mode = mode_of(c);
+	struct rules_conf both = *c;
 	int all;
 
-	if (check_conf(c, r, n) == -1 || cap == 0) {
+	both.family = AF_UNSPEC;	/* every relay goes in, whatever c says */
+	if (check_conf(&both, r, n) == -1 || cap == 0) {
 		errno = EINVAL;
 		return -1;
 	}

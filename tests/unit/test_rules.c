@@ -313,6 +313,9 @@ test_nft_bad_input(void **state)
 	errno = 0;
 	assert_int_equal(rules_render_nft(&c, bad_mark, 1, buf, sizeof(buf)), -1);
 	assert_int_equal(errno, EINVAL);
+	c.family = AF_INET;	/* an IPv6 relay's bad mark counts all the same */
+	assert_int_equal(rules_render_nft(&c, bad_mark, 1, buf, sizeof(buf)), -1);
+	c.family = AF_UNSPEC;
 	c.mode = RULES_GATEWAY;		/* without LAN interfaces */
 	assert_int_equal(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)), -1);
 	c.lan = bad_if;			/* a name that would break out of the quotes */
