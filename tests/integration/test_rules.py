@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import subprocess
+import threading
 
 import pytest
 
@@ -309,3 +310,40 @@ def test_nft_relay_mark_steers_both_families(netns):
         assert len(hits) == 2 and all(int(h[2]) >= 1 for h in hits), listed
     finally:
         rules("remove", "-n")
+
+
+def test_nft_replace_is_atomic(netns):
+    """Thirty replacements of the table, alternating two relay sets, while
+    another thread lists it without pause: every listing shows one whole set
+    (its two DNAT rules, its queue rule, its hooks), never none, half of one
+    or a mix."""
+    sets = (("1=192.0.2.11:7601", "2=192.0.2.12:7601"),
+            ("3=192.0.2.13:7601", "4=192.0.2.14:7601"))
+    nft_install("-p", "80", *sets[0])
+    stop = threading.Event()
+    seen = {"a": 0, "b": 0, "bad": []}
+
+    def watch():
+        while not stop.is_set():
+            t = nft_table()
+            has = [a.split("=")[1] in (t or "") for s in sets for a in s]
+            whole = t is not None and "jump hijack" in t and "jump to_relay" in t and \
+                "tcp dport 80" in t
+            if whole and has == [True, True, False, False]:
+                seen["a"] += 1
+            elif whole and has == [False, False, True, True]:
+                seen["b"] += 1
+            else:
+                seen["bad"].append(t)
+
+    w = threading.Thread(target=watch)
+    w.start()
+    try:
+        for i in range(30):
+            nft_install("-p", "80", *sets[(i + 1) % 2])
+    finally:
+        stop.set()
+        w.join(30)
+        rules("remove", "-n")
+    assert not seen["bad"], seen["bad"][:2]
+    assert seen["a"] > 0 and seen["b"] > 0, seen
