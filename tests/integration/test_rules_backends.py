@@ -6,6 +6,7 @@ emulated WAN test bed (tests/integration/slotbed.py), one bed for the module:
     client --20-- relay2 --20-- server   added and removed by reloads
     pc1 -- client                        a routed LAN behind the client host,
                                          which is its gateway (no NAT)
+    pc2, pc3 -- client                   a LAN the client host masquerades
 
 Each test that makes sense for both backends runs once per backend. The nft
 ones need a kernel that takes nft's "queue" statement (CONFIG_NFT_QUEUE):
@@ -37,7 +38,9 @@ PROBE = ("table inet slot_probe {\n\tchain c {\n\t\ttcp dport 9 queue num 9 bypa
 def sb():
     b = slotbed.SlotBed(RELAYS, direct_rtt=DIRECT_RTT,
                         lans=[{"name": "office", "gateway": "client", "hosts": ["pc1"],
-                               "masquerade": False}]).up()
+                               "masquerade": False},
+                              {"name": "home", "gateway": "client", "hosts": ["pc2", "pc3"],
+                               "masquerade": True}]).up()
     try:
         for name, size in FILES.items():
             b.nginx.add_file(name, size)
@@ -363,8 +366,8 @@ def test_stopped_mid_transfer_fails_open(sb, slotd, backend, how, stateful_firew
 
 # ---------------------------------------------------------------- gateway
 
-def lan_if(sb):
-    return sb.bed.lan_bridge(sb.bed.topo.lans[0])
+def lan_if(sb, k=0):
+    return sb.bed.lan_bridge(sb.bed.topo.lans[k])
 
 
 def test_gateway_routed_lan_host(sb, slotd, backend, stateful_firewall):
@@ -413,4 +416,44 @@ def test_gateway_routed_lan_host(sb, slotd, backend, stateful_firewall):
     f = fetch(sb, "rb-%s-gw-self-direct" % backend)    # gateway mode alone
     assert f.peer == sb.ip("client"), f.peer
     assert s2.stop() == 0
+    assert nothing_left(sb)
+
+
+def test_gateway_masquerading_lan(sb, slotd, backend, stateful_firewall):
+    """slotd on a gateway that masquerades its LAN: the relay sees the
+    gateway's address (and maybe another port), so the connections of pc2
+    and pc3, at once, are matched by NAT traversal's pipe tokens; both
+    download and upload through the relay, byte-exact. Needs the pipe
+    tokens ([nat], docs/slotd.md "Clients behind NAT"): skipped on a tree
+    without them."""
+    r1 = sb.relay("relay1")
+    s = slotd(backend, ["relay1"], {"hijack": {"mode": "gateway",
+                                               "lan_interfaces": lan_if(sb, 1)}})
+    if "token_pipes" not in s.counters():
+        pytest.skip("this tree has no pipe tokens (NAT traversal): a masquerading "
+                    "gateway's connections cannot be matched by the relay")
+    rc0, c0 = r1.counters(), s.counters()
+    out = {}
+
+    def both(h):
+        try:
+            out[h] = (fetch(sb, "rb-%s-masq-%s" % (backend, h), host=h),
+                      upload(sb, "rb-%s-masq-up-%s" % (backend, h), host=h))
+        except AssertionError as e:
+            out[h] = e
+
+    ts = [threading.Thread(target=both, args=(h,)) for h in ("pc2", "pc3")]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    for h in ("pc2", "pc3"):
+        assert not isinstance(out[h], AssertionError), (h, out[h])
+        assert all(r.peer == r1.ip for r in out[h]), (h, [r.peer for r in out[h]])
+    rc1 = r1.wait_counter("pipes_open", lambda v: v == 0)
+    d = slotbed.deltas(c0, s.counters())
+    assert d["token_pipes"] == 4 and d["decisions_relay"] == 4, d
+    assert rc1["data_token"] - rc0["data_token"] == 4, (rc0, rc1)
+    assert rc1["data_rejected"] == rc0["data_rejected"], (rc0, rc1)
+    assert s.stop() == 0
     assert nothing_left(sb)
