@@ -1100,7 +1100,7 @@ rules_parse_nft(const char *text, struct rules_entry **v, size_t *n)
 		*v = nv;
 		struct rules_entry *e = &nv[(*n)++];
 		memset(e, 0, sizeof(*e));
-		snprintf(e->table, sizeof(e->table), "inet %s", RULES_NFT_TABLE);
+		snprintf(e->table, sizeof(e->table), "inet-%s", RULES_NFT_TABLE);
 		snprintf(e->chain, sizeof(e->chain), "%s", chain);
 		e->packets = pk;
 		e->bytes = by;
@@ -1182,7 +1182,7 @@ rules_list(int family, const struct rules_exec *x, struct rules_entry **out, siz
 			if (capture(x, argv, &text, err, errlen) != 0)
 				goto fail;
 			/* IPv4's keep their old names: "mangle", "nat". */
-			snprintf(name, sizeof(name), "%s%s", fams[f] == AF_INET6 ? "ip6 " : "",
+			snprintf(name, sizeof(name), "%s%s", fams[f] == AF_INET6 ? "ip6-" : "",
 			    tables[i]);
 			int rc = rules_parse_saved(name, text, out, n);
 			free(text);

@@ -223,10 +223,10 @@ def test_rules_transfers_and_removal(sb, slotd, backend):
         assert rc1["bytes_server_to_client"] - rc0["bytes_server_to_client"] >= 384 * KiB
         # slotctl rules: what the kernel holds, with the queue rule's hits.
         out = slotbed.unix_request(s.sock, b"rules json\n")
-        table = "inet slot" if backend == "nft" else "ip6 mangle"
+        table = "inet-slot" if backend == "nft" else "ip6-mangle"
         assert table in out, out[:2000]
         rows = [r for r in __import__("json").loads(out)["rules"]
-                if "queue" in r["rule"].lower() and r["table"] in ("inet slot", "mangle")]
+                if "queue" in r["rule"].lower() and r["table"] in ("inet-slot", "mangle")]
         assert rows and sum(r["packets"] for r in rows) >= 2, rows
 
         assert s.stop() == 0, s.log()

@@ -443,7 +443,7 @@ test_parse_nft(void **state)
 
 	assert_int_equal(rules_parse_nft(text, &v, &n), 0);
 	assert_int_equal(n, 3);
-	assert_string_equal(v[0].table, "inet slot");
+	assert_string_equal(v[0].table, "inet-slot");
 	assert_string_equal(v[0].chain, "hijack");
 	assert_int_equal(v[0].packets, 4);
 	assert_int_equal(v[0].bytes, 240);
