@@ -308,6 +308,33 @@ def test_nft_relay_mark_steers_both_families(netns):
         listed = rules("list", "-n").stdout
         hits = [l.split("\t") for l in listed.splitlines() if "\tto_relay\t" in l]
         assert len(hits) == 2 and all(int(h[2]) >= 1 for h in hits), listed
+
+        # A pipe set up before a replacement of the table keeps its
+        # translation: the transaction never leaves conntrack unused.
+        def across_replacement():
+            ls = socket.socket()
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            ls.bind(("192.0.2.50", 7601))
+            ls.listen(4)
+            ls.settimeout(10)
+            c = socket.socket()
+            c.setsockopt(socket.SOL_SOCKET, SO_MARK, 5)
+            c.settimeout(5)
+            c.connect(("192.0.2.1", 80))
+            a, _ = ls.accept()
+            a.settimeout(5)
+            c.sendall(b"before")
+            got = [a.recv(6)]
+            nft_install("-p", "443", "7=192.0.2.70:7601")     # relay 5 gone
+            c.sendall(b"after")
+            got.append(a.recv(5))
+            a.sendall(b"back")
+            got.append(c.recv(4))
+            for x in (a, c, ls):
+                x.close()
+            return got
+
+        assert in_ns(across_replacement) == [b"before", b"after", b"back"]
     finally:
         rules("remove", "-n")
 
