@@ -401,6 +401,7 @@ relays(struct slotd *d, bool json_out, struct ctl_out *o)
 }
 
 static const struct ctl_col rule_cols[] = {
+	{ "family", CTL_STR, NULL },
 	{ "table", CTL_STR, NULL },
 	{ "chain", CTL_STR, NULL },
 	{ "packets", CTL_UINT, NULL },
@@ -424,6 +425,9 @@ rules(struct slotd *d, bool json_out, struct ctl_out *o)
 	}
 	ctl_answer_table_begin(&t, o, json_out, &d->ident, "rules", rule_cols, CTL_NCOLS(rule_cols));
 	for (size_t i = 0; i < n; i++) {
+		/* IPv4's rules, then IPv6's; nft's table holds both. */
+		ctl_cell_str(&t, v[i].family == AF_INET ? "ipv4" : v[i].family == AF_INET6 ?
+		    "ipv6" : "inet");
 		ctl_cell_str(&t, v[i].table);
 		ctl_cell_str(&t, v[i].chain);
 		ctl_cell_uint(&t, v[i].packets);

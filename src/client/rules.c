@@ -1030,6 +1030,7 @@ rules_parse_saved(const char *table, const char *text, struct rules_entry **v, s
 		*v = nv;
 		struct rules_entry *e = &nv[(*n)++];
 		memset(e, 0, sizeof(*e));
+		e->family = AF_INET;	/* rules_list says which */
 		snprintf(e->table, sizeof(e->table), "%s", table);
 		snprintf(e->chain, sizeof(e->chain), "%s", chain);
 		e->packets = pk;
@@ -1100,7 +1101,8 @@ rules_parse_nft(const char *text, struct rules_entry **v, size_t *n)
 		*v = nv;
 		struct rules_entry *e = &nv[(*n)++];
 		memset(e, 0, sizeof(*e));
-		snprintf(e->table, sizeof(e->table), "inet-%s", RULES_NFT_TABLE);
+		e->family = AF_UNSPEC;
+		snprintf(e->table, sizeof(e->table), "%s", RULES_NFT_TABLE);
 		snprintf(e->chain, sizeof(e->chain), "%s", chain);
 		e->packets = pk;
 		e->bytes = by;
@@ -1178,14 +1180,14 @@ rules_list(int family, const struct rules_exec *x, struct rules_entry **out, siz
 		}
 		for (size_t i = 0; i < 2; i++) {
 			char *argv[] = { save, "-c", "-t", (char *)tables[i], NULL };
-			char *text = NULL, name[16];
+			char *text = NULL;
+			size_t before = *n;
 			if (capture(x, argv, &text, err, errlen) != 0)
 				goto fail;
-			/* IPv4's keep their old names: "mangle", "nat". */
-			snprintf(name, sizeof(name), "%s%s", fams[f] == AF_INET6 ? "ip6-" : "",
-			    tables[i]);
-			int rc = rules_parse_saved(name, text, out, n);
+			int rc = rules_parse_saved(tables[i], text, out, n);
 			free(text);
+			for (size_t k = before; rc == 0 && k < *n; k++)
+				(*out)[k].family = fams[f];
 			if (rc == -1) {
 				errbuf_set(err, errlen, "out of memory");
 				goto fail;

@@ -188,7 +188,8 @@ int rules_remove(int family, const struct rules_exec *x, char *err, size_t errle
  * SLOT_HIJACK, SLOT_GW or SLOT_DNAT, or a jump to one of them from OUTPUT
  * or PREROUTING; or a rule of nft's table (nft -a list, with its counter). */
 struct rules_entry {
-	char table[16];			/* mangle, nat, ip6-mangle, ip6-nat; inet-slot */
+	int family;			/* AF_INET, AF_INET6; AF_UNSPEC: nft's inet table */
+	char table[16];			/* mangle, nat; nft: RULES_NFT_TABLE */
 	char chain[32];
 	unsigned long long packets, bytes;
 	char *rule;			/* "-A CHAIN ...", without the counters */
@@ -208,7 +209,8 @@ void rules_list_free(struct rules_entry *v, size_t n);
 int rules_parse_saved(const char *table, const char *text, struct rules_entry **v, size_t *n);
 
 /* The same for nft list table inet RULES_NFT_TABLE output: one entry per
- * rule, table "inet-slot", its chain, the counter's packets and bytes. */
+ * rule, family AF_UNSPEC, table RULES_NFT_TABLE, its chain, the counter's
+ * packets and bytes. */
 int rules_parse_nft(const char *text, struct rules_entry **v, size_t *n);
 
 #endif

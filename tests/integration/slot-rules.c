@@ -99,8 +99,9 @@ main(int argc, char **argv)
 		size_t nv;
 		rc = rules_list(c.family, &x, &v, &nv, err, sizeof(err));
 		for (size_t i = 0; rc == 0 && i < nv; i++)
-			printf("%s\t%s\t%llu\t%llu\t%s\n", v[i].table, v[i].chain, v[i].packets,
-			    v[i].bytes, v[i].rule);
+			printf("%s\t%s\t%s\t%llu\t%llu\t%s\n", v[i].family == AF_INET ? "ipv4" :
+			    v[i].family == AF_INET6 ? "ipv6" : "inet", v[i].table, v[i].chain,
+			    v[i].packets, v[i].bytes, v[i].rule);
 		if (rc == 0)
 			rules_list_free(v, nv);
 	} else {

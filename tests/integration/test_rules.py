@@ -200,7 +200,7 @@ def test_both_families_and_gateway_jumps(netns):
         assert "-A PREROUTING -j SLOT_DNAT" in n and "-A OUTPUT -j SLOT_DNAT" in n, n
         assert n.count("-j DNAT") == 1 and relay in n, n
     listed = rules("list", "-b").stdout
-    assert "ip6-mangle\tSLOT_GW" in listed and "mangle\tPREROUTING" in listed, listed
+    assert "ipv6\tmangle\tSLOT_GW" in listed and "ipv4\tmangle\tPREROUTING" in listed, listed
 
     rules("apply", "-b", "-p", "443", "1=192.0.2.10:7601")     # local mode again
     for save in ("iptables-save", "ip6tables-save"):
@@ -258,7 +258,7 @@ def test_nft_table_replace_list_remove(netns):
         assert "tcp dport { 80, 443, 8000-8099 }" in t, t
         assert 'iifname "lan0" jump hijack' in t and "hook prerouting" in t, t
         listed = rules("list", "-n").stdout
-        assert "inet-slot\thijack\t" in listed and "inet-slot\tto_relay\t" in listed, listed
+        assert "inet\tslot\thijack\t" in listed and "inet\tslot\tto_relay\t" in listed, listed
 
         nft_install("-p", "443", "3=192.0.2.30:7601")
         t = nft_table()
@@ -307,7 +307,7 @@ def test_nft_relay_mark_steers_both_families(netns):
             b"steered"
         listed = rules("list", "-n").stdout
         hits = [l.split("\t") for l in listed.splitlines() if "\tto_relay\t" in l]
-        assert len(hits) == 2 and all(int(h[2]) >= 1 for h in hits), listed
+        assert len(hits) == 2 and all(int(h[3]) >= 1 for h in hits), listed
 
         # A pipe set up before a replacement of the table keeps its
         # translation: the transaction never leaves conntrack unused.

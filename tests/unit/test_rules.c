@@ -163,6 +163,7 @@ test_parse_saved(void **state)
 	assert_int_equal(rules_parse_saved("nat", nat, &v, &n), 0);
 	assert_int_equal(n, 5);
 	assert_string_equal(v[0].table, "mangle");
+	assert_int_equal(v[0].family, AF_INET);
 	assert_string_equal(v[0].chain, "OUTPUT");
 	assert_int_equal(v[0].packets, 7);
 	assert_int_equal(v[0].bytes, 420);
@@ -443,7 +444,8 @@ test_parse_nft(void **state)
 
 	assert_int_equal(rules_parse_nft(text, &v, &n), 0);
 	assert_int_equal(n, 3);
-	assert_string_equal(v[0].table, "inet-slot");
+	assert_int_equal(v[0].family, AF_UNSPEC);
+	assert_string_equal(v[0].table, "slot");
 	assert_string_equal(v[0].chain, "hijack");
 	assert_int_equal(v[0].packets, 4);
 	assert_int_equal(v[0].bytes, 240);
