@@ -569,7 +569,7 @@ direct_syn_cb(void *arg, enum synp_status st, uint32_t rtt_us, bool exact)
 static int
 direct_start(struct slotd *d, struct hconn *c)
 {
-	if (d->synp && c->server.addr.family == AF_INET) {
+	if (synp_has_family(d->synp, c->server.addr.family)) {
 		if ((c->dsp = synp_start(d->synp, &c->server, direct_syn_cb, c)) != NULL)
 			return 0;
 		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)

@@ -243,7 +243,7 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 	j->timer.data = j;
 	/* A bare SYN whose SYN-ACK the kernel resets: the server's
 	 * application never sees the measurement (docs/relay.md). */
-	if (ps->synp && t->addr.family == AF_INET) {
+	if (synp_has_family(ps->synp, t->addr.family)) {
 		r->ctr.measure_syn++;
 		if ((j->sp = synp_start(ps->synp, t, job_syn_cb, j)) == NULL) {
 			int e = errno;
