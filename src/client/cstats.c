@@ -58,12 +58,15 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	    "Direct-path probes: bare SYNs, or TCP connects.");
 	C("direct_probes_connect", c->direct_probes_connect, CTL_COUNTER,
 	    "Direct-path probes by TCP connect (the server's application sees them): "
-	    "IPv6, or no raw socket.");
+	    "a host without IPv6 for an IPv6 server, or no raw socket.");
 	C("syn_retransmits", syn ? syn->syns_sent - syn->probes : 0, CTL_COUNTER,
 	    "Probe SYNs sent again, each from a new port with a new ISN.");
 	C("syn_skipped", syn ? syn->skipped : 0, CTL_COUNTER,
 	    "SYN-ACKs set aside as maybe the server's retransmission.");
 	C("decisions_direct", c->decisions_direct, CTL_COUNTER, "Connections sent direct.");
+	C("direct_no_family_relay", c->direct_no_family_relay, CTL_COUNTER,
+	    "Connections sent direct because no relay has a data endpoint of their "
+	    "family (the kernel rewrites a destination only within a family).");
 	C("decisions_relay", c->decisions_relay, CTL_COUNTER,
 	    "Connections sent through a relay.");
 	C("repairs", c->repairs, CTL_COUNTER,
@@ -413,25 +416,36 @@ static const struct ctl_col rule_cols[] = {
 static void
 rules(struct slotd *d, bool json_out, struct ctl_out *o)
 {
-	struct rules_entry *v;
+	struct rules_entry *v[2] = { NULL, NULL };
 	struct ctl_table t;
 	char err[600];
-	size_t n;
+	size_t n[2] = { 0, 0 }, nf;
+	int fam[2];
 
-	if (rules_list(AF_INET, &d->rules_exec, &v, &n, err, sizeof(err)) == -1) {
-		ctl_error(o, "cannot read the rules: %s", err);
-		return;
+	/* IPv4's rules, then IPv6's (ip6tables); the rule text tells them
+	 * apart by their addresses. */
+	nf = relays_families(d, fam);
+	for (size_t f = 0; f < nf; f++) {
+		if (rules_list(fam[f], &d->rules_exec, &v[f], &n[f], err, sizeof(err)) == -1) {
+			ctl_error(o, "cannot read the %s rules: %s",
+			    fam[f] == AF_INET6 ? "IPv6" : "IPv4", err);
+			for (size_t g = 0; g < f; g++)
+				rules_list_free(v[g], n[g]);
+			return;
+		}
 	}
 	ctl_answer_table_begin(&t, o, json_out, &d->ident, "rules", rule_cols, CTL_NCOLS(rule_cols));
-	for (size_t i = 0; i < n; i++) {
-		ctl_cell_str(&t, v[i].table);
-		ctl_cell_str(&t, v[i].chain);
-		ctl_cell_uint(&t, v[i].packets);
-		ctl_cell_uint(&t, v[i].bytes);
-		ctl_cell_str(&t, v[i].rule);
+	for (size_t f = 0; f < nf; f++) {
+		for (size_t i = 0; i < n[f]; i++) {
+			ctl_cell_str(&t, v[f][i].table);
+			ctl_cell_str(&t, v[f][i].chain);
+			ctl_cell_uint(&t, v[f][i].packets);
+			ctl_cell_uint(&t, v[f][i].bytes);
+			ctl_cell_str(&t, v[f][i].rule);
+		}
+		rules_list_free(v[f], n[f]);
 	}
 	ctl_table_end(&t);
-	rules_list_free(v, n);
 }
 
 void

@@ -49,7 +49,35 @@ relay_find(struct slotd *d, const struct endpoint *control)
 bool
 relay_rules_in(const struct slotd *d, const struct crelay *r)
 {
-	return d->rsync == NULL || rsync_installed(d->rsync) >= r->rules_gen;
+	/* A relay's DNAT rule is in the set of its data address's family. */
+	const struct rulesync *s = r->conf.control.addr.family == AF_INET6 ? d->rsync6 :
+	    d->rsync;
+
+	return s == NULL || rsync_installed(s) >= r->rules_gen;
+}
+
+size_t
+relays_families(const struct slotd *d, int fam[2])
+{
+	fam[0] = AF_INET;
+	fam[1] = AF_INET6;
+	return d->v6 ? 2 : 1;
+}
+
+int
+relays_rules_remove(struct slotd *d, char *err, size_t errlen)
+{
+	int fam[2], rc = 0;
+	size_t nf = relays_families(d, fam);
+	char e[512];
+
+	for (size_t i = 0; i < nf; i++) {
+		if (rules_remove(fam[i], &d->rules_exec, e, sizeof(e)) == -1 && rc == 0) {
+			snprintf(err, errlen, "%s", e);
+			rc = -1;
+		}
+	}
+	return rc;
 }
 
 bool
@@ -149,7 +177,6 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 		rr[i].data.port = conf->relays[i].data_port;
 	}
 	struct rules_conf rc_ = {
-		.family = AF_INET,
 		.queue = conf->queue,
 		.bypass_mark = conf->bypass_mark,
 		.relay_mask = conf->relay_mask,
@@ -157,12 +184,24 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 		.include = &conf->include,
 		.exclude = &conf->exclude,
 	};
-	if (d->rsync == NULL) {
-		/* Start-up: nothing is hijacked before these rules exist. */
-		if (rules_apply(&rc_, rr, n, &d->rules_exec, err, errlen) == -1)
-			goto out;
-		d->ctr.rules_applied++;
-	} else {
+	int fam[2];
+	size_t nf = relays_families(d, fam);
+	/* Each family's tools get the whole set (rules_render keeps that
+	 * family's relays); the generation counts for both. */
+	for (size_t f = 0; f < nf; f++) {
+		struct rulesync *rs = fam[f] == AF_INET6 ? d->rsync6 : d->rsync;
+		rc_.family = fam[f];
+		if (d->rsync == NULL) {
+			/* Start-up: nothing is hijacked before these rules exist. */
+			if (rules_apply(&rc_, rr, n, &d->rules_exec, err, errlen) == -1) {
+				if (f > 0) {
+					char e2[256];
+					(void)rules_remove(fam[0], &d->rules_exec, e2, sizeof(e2));
+				}
+				goto out;
+			}
+			continue;
+		}
 		/* Running: the restore goes off the loop, and the new relays
 		 * wait for it (relay_usable). */
 		if ((text = malloc(RULES_TEXT_MAX)) == NULL) {
@@ -177,13 +216,18 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 		char *small = realloc(text, (size_t)len + 1);
 		if (small)
 			text = small;
-		if (rsync_submit(d->rsync, rc_.family, text, (size_t)len, d->rules_gen + 1) == -1) {
+		if (rs == NULL || rsync_submit(rs, rc_.family, text, (size_t)len,
+		    d->rules_gen + 1) == -1) {
+			if (rs == NULL)
+				free(text);
 			text = NULL;
 			snprintf(err, errlen, "rule generation out of order");
 			goto out;
 		}
 		text = NULL;
 	}
+	if (d->rsync == NULL)
+		d->ctr.rules_applied++;
 	d->rules_gen++;
 
 	/* Committed: relays that left go, new ones start connecting. */

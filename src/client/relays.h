@@ -26,6 +26,14 @@ void relays_rules_done(void *user, uint64_t gen);
 /* Whether r's DNAT rule is in the kernel. */
 bool relay_rules_in(const struct slotd *d, const struct crelay *r);
 
+/* The families whose SYNs slotd hijacks, into fam: AF_INET, and AF_INET6
+ * if d->v6. Returns how many. */
+size_t relays_families(const struct slotd *d, int fam[2]);
+
+/* Removes the rules of every family (rules_remove); the first error is in
+ * err. Returns 0 or -1. */
+int relays_rules_remove(struct slotd *d, char *err, size_t errlen);
+
 /* Closes every link and frees the set (the rules are left alone). */
 void relays_free(struct slotd *d);
 

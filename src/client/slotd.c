@@ -162,6 +162,8 @@ reload(struct slotd *d)
 	}
 	dirsync_reload_conf(d, &nc);
 	(void)rsync_set_exec(d->rsync, &(struct rules_exec){ nc.iptables, wait_s(&nc) });
+	if (d->rsync6)
+		(void)rsync_set_exec(d->rsync6, &(struct rules_exec){ nc.iptables, wait_s(&nc) });
 	/* The directory's relays stay in the set; their rules follow off the
 	 * loop (rulesync.h). */
 	if (dirsync_apply(d, &nc, err, sizeof(err)) == -1) {
@@ -431,6 +433,8 @@ main(int argc, char **argv)
 		    "accept: %s (needs CAP_NET_RAW)", err);
 	/* Static relays and the directory's last listing (the cache file):
 	 * the directory itself is asked later, off the loop. */
+	/* IPv6 SYNs too, unless the kernel has no IPv6 (ipv6.disable=1). */
+	d->v6 = sock_has_family(AF_INET6);
 	if (dirsync_init(d, err, sizeof(err)) == -1) {
 		(void)unlink(d->conf.control_socket);
 		fatalx("%s", err);
@@ -444,17 +448,23 @@ main(int argc, char **argv)
 	    rsync_set_exec(d->rsync, &d->rules_exec) == -1)
 		fatalx("out of memory");
 	rsync_mark_installed(d->rsync, d->rules_gen);
+	if (d->v6) {
+		if ((d->rsync6 = rsync_new(d->loop, relays_rules_done, d)) == NULL ||
+		    rsync_set_exec(d->rsync6, &d->rules_exec) == -1)
+			fatalx("out of memory");
+		rsync_mark_installed(d->rsync6, d->rules_gen);
+	}
 	/* Connected before the drop: the manager's socket may be root's. */
 	if (notify_init(&notify, err, sizeof(err)) == -1)
 		log_warnx("%s; not telling the service manager", err);
 	if (drop_privileges(d, uid, gid, legacy, err, sizeof(err)) == -1) {
-		(void)rules_remove(AF_INET, &d->rules_exec, err2, sizeof(err2));
+		(void)relays_rules_remove(d, err2, sizeof(err2));
 		(void)unlink(d->conf.control_socket);
 		fatalx("%s", err);
 	}
 	/* After the capabilities are dropped: the thread inherits the rest. */
 	if (dirsync_start(d, err, sizeof(err)) == -1) {
-		(void)rules_remove(AF_INET, &d->rules_exec, err, sizeof(err));
+		(void)relays_rules_remove(d, err2, sizeof(err2));
 		(void)unlink(d->conf.control_socket);
 		fatalx("%s", err);
 	}
@@ -493,7 +503,9 @@ main(int argc, char **argv)
 	 * still running is stopped: the removal supersedes it. */
 	rsync_free(d->rsync);
 	d->rsync = NULL;
-	if (rules_remove(AF_INET, &d->rules_exec, err, sizeof(err)) == -1)
+	rsync_free(d->rsync6);
+	d->rsync6 = NULL;
+	if (relays_rules_remove(d, err, sizeof(err)) == -1)
 		log_warnx("removing the rules: %s", err);
 	rank_stop(d);
 	dirsync_stop(d);
