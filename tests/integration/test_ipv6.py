@@ -1,0 +1,203 @@
+"""IPv6 end to end (issue 15): slotd hijacks IPv6 SYNs, probes IPv6 servers
+with bare SYNs, relays carry IPv6 pipes, and a connection goes only to a
+relay of its own family (the client's kernel DNATs within a family).
+
+One test bed for the module, every host on its own family:
+
+    client6 (IPv6 only) --80 ms-- server (IPv6 only)        direct
+    client6 --40-- relay6 (IPv6 only) --40-- server         the relay wins
+    client (dual stack) --80-- server
+    client --40-- relay4 (IPv4 only) --40-- server          no IPv6: no path
+
+Each test starts slotd in the host it needs (client6 with relay6; client with
+relay4 alone) and stops it at the end. Every transfer is checked by sha256
+end to end, downloads with unmodified curl and wget, uploads with curl -T;
+nginx's access log names the peer of every request (the relay's IPv6
+address when relayed, the client's when direct).
+"""
+
+import os
+import re
+import sys
+
+import pytest
+
+import slotbed
+from slotbed import KiB
+
+RELAYS = {"relay6": (40, 40), "relay4": (40, 40)}
+FAMILIES = {"client6": "ipv6", "relay6": "ipv6", "relay4": "ipv4", "server": "ipv6"}
+EXTRA_PAIRS = [("client6", "server", 80), ("client6", "relay6", 40), ("client6", "relay4", 40)]
+BODY = 300 * KiB
+ACCEPT_PORT = 5201                  # hijacked by the bed's slotd config
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def sb():
+    b = slotbed.SlotBed(RELAYS, direct_rtt=80, extra_hosts=["client6"], families=FAMILIES,
+                        extra_pairs=EXTRA_PAIRS,
+                        relay_conf={"probe": {"rtt_cache_ttl": "0"}}).up()
+    try:
+        b.nginx.add_file("v6", BODY)
+        b.nginx.start()
+        yield b
+    finally:
+        b.down()
+
+
+@pytest.fixture
+def slotd(sb, request):
+    started = []
+
+    def start(host, relays, overrides=None):
+        s = sb.slotd([sb.relay(n) for n in relays], host=host)
+        s.update(overrides or {})
+        started.append(s)
+        return s.start()
+    yield start
+    for s in started:
+        s.stop()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        for s in started:
+            print("---- slotd %d ----\n%s" % (s.n, s.log()[-8000:]))
+        for r in sb.relays.values():
+            print("---- %s ----\n%s" % (r.host, r.log()[-4000:]))
+
+
+def ep(ip, port):
+    return slotbed.hostport(ip, port)
+
+
+def fetch(sb, host, tool, tag):
+    """Downloads the file with curl or wget from host, checks its bytes, and
+    returns (Result, the peer nginx saw)."""
+    url = sb.nginx.url("v6", query="id=%s" % tag, family=6)
+    r = sb.curl(url, host=host) if tool == "curl" else sb.wget(url, host=host)
+    assert r.rc == 0, r
+    assert r.size == BODY and r.sha == sb.nginx.files["v6"][1], r
+    return r, sb.nginx.peer_of("id=%s " % tag)
+
+
+def upload(sb, host, name):
+    path, sha = sb.random_file("up-%s.bin" % name, BODY)
+    r = sb.upload(path, sb.nginx.upload_url(name, family=6), host=host)
+    assert r.rc == 0 and r.status == 201 and r.size == BODY, r
+    assert slotbed.sha256_file(sb.nginx.upload_path(name)) == sha
+    return r, sb.nginx.peer_of("PUT /up/%s " % name)
+
+
+def test_ipv6_only_client_relay_and_server(sb, slotd):
+    """client6, relay6 and the server have IPv6 alone: slotd's ip6tables
+    rules queue the SYN, the direct probe is a bare IPv6 SYN, relay6 wins
+    (40 ms against 80) and carries curl's and wget's downloads and curl's
+    upload; the server sees relay6's IPv6 address."""
+    r6 = sb.relay("relay6")
+    s = slotd("client6", ["relay6"])
+    # the rules of both families are in: IPv6's through ip6tables
+    rules = sb.bed.run("client6", "ip6tables-save", "-t", "mangle").stdout
+    assert "-A SLOT_HIJACK" in rules and "NFQUEUE" in rules, rules
+    nat = sb.bed.run("client6", "ip6tables-save", "-t", "nat").stdout
+    assert "--to-destination %s" % ep(r6.ip, r6.data_port) in nat, nat
+    c0, rc0 = s.counters(), r6.counters()
+    for tool in ("curl", "wget"):
+        r, peer = fetch(sb, "client6", tool, "six-%s" % tool)
+        assert peer == r6.ip, (tool, peer, r6.ip)
+        d = s.decision(server=ep(sb.ip6("server"), 80))
+        assert d["verdict"] == "relay" and d["relay"] == r6.control, d
+        assert d["server"] == ep(sb.ip6("server"), 80), d
+    r, peer = upload(sb, "client6", "six-up")
+    assert peer == r6.ip, peer
+    d = s.decision(client=ep(sb.ip6("client6"), r.local_port))
+    assert d["verdict"] == "relay" and d["relay"] == r6.control, d
+    rc1 = r6.wait_counter("pipes_open", lambda v: v == 0)
+    dc, dr = slotbed.deltas(c0, s.counters()), slotbed.deltas(rc0, rc1)
+    # three pipes through relay6, the bytes both ways
+    assert dr["pipes_total"] == 3 and dr["pipes_failed"] == 0, dr
+    assert dr["bytes_server_to_client"] >= 2 * BODY, dr
+    assert dr["bytes_client_to_server"] >= BODY, dr
+    assert dr["data_rejected"] == 0, dr
+    assert dc["pipes_ok"] == 3 and dc["decisions_relay"] == 3, dc
+    # the direct probes were bare IPv6 SYNs, and so were relay6's
+    # measurements: nobody fell back to connect
+    assert dc["direct_probes"] >= 1 and dc["direct_probes_connect"] == 0, dc
+    assert dr["measure_syn"] >= 1 and dr["measure_connect"] == 0, dr
+    assert dc["direct_no_family_relay"] == 0, dc
+
+
+def test_dual_stack_client_v6_server_only_v4_relays_goes_direct(sb, slotd):
+    """The dual-stack client reaches the IPv6 server while its only relay,
+    relay4, has IPv4 alone: the kernel cannot DNAT an IPv6 connection to an
+    IPv4 data port, so slotd sends it direct at once, says why in the
+    decision and counts it; the bytes arrive from the client's own IPv6
+    address, both ways."""
+    r4 = sb.relay("relay4")
+    s = slotd("client", ["relay4"])
+    c0, rc0 = s.counters(), r4.counters()
+    r, peer = fetch(sb, "client", "curl", "dual-curl")
+    assert peer == sb.ip6("client"), peer
+    d = s.decision(server=ep(sb.ip6("server"), 80))
+    assert d["verdict"] == "direct", d
+    assert d["why"] == "no relay with an IPv6 data endpoint", d
+    r, peer = fetch(sb, "client", "wget", "dual-wget")
+    assert peer == sb.ip6("client"), peer
+    r, peer = upload(sb, "client", "dual-up")
+    assert peer == sb.ip6("client"), peer
+    d = s.decision(client=ep(sb.ip6("client"), r.local_port))
+    assert d["verdict"] == "direct" and d["why"] == "no relay with an IPv6 data endpoint", d
+    dc, dr = slotbed.deltas(c0, s.counters()), slotbed.deltas(rc0, r4.counters())
+    # every connection counted, none probed, relay4 never asked
+    assert dc["direct_no_family_relay"] == 3 and dc["decisions_direct"] == 3, dc
+    assert dc["decisions_relay"] == 0 and dc["probes_sent"] == 0, dc
+    assert dr["pipes_total"] == 0, dr
+
+
+def accepts(log):
+    """[(verb, ip, port)] of accept_counter.py's log."""
+    out = []
+    for line in open(log).read().splitlines():
+        m = re.match(r"(accept|served|dropped) (\S+) (\d+)", line)
+        if m:
+            out.append((m.group(1), m.group(2), int(m.group(3))))
+    return out
+
+
+def test_probes_of_an_ipv6_server_are_never_accepted(sb, slotd):
+    """The accept counter (one connection at a time, logging every accept)
+    on the IPv6 server: with no cache (slotd's cache_ttl 0, the relays'
+    rtt_cache_ttl 0) every transfer is probed directly by slotd and measured
+    by relay6, and the application accepts exactly the transfers."""
+    body = os.path.join(sb.dir, "accept6-body")
+    with open(body, "wb") as f:
+        f.write(os.urandom(64 * KiB))
+    sha = slotbed.sha256_file(body)
+    log = os.path.join(sb.dir, "accept6.log")
+    p = sb.bed.popen("server", [sys.executable, os.path.join(HERE, "accept_counter.py"),
+                                str(ACCEPT_PORT), body, log, "6"])
+    try:
+        slotbed.wait_for(lambda: os.path.exists(log) and "listening" in open(log).read(), 10,
+                         "the accept counter")
+        r6 = sb.relay("relay6")
+        s = slotd("client6", ["relay6"], {"select": {"cache_ttl": "0"}})
+        c0, rc0 = s.counters(), r6.counters()
+        n = 10
+        url = "http://%s/" % ep(sb.ip6("server"), ACCEPT_PORT)
+        for i in range(n):
+            r = sb.curl(url + "?n=%d" % i, timeout=60, host="client6")
+            assert r.rc == 0 and r.status == 200, (r, open(log).read()[-3000:])
+            assert r.size == 64 * KiB and r.sha == sha, r
+        slotbed.wait_for(lambda: sum(1 for v, _, _ in accepts(log) if v == "served") >= n,
+                         10, "the server's log")
+        lines = accepts(log)
+        acc = [x for x in lines if x[0] == "accept"]
+        assert len(acc) == n, lines
+        assert not [x for x in lines if x[0] == "dropped"], lines
+        # relayed through relay6 (its IPv6 address), so the probes ran
+        assert any(ip == r6.ip for _, ip, _ in acc), acc
+        dc, dr = slotbed.deltas(c0, s.counters()), slotbed.deltas(rc0, r6.counters())
+        assert dc["direct_probes"] >= n and dc["direct_probes_connect"] == 0, dc
+        assert dr["measure_syn"] >= n and dr["measure_connect"] == 0, dr
+    finally:
+        p.kill()
+        p.wait()
