@@ -307,7 +307,10 @@ class Relay:
     def _listening(self):
         out = self.bed.run(self.host, "ss", "-Hltn", check=False).stdout
         have = {l.split()[3] for l in out.splitlines() if len(l.split()) > 3}
-        return {hostport(self.ip, p) for p in (self.ctl_port, self.data_port)} <= have
+        # a dual-stack listener on [::] (docs/relay.md "IPv6") shows as "*:PORT"
+        want = {"*:%d" % p if self.conf["relay"][k].startswith("[::]:") else hostport(self.ip, p)
+                for k, p in (("control_listen", self.ctl_port), ("data_listen", self.data_port))}
+        return want <= have
 
     @property
     def running(self):

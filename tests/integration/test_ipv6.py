@@ -7,10 +7,13 @@ One test bed for the module, every host on its own family:
     client6 (IPv6 only) --80 ms-- server (IPv6 only)        direct
     client6 --40-- relay6 (IPv6 only) --40-- server         the relay wins
     client (dual stack) --80-- server
-    client --40-- relay4 (IPv4 only) --40-- server          no IPv6: no path
+    client --80-- relay4 (IPv4 only) --40-- server          no IPv6: no path
+    client --40-- relay46 (dual stack, on [::]) --40-- server
+                  relay46 --10-- relay4                     an IPv4 server too
 
 Each test starts slotd in the host it needs (client6 with relay6; client with
-relay4 alone) and stops it at the end. Every transfer is checked by sha256
+relay4 alone, or with relay46 listed once per family) and stops it at the
+end. Every transfer is checked by sha256
 end to end, downloads with unmodified curl and wget, uploads with curl -T;
 nginx's access log names the peer of every request (the relay's IPv6
 address when relayed, the client's when direct).
@@ -25,7 +28,7 @@ import pytest
 import slotbed
 from slotbed import KiB
 
-RELAYS = {"relay6": (40, 40), "relay4": (40, 40)}
+RELAYS = {"relay6": (40, 40), "relay4": (80, 40), "relay46": (40, 40)}
 FAMILIES = {"client6": "ipv6", "relay6": "ipv6", "relay4": "ipv4", "server": "ipv6"}
 EXTRA_PAIRS = [("client6", "server", 80), ("client6", "relay6", 40), ("client6", "relay4", 40)]
 BODY = 300 * KiB
@@ -50,11 +53,12 @@ def sb():
 def slotd(sb, request):
     started = []
 
-    def start(host, relays, overrides=None):
-        s = sb.slotd([sb.relay(n) for n in relays], host=host)
+    def start(host, relays, overrides=None, relays_up=None):
+        """relays: names of bed relays, or raw `relay =` lines."""
+        s = sb.slotd([sb.relay(n) if n in sb.relays else n for n in relays], host=host)
         s.update(overrides or {})
         started.append(s)
-        return s.start()
+        return s.start(relays_up=relays_up)
     yield start
     for s in started:
         s.stop()
@@ -124,6 +128,7 @@ def test_ipv6_only_client_relay_and_server(sb, slotd):
     assert dc["direct_probes"] >= 1 and dc["direct_probes_connect"] == 0, dc
     assert dr["measure_syn"] >= 1 and dr["measure_connect"] == 0, dr
     assert dc["direct_no_family_relay"] == 0, dc
+    print("slotd", dc, "relay6", dr)
 
 
 def test_dual_stack_client_v6_server_only_v4_relays_goes_direct(sb, slotd):
@@ -151,6 +156,64 @@ def test_dual_stack_client_v6_server_only_v4_relays_goes_direct(sb, slotd):
     assert dc["direct_no_family_relay"] == 3 and dc["decisions_direct"] == 3, dc
     assert dc["decisions_relay"] == 0 and dc["probes_sent"] == 0, dc
     assert dr["pipes_total"] == 0, dr
+    print("slotd", dc)
+
+
+def accept_counter(sb, host, body_size, tag, v6):
+    """accept_counter.py in host (IPv6 or IPv4): (process, body sha256, log path)."""
+    body = os.path.join(sb.dir, "%s-body" % tag)
+    with open(body, "wb") as f:
+        f.write(os.urandom(body_size))
+    log = os.path.join(sb.dir, "%s.log" % tag)
+    p = sb.bed.popen(host, [sys.executable, os.path.join(HERE, "accept_counter.py"),
+                            str(ACCEPT_PORT), body, log] + (["6"] if v6 else []))
+    slotbed.wait_for(lambda: os.path.exists(log) and "listening" in open(log).read(), 10,
+                     "the accept counter")
+    return p, slotbed.sha256_file(body), log
+
+
+def test_dual_stack_relay_serves_both_families(sb, slotd):
+    """relay46 listens on [::] (one dual-stack socket per role) and slotd
+    lists it once per family: an IPv6 connection goes through its IPv6
+    address (the server sees it), an IPv4 one through its IPv4 address, with
+    the IPv4 control connection, probes and data connection all arriving on
+    the IPv6 sockets as ::ffff: addresses."""
+    r = sb.relay("relay46")
+    r.stop()
+    r.update({"relay": {"probe_listen": "[::]:%d" % r.probe_port,
+                        "control_listen": "[::]:%d" % r.ctl_port,
+                        "data_listen": "[::]:%d" % r.data_port}})
+    r.start()
+    v4, v6 = ep(sb.ip("relay46"), r.ctl_port), ep(sb.ip6("relay46"), r.ctl_port)
+    p, sha4, log = accept_counter(sb, "relay4", 64 * KiB, "accept4", v6=False)
+    try:
+        s = slotd("client", ["%s data=%d group=1" % (v4, r.data_port),
+                             "%s data=%d group=2" % (v6, r.data_port)], relays_up=2)
+        c0, rc0 = s.counters(), r.counters()
+        # IPv6: the nginx server, through relay46's IPv6 address
+        got, peer = fetch(sb, "client", "curl", "dual-relay-v6")
+        assert peer == sb.ip6("relay46"), peer
+        d = s.decision(server=ep(sb.ip6("server"), 80))
+        assert d["verdict"] == "relay" and d["relay"] == v6, d
+        # IPv4: the accept counter on relay4's host, through relay46's IPv4 address
+        got = sb.curl("http://%s/" % ep(sb.ip("relay4"), ACCEPT_PORT), timeout=60)
+        assert got.rc == 0 and got.status == 200, (got, open(log).read()[-2000:])
+        assert got.size == 64 * KiB and got.sha == sha4, got
+        d = s.decision(server=ep(sb.ip("relay4"), ACCEPT_PORT))
+        assert d["verdict"] == "relay" and d["relay"] == v4, d
+        slotbed.wait_for(lambda: any(v == "served" for v, _, _ in accepts(log)), 10,
+                         "the server's log")
+        assert [ip for v, ip, _ in accepts(log) if v == "accept"] == [sb.ip("relay46")]
+        rc1 = r.wait_counter("pipes_open", lambda v: v == 0)
+        dc, dr = slotbed.deltas(c0, s.counters()), slotbed.deltas(rc0, rc1)
+        assert dr["pipes_total"] == 2 and dr["pipes_failed"] == 0, dr
+        assert dr["data_rejected"] == 0 and dr["probes_answered"] == 2, dr
+        assert dr["measure_syn"] == 2 and dr["measure_connect"] == 0, dr
+        assert dc["pipes_ok"] == 2 and dc["direct_no_family_relay"] == 0, dc
+        print("slotd", dc, "relay46", dr)
+    finally:
+        p.kill()
+        p.wait()
 
 
 def accepts(log):
@@ -168,16 +231,8 @@ def test_probes_of_an_ipv6_server_are_never_accepted(sb, slotd):
     on the IPv6 server: with no cache (slotd's cache_ttl 0, the relays'
     rtt_cache_ttl 0) every transfer is probed directly by slotd and measured
     by relay6, and the application accepts exactly the transfers."""
-    body = os.path.join(sb.dir, "accept6-body")
-    with open(body, "wb") as f:
-        f.write(os.urandom(64 * KiB))
-    sha = slotbed.sha256_file(body)
-    log = os.path.join(sb.dir, "accept6.log")
-    p = sb.bed.popen("server", [sys.executable, os.path.join(HERE, "accept_counter.py"),
-                                str(ACCEPT_PORT), body, log, "6"])
+    p, sha, log = accept_counter(sb, "server", 64 * KiB, "accept6", v6=True)
     try:
-        slotbed.wait_for(lambda: os.path.exists(log) and "listening" in open(log).read(), 10,
-                         "the accept counter")
         r6 = sb.relay("relay6")
         s = slotd("client6", ["relay6"], {"select": {"cache_ttl": "0"}})
         c0, rc0 = s.counters(), r6.counters()
@@ -198,6 +253,7 @@ def test_probes_of_an_ipv6_server_are_never_accepted(sb, slotd):
         dc, dr = slotbed.deltas(c0, s.counters()), slotbed.deltas(rc0, r6.counters())
         assert dc["direct_probes"] >= n and dc["direct_probes_connect"] == 0, dc
         assert dr["measure_syn"] >= n and dr["measure_connect"] == 0, dr
+        print("accepts", len(acc), "slotd", dc, "relay6", dr)
     finally:
         p.kill()
         p.wait()
