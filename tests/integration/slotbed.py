@@ -1186,13 +1186,14 @@ class SlotBed:
     def remove_slot_rules(self, host="client"):
         """Removes slotd's jumps and chains by hand (after a SIGKILL), as
         slotd itself does at start."""
-        for table, chain in (("mangle", "SLOT_HIJACK"), ("nat", "SLOT_DNAT")):
-            for _ in range(100):
-                if self.bed.run(host, "iptables", "-w", "-t", table, "-D", "OUTPUT", "-j", chain,
-                                check=False).returncode != 0:
-                    break
-            self.bed.run(host, "iptables", "-w", "-t", table, "-F", chain, check=False)
-            self.bed.run(host, "iptables", "-w", "-t", table, "-X", chain, check=False)
+        for tool in ("iptables", "ip6tables"):      # slotd installs both families
+            for table, chain in (("mangle", "SLOT_HIJACK"), ("nat", "SLOT_DNAT")):
+                for _ in range(100):
+                    if self.bed.run(host, tool, "-w", "-t", table, "-D", "OUTPUT", "-j", chain,
+                                    check=False).returncode != 0:
+                        break
+                self.bed.run(host, tool, "-w", "-t", table, "-F", chain, check=False)
+                self.bed.run(host, tool, "-w", "-t", table, "-X", chain, check=False)
 
     def conntrack(self, host="client", dport=None):
         """TCP conntrack entries of a host (conntrack -L)."""
