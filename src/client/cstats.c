@@ -23,13 +23,20 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	struct synq_stats qs = { 0 };
 	struct dirsync_stats ds;
 	const struct synp_stats *syn = d->synp ? synp_stats(d->synp) : NULL;
-	struct rsync_stats rs = { 0 };
+	struct rsync_stats rs = { 0 }, rs6 = { 0 };
 	size_t n = 0, waiting = 0;
 
 	if (d->q)
 		synq_stats(d->q, &qs);
 	if (d->rsync)
 		rsync_get_stats(d->rsync, &rs);
+	/* IPv6's restores count with IPv4's: one rule set, two tools. */
+	if (d->rsync6) {
+		rsync_get_stats(d->rsync6, &rs6);
+		rs.failed += rs6.failed;
+		rs.lock_busy += rs6.lock_busy;
+		rs.killed += rs6.killed;
+	}
 	for (size_t i = 0; i < d->nrelays; i++)
 		waiting += !relay_rules_in(d, d->relays[i]);
 	dirsync_stats(d, &ds);
@@ -94,10 +101,11 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	C("reload_failures", c->reload_failures, CTL_COUNTER,
 	    "Configurations refused on SIGHUP.");
 	C("rules_applied", c->rules_applied, CTL_COUNTER, "Rule sets installed.");
-	C("rules_pending", rs.wanted > rs.installed, CTL_GAUGE,
+	C("rules_pending", rs.wanted > rs.installed || rs6.wanted > rs6.installed, CTL_GAUGE,
 	    "1 while a rule set waits for the kernel (running, or failed and retried).");
 	C("rules_failures", rs.failed, CTL_COUNTER,
-	    "iptables-restore runs that failed, were killed or did not start.");
+	    "iptables-restore (and ip6tables-restore) runs that failed, were killed or did "
+	    "not start.");
 	C("rules_lock_busy", rs.lock_busy, CTL_COUNTER,
 	    "Of them, stopped by the xtables lock held past rules_timeout.");
 	C("rules_killed", rs.killed, CTL_COUNTER,
@@ -404,6 +412,7 @@ relays(struct slotd *d, bool json_out, struct ctl_out *o)
 }
 
 static const struct ctl_col rule_cols[] = {
+	{ "family", CTL_STR, NULL },
 	{ "table", CTL_STR, NULL },
 	{ "chain", CTL_STR, NULL },
 	{ "packets", CTL_UINT, NULL },
@@ -422,8 +431,7 @@ rules(struct slotd *d, bool json_out, struct ctl_out *o)
 	size_t n[2] = { 0, 0 }, nf;
 	int fam[2];
 
-	/* IPv4's rules, then IPv6's (ip6tables); the rule text tells them
-	 * apart by their addresses. */
+	/* IPv4's rules, then IPv6's (ip6tables-save). */
 	nf = relays_families(d, fam);
 	for (size_t f = 0; f < nf; f++) {
 		if (rules_list(fam[f], &d->rules_exec, &v[f], &n[f], err, sizeof(err)) == -1) {
@@ -437,6 +445,7 @@ rules(struct slotd *d, bool json_out, struct ctl_out *o)
 	ctl_answer_table_begin(&t, o, json_out, &d->ident, "rules", rule_cols, CTL_NCOLS(rule_cols));
 	for (size_t f = 0; f < nf; f++) {
 		for (size_t i = 0; i < n[f]; i++) {
+			ctl_cell_str(&t, fam[f] == AF_INET6 ? "ipv6" : "ipv4");
 			ctl_cell_str(&t, v[f][i].table);
 			ctl_cell_str(&t, v[f][i].chain);
 			ctl_cell_uint(&t, v[f][i].packets);

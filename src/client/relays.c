@@ -299,14 +299,19 @@ relays_rules_done(void *user, uint64_t gen)
 	struct slotd *d = user;
 	size_t now_in = 0;
 
+	/* Relays whose rule just went in (in this family's tables) may be
+	 * ranked and sampled. */
+	rank_soon(d);
+	/* Each family's restore calls; the set is in once both hold it (the
+	 * later call sees that, the earlier one does not). */
+	if (rsync_installed(d->rsync) < gen || (d->rsync6 && rsync_installed(d->rsync6) < gen))
+		return;
 	d->ctr.rules_applied++;
 	for (size_t i = 0; i < d->nrelays; i++)
 		if (d->relays[i]->rules_gen == gen)
 			now_in++;
 	log_info("rules: set %llu in place; %zu relays of %zu waited for it",
 	    (unsigned long long)gen, now_in, d->nrelays);
-	/* Relays whose rule just went in may be ranked and sampled. */
-	rank_soon(d);
 }
 
 void

@@ -494,7 +494,12 @@ def test_slotd_cache_relays_rules(bed, daemons):
     assert j[r1.control]["quarantine_s"] is None and 38000 <= j[r1.control]["rtt_us"] <= 60000
 
     # rules: what the kernel holds, with its counters
-    _, rows = table(ok(sd, "rules"))
+    _, rows6 = table(ok(sd, "rules"))
+    # IPv4's first, then IPv6's: the same chains and jumps in ip6tables
+    assert [x["family"] for x in rows6] == sorted(x["family"] for x in rows6), rows6
+    assert {(x["table"], x["chain"]) for x in rows6 if x["family"] == "ipv6"} >= \
+        {("mangle", "OUTPUT"), ("mangle", "SLOT_HIJACK"), ("nat", "OUTPUT")}, rows6
+    rows = [x for x in rows6 if x["family"] == "ipv4"]
     got = {(x["table"], x["chain"], x["rule"]) for x in rows}
     assert ("mangle", "OUTPUT", "-A OUTPUT -j SLOT_HIJACK") in got, got
     assert ("nat", "OUTPUT", "-A OUTPUT -j SLOT_DNAT") in got, got
@@ -507,7 +512,8 @@ def test_slotd_cache_relays_rules(bed, daemons):
     saved = [l for l in bed.slot_rules() if l.startswith("-A")]
     assert sorted(x["rule"] for x in rows) == sorted(saved)
     j = ok_json(sd, "rules")["rules"]
-    assert len(j) == len(rows) and set(j[0]) == {"table", "chain", "packets", "bytes", "rule"}
+    assert len(j) == len(rows6) and \
+        set(j[0]) == {"family", "table", "chain", "packets", "bytes", "rule"}
     assert all(isinstance(x["packets"], int) and isinstance(x["bytes"], int) for x in j)
 
 
