@@ -257,3 +257,36 @@ def test_probes_of_an_ipv6_server_are_never_accepted(sb, slotd):
     finally:
         p.kill()
         p.wait()
+
+
+def test_directory_lists_an_ipv6_relay(sb, slotd):
+    """The whole deployment over IPv6: slot-dird listens on [::] (dual
+    stack) in the client host, relay6 registers its IPv6 endpoint with it
+    over IPv6, and slotd in client6 knows only the directory's IPv6 URL:
+    it takes relay6 from the (signed) listing and its download goes through
+    it, byte-exact."""
+    d = sb.dird(host="client", overrides={"dird": {"listen": "[::]:7602"},
+                                          "relays": {"heartbeat_interval": "1s"}})
+    url6 = "http://%s/RPC2" % ep(sb.ip6("client"), 7602)
+    r6 = sb.relay("relay6")
+    r6.stop()
+    r6.update({"directory": {"urls": url6, "list_interval": "500ms", "timeout": "2s"}})
+    try:
+        r6.start()
+        # the test's own calls go to the directory's IPv4 address: the same socket
+        slotbed.wait_for(lambda: r6.control in d.listing(), 30, "relay6 to register")
+        s = slotd("client6", [], {"directory": {
+            "urls": url6, "refresh": "1s", "retry": "500ms", "timeout": "5s",
+            "cache_file": os.path.join(sb.dir, "slotd6.relays")}}, relays_up=1)
+        assert [x["control"] for x in s.json()["relays"]] == [r6.control]
+        r, peer = fetch(sb, "client6", "curl", "six-dir")
+        assert peer == r6.ip, peer
+        d6 = s.decision(server=ep(sb.ip6("server"), 80))
+        assert d6["verdict"] == "relay" and d6["relay"] == r6.control, d6
+        c = s.counters()
+        assert c["dir_fetches_ok"] >= 1 and c["dir_relays"] == 1, c
+        assert r6.counters()["dir_registered"] == 1
+    finally:
+        r6.stop()
+        r6.update({"directory": {"urls": ""}})
+        r6.start()
