@@ -13,10 +13,10 @@ One test bed for the module, every host on its own family:
 
 Each test starts slotd in the host it needs (client6 with relay6; client with
 relay4 alone, or with relay46 listed once per family) and stops it at the
-end. Every transfer is checked by sha256
-end to end, downloads with unmodified curl and wget, uploads with curl -T;
-nginx's access log names the peer of every request (the relay's IPv6
-address when relayed, the client's when direct).
+end; the last one runs slot-dird in the client host. Every transfer is
+checked by sha256 end to end, downloads with unmodified curl and wget,
+uploads with curl -T; nginx's access log names the peer of every request
+(the relay's IPv6 address when relayed, the client's when direct).
 """
 
 import os
@@ -172,18 +172,24 @@ def accept_counter(sb, host, body_size, tag, v6):
     return p, slotbed.sha256_file(body), log
 
 
+def dual_stack(r, directory=None):
+    """Restarts relay r listening on [::] (both families), with those
+    [directory] keys."""
+    r.stop()
+    r.update({"relay": {"probe_listen": "[::]:%d" % r.probe_port,
+                        "control_listen": "[::]:%d" % r.ctl_port,
+                        "data_listen": "[::]:%d" % r.data_port},
+              "directory": directory or {"urls": ""}})
+    return r.start()
+
+
 def test_dual_stack_relay_serves_both_families(sb, slotd):
     """relay46 listens on [::] (one dual-stack socket per role) and slotd
     lists it once per family: an IPv6 connection goes through its IPv6
     address (the server sees it), an IPv4 one through its IPv4 address, with
     the IPv4 control connection, probes and data connection all arriving on
     the IPv6 sockets as ::ffff: addresses."""
-    r = sb.relay("relay46")
-    r.stop()
-    r.update({"relay": {"probe_listen": "[::]:%d" % r.probe_port,
-                        "control_listen": "[::]:%d" % r.ctl_port,
-                        "data_listen": "[::]:%d" % r.data_port}})
-    r.start()
+    r = dual_stack(sb.relay("relay46"))
     v4, v6 = ep(sb.ip("relay46"), r.ctl_port), ep(sb.ip6("relay46"), r.ctl_port)
     p, sha4, log = accept_counter(sb, "relay4", 64 * KiB, "accept4", v6=False)
     try:
@@ -259,34 +265,43 @@ def test_probes_of_an_ipv6_server_are_never_accepted(sb, slotd):
         p.wait()
 
 
-def test_directory_lists_an_ipv6_relay(sb, slotd):
+def test_directory_lists_ipv6_relays(sb, slotd):
     """The whole deployment over IPv6: slot-dird listens on [::] (dual
-    stack) in the client host, relay6 registers its IPv6 endpoint with it
-    over IPv6, and slotd in client6 knows only the directory's IPv6 URL:
-    it takes relay6 from the (signed) listing and its download goes through
-    it, byte-exact."""
+    stack) in the client host; relay6 registers its IPv6 endpoint with it
+    over IPv6, and relay46 (on [::], `advertise` naming both its addresses)
+    registers once per family; slotd in client6 knows only the directory's
+    IPv6 URL: it takes the IPv6 relays from the (signed) listing and its
+    download goes through one of them, byte-exact."""
     d = sb.dird(host="client", overrides={"dird": {"listen": "[::]:7602"},
                                           "relays": {"heartbeat_interval": "1s"}})
     url6 = "http://%s/RPC2" % ep(sb.ip6("client"), 7602)
-    r6 = sb.relay("relay6")
+    r6, r46 = sb.relay("relay6"), sb.relay("relay46")
+    dconf = {"urls": url6, "list_interval": "500ms", "timeout": "2s"}
+    v4, v6 = ep(sb.ip("relay46"), r46.ctl_port), ep(sb.ip6("relay46"), r46.ctl_port)
     r6.stop()
-    r6.update({"directory": {"urls": url6, "list_interval": "500ms", "timeout": "2s"}})
+    r6.update({"directory": dconf})
     try:
         r6.start()
+        dual_stack(r46, dict(dconf, advertise="%s, %s" % (v6, v4)))
         # the test's own calls go to the directory's IPv4 address: the same socket
-        slotbed.wait_for(lambda: r6.control in d.listing(), 30, "relay6 to register")
+        slotbed.wait_for(lambda: {r6.control, v4, v6} <= set(d.listing()), 30,
+                         "the relays to register")
+        assert r46.counters()["dir_registered"] == 2        # one per family
+        assert r6.counters()["dir_registered"] == 1
         s = slotd("client6", [], {"directory": {
             "urls": url6, "refresh": "1s", "retry": "500ms", "timeout": "5s",
-            "cache_file": os.path.join(sb.dir, "slotd6.relays")}}, relays_up=1)
-        assert [x["control"] for x in s.json()["relays"]] == [r6.control]
+            "cache_file": os.path.join(sb.dir, "slotd6.relays")}}, relays_up=2)
+        # relay46's IPv4 entry is listed too, and never comes up here
+        assert {x["control"] for x in s.json()["relays"]} == {r6.control, v4, v6}
         r, peer = fetch(sb, "client6", "curl", "six-dir")
-        assert peer == r6.ip, peer
+        via = {r6.ip: r6.control, sb.ip6("relay46"): v6}
+        assert peer in via, peer
         d6 = s.decision(server=ep(sb.ip6("server"), 80))
-        assert d6["verdict"] == "relay" and d6["relay"] == r6.control, d6
+        assert d6["verdict"] == "relay" and d6["relay"] == via[peer], d6
         c = s.counters()
-        assert c["dir_fetches_ok"] >= 1 and c["dir_relays"] == 1, c
-        assert r6.counters()["dir_registered"] == 1
+        assert c["dir_fetches_ok"] >= 1 and c["dir_relays"] == 3 and c["relays_up"] == 2, c
     finally:
         r6.stop()
         r6.update({"directory": {"urls": ""}})
         r6.start()
+        dual_stack(r46)
