@@ -431,10 +431,10 @@ main(int argc, char **argv)
 	if ((d->synp = synp_open(d->loop, d->conf.bypass_mark, err, sizeof(err))) == NULL)
 		log_warnx("direct probes by TCP connect, which servers' applications "
 		    "accept: %s (needs CAP_NET_RAW)", err);
-	/* Static relays and the directory's last listing (the cache file):
-	 * the directory itself is asked later, off the loop. */
 	/* IPv6 SYNs too, unless the kernel has no IPv6 (ipv6.disable=1). */
 	d->v6 = sock_has_family(AF_INET6);
+	/* Static relays and the directory's last listing (the cache file):
+	 * the directory itself is asked later, off the loop. */
 	if (dirsync_init(d, err, sizeof(err)) == -1) {
 		(void)unlink(d->conf.control_socket);
 		fatalx("%s", err);
