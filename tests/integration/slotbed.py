@@ -387,7 +387,7 @@ class HAProxy:
 
     def __init__(self, sb, host, routes, pipesize=None, maxconn=4000):
         self.sb, self.bed, self.host = sb, sb.bed, host
-        self.ip = sb.bed.ip(host)
+        self.ip = sb.bed.addr(host)     # IPv4 if it has one; HAProxy takes IPv6 as is
         self.routes = dict(routes)      # listen port -> (ip, port)
         self.cfg = os.path.join(sb.dir, "haproxy-%s.cfg" % host)
         self.log_path = os.path.join(sb.dir, "haproxy-%s.log" % host)

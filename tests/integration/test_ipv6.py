@@ -13,10 +13,11 @@ One test bed for the module, every host on its own family:
 
 Each test starts slotd in the host it needs (client6 with relay6; client with
 relay4 alone, or with relay46 listed once per family) and stops it at the
-end; the last one runs slot-dird in the client host. Every transfer is
-checked by sha256 end to end, downloads with unmodified curl and wget,
-uploads with curl -T; nginx's access log names the peer of every request
-(the relay's IPv6 address when relayed, the client's when direct).
+end; the last two run slot-dird in the client host (on [::]), the last one
+relay46 under valgrind. Every transfer is checked by sha256 end to end,
+downloads with unmodified curl and wget, uploads with curl -T; nginx's
+access log names the peer of every request (the relay's IPv6 address when
+relayed, the client's when direct). No test bounds a time.
 """
 
 import os
