@@ -503,8 +503,17 @@ def cmd_line(args, only):
 
 def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
     out = []
-    out.append("## End-to-end throughput: direct, slot, ideal and HAProxy (issue 7, "
-               "scenarios 1-3)\n")
+    v6 = getattr(args, "family", 4) == 6
+    if v6:
+        # its own section and pictures (scripts/bench/e2e_throughput_ipv6.sh)
+        out.append("## End-to-end throughput over IPv6 (issue 15): every host IPv6-only\n")
+        out.append("The same measurements on a bed whose hosts have IPv6 addresses alone: "
+                   "slotd's ip6tables rules queue the SYNs, its direct probe and the relays' "
+                   "measurements are bare IPv6 SYNs, the relays listen and connect on IPv6. "
+                   "Compare with the IPv4 figures above.\n")
+    else:
+        out.append("## End-to-end throughput: direct, slot, ideal and HAProxy (issue 7, "
+                   "scenarios 1-3)\n")
     out.append(
         "One bulk TCP download (iperf3 -R: data server -> client, %s, receiver goodput; "
         "%d interleaved repetitions per case, rotating the order; figures are median [min-max] "
@@ -542,10 +551,10 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
 
     if 1 in by_sc:
         c = by_sc[1][0]
-        png = "bench_throughput_window.png"
+        png = "bench_throughput_window%s.png" % ("_ipv6" if v6 else "")
         bar_plot([c], os.path.join(imgdir, png), "Window-limited triangle: 80 ms = 40 + 40 ms,\n"
                  "100 Mbit/s, cubic, 256 KiB receive buffers")
-        out.append("### Scenario 1: window-limited triangle\n")
+        out.append("### Scenario 1%s: window-limited triangle\n" % (" over IPv6" if v6 else ""))
         out.append("Setup: " + setup_text(c) + "%g s per run. With the receive window capped, "
                    "a connection moves at most one window per round trip, so halving the round "
                    "trip should about double the throughput.\n" % c.seconds)
@@ -564,7 +573,7 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
 
     if 2 in by_sc:
         cs = by_sc[2]
-        png = "bench_throughput_loss.png"
+        png = "bench_throughput_loss%s.png" % ("_ipv6" if v6 else "")
         bar_plot(cs, os.path.join(imgdir, png), "Lossy triangle: 80 ms = 40 + 40 ms, "
                  "100 Mbit/s, cubic (%d streams per run)" % cs[0].streams,
                  ylabel="throughput per stream, Mbit/s (iperf3 goodput)")
@@ -632,7 +641,7 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
 
     if 3 in by_sc:
         cs = by_sc[3]
-        png = "bench_throughput_rtt.png"
+        png = "bench_throughput_rtt%s.png" % ("_ipv6" if v6 else "")
         sweep_plot(cs, os.path.join(imgdir, png))
         out.append("### Scenario 3: RTT sweep (the paper's Figure 2)\n")
         out.append("Setup: direct RTT %s ms, relay1 at the midpoint (each sub-hop half the "
