@@ -49,6 +49,10 @@ uint64_t ep_hash(const struct endpoint *e, const uint8_t key[16]);
  * families other than AF_INET/AF_INET6. */
 socklen_t ep_to_sockaddr(const struct endpoint *e, struct sockaddr_storage *ss);
 int ep_from_sockaddr(const struct sockaddr *sa, socklen_t len, struct endpoint *out);
+/* ep_to_sockaddr for a socket of family sock_family: on an IPv6 socket (a
+ * dual-stack one, bound to ::) an IPv4 endpoint becomes ::ffff:a.b.c.d. */
+socklen_t ep_to_sockaddr_on(const struct endpoint *e, int sock_family,
+    struct sockaddr_storage *ss);
 
 /* Classes of special-purpose addresses, as a bit set. */
 enum {

@@ -40,6 +40,8 @@ struct sel_candidate {
 	bool usable;		/* healthy: control connection up, no recent failures */
 	uint32_t rank;		/* place in the client's cover ranking (SEL_COVER);
 				 * SEL_NO_RANK: not ranked */
+	uint8_t family;		/* of its data endpoint (AF_INET, AF_INET6); 0:
+				 * unknown, for callers that do not filter */
 };
 
 #define SEL_NO_RANK UINT32_MAX
@@ -53,6 +55,13 @@ struct sel_candidate {
  * relay set, or none at all: Random-k). Returns 0, or -1 if out of memory. */
 int sel_sample(const struct sel_params *p, const struct sel_candidate *c, size_t n,
     struct rng *rng, uint32_t *out, size_t *nout);
+
+/* The family filter, before sel_sample: a client's kernel rewrites a
+ * connection's destination only within its family, so a relay is a
+ * candidate only if its data endpoint has the connection's family. Marks
+ * the others unusable. Returns how many candidates have that family
+ * (usable or not): 0 means no relay could ever carry the connection. */
+size_t sel_keep_family(struct sel_candidate *c, size_t n, int family);
 
 enum sel_direct {
 	SEL_DIRECT_PENDING = 0,	/* the direct probe has not finished */

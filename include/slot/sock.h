@@ -37,6 +37,9 @@ int sock_listen_unix(const char *path, mode_t mode, int backlog);
  * hold many sockets). Failure is harmless: the old limit stays. */
 void sock_raise_nofile(void);
 
+/* Whether the kernel has family (AF_INET6 is missing with ipv6.disable=1). */
+bool sock_has_family(int family);
+
 /* Local and peer endpoints of a connected socket. Return 0 or -1. */
 int sock_local_ep(int fd, struct endpoint *out);
 int sock_peer_ep(int fd, struct endpoint *out);

@@ -27,8 +27,12 @@
  * retransmission. It is skipped while a later transmission is outstanding
  * (whose exact answer comes at the same time), else reported as inexact.
  *
- * IPv4 only. ICMP errors are not read: an unreachable server is a probe
- * that never answers (the caller's timeout).
+ * IPv4 and IPv6, one raw socket each. An IPv6 raw socket neither takes
+ * nor gives the IP header: the SYN goes out as a bare TCP segment whose
+ * source is pinned (IPV6_PKTINFO) to the address its checksum covers, and
+ * answers come in as TCP segments with their addresses beside them
+ * (synp_parse6). ICMP errors are not read: an unreachable server is a
+ * probe that never answers (the caller's timeout).
  *
  * The first part is pure (packets and matching, unit-tested); the second
  * owns the raw socket and its libev watchers. */
@@ -47,21 +51,29 @@
 uint16_t synp_checksum(const uint8_t src[4], const uint8_t dst[4], const uint8_t *seg,
     size_t len);
 
+/* The same over the IPv6 pseudo-header (RFC 8200 8.1). */
+uint16_t synp_checksum6(const uint8_t src[16], const uint8_t dst[16], const uint8_t *seg,
+    size_t len);
+
 /* Writes the TCP SYN segment (no IP header) from src:sport to dst:dport with
  * sequence number isn into buf. Ports host order, addresses network order.
  * Returns its length (SYNP_SYN_LEN), or 0 if size is too small. */
 size_t synp_build_syn(uint8_t *buf, size_t size, const uint8_t src[4], uint16_t sport,
     const uint8_t dst[4], uint16_t dport, uint32_t isn);
+/* The same between IPv6 addresses. */
+size_t synp_build_syn6(uint8_t *buf, size_t size, const uint8_t src[16], uint16_t sport,
+    const uint8_t dst[16], uint16_t dport, uint32_t isn);
 
 enum synp_kind {
-	SYNP_PKT_BAD,		/* not a whole IPv4/TCP header, a fragment, or no TCP */
+	SYNP_PKT_BAD,		/* not a whole IP/TCP header, a fragment, or no TCP */
 	SYNP_PKT_OTHER,		/* TCP, but neither a SYN-ACK nor a RST with ACK */
 	SYNP_PKT_SYNACK,
 	SYNP_PKT_RST,		/* RST with ACK: the answer to a SYN on a closed port */
 };
 
 struct synp_pkt {
-	uint8_t src[4], dst[4];	/* network order */
+	uint8_t family;		/* AF_INET (the first 4 bytes used) or AF_INET6 */
+	uint8_t src[16], dst[16];	/* network order; unused bytes zero */
 	uint16_t sport, dport;	/* host order */
 	uint32_t seq, ack;
 	uint8_t flags;
@@ -72,6 +84,11 @@ struct synp_pkt {
  * checked: received through veth or with offloads it may be partial; the
  * 32-bit ISN match is what rejects stray and forged packets. */
 enum synp_kind synp_parse(const uint8_t *p, size_t len, struct synp_pkt *out);
+/* Parses a TCP segment as an IPv6 raw socket delivers it (TCP header first;
+ * the IPv6 header and its extensions already taken off, fragments already
+ * reassembled), from src to dst (recvmsg's address and IPV6_PKTINFO). */
+enum synp_kind synp_parse6(const uint8_t *seg, size_t len, const uint8_t src[16],
+    const uint8_t dst[16], struct synp_pkt *out);
 
 /* One transmission of a probe's SYN. */
 struct synp_tx {
@@ -119,8 +136,8 @@ struct synp_stats {
 	unsigned long long skipped;	/* SYN-ACKs set aside for a later one */
 };
 
-/* Opens the raw socket (needs CAP_NET_RAW: open it before dropping
- * privileges) with a filter that lets only SYN-ACKs and RSTs through, sets
+/* Opens the raw sockets (needs CAP_NET_RAW: open it before dropping
+ * privileges; a host without IPv6 gets the IPv4 one alone) with a filter that lets only SYN-ACKs and RSTs through, sets
  * mark on it and on the probes' route lookups (0: none; needs
  * CAP_NET_ADMIN), and starts its watchers on loop. Returns NULL with the
  * reason in err. */
@@ -129,10 +146,14 @@ struct synp_sock *synp_open(struct ev_loop *loop, uint32_t mark, char *err, size
 void synp_close(struct synp_sock *s);
 const struct synp_stats *synp_stats(const struct synp_sock *s);
 
-/* Sends the first SYN to dst (IPv4) and retransmits it until an answer, or
+/* Whether s can probe family (AF_INET, AF_INET6). */
+bool synp_has_family(const struct synp_sock *s, int family);
+
+/* Sends the first SYN to dst and retransmits it until an answer, or
  * synp_cancel. fn is called from the loop, never from here. Returns NULL
- * with errno set (EAFNOSUPPORT for IPv6; EMFILE, ENOBUFS...: a local
- * shortage; ENETUNREACH...: the path). */
+ * with errno set (EAFNOSUPPORT for a family s cannot probe; EMFILE,
+ * ENOBUFS...: a local shortage; ENETUNREACH, EADDRNOTAVAIL...: the
+ * path). */
 struct synp_probe *synp_start(struct synp_sock *s, const struct endpoint *dst,
     synp_done_fn *fn, void *arg);
 /* Forgets a probe that has not answered; fn is not called. */

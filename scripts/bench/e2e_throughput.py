@@ -83,6 +83,17 @@ P_RELAY_SUBHOP = 5202           # in relay1
 P_HAPROXY = 5210                # HAProxy in relay1
 
 log_lock = threading.Lock()
+FAMILY = {"family": None}       # --family 6: every host IPv6-only (scenario 1 over IPv6)
+
+
+def slotbed_hostport(addr, port):
+    import slotbed
+    return slotbed.hostport(addr, port)
+
+
+def ip(sb, host):
+    """A host's address: IPv4 on the usual (dual-stack) bed, IPv6 with --family 6."""
+    return sb.bed.addr(host)
 
 
 def log(*a):
@@ -161,7 +172,7 @@ class Case:
             host_sysctls={"net.ipv4.tcp_congestion_control": "cubic",
                           "net.ipv4.tcp_rmem": RMEM},
             relay_conf={"relay": {"log_level": "info"}},
-            spec_edit=self.spec_edit)
+            spec_edit=self.spec_edit, family=FAMILY["family"])
         self.sb.up()
         sb = self.sb
         self.sha = sb.nginx.add_file("check", CHECK_FILE_SIZE)
@@ -169,10 +180,10 @@ class Case:
         bed = sb.bed
         for host, port in (("server", P_SLOT), ("server", P_DIRECT), ("server", P_SUBHOP),
                            ("server", P_HABACK), ("relay1", P_RELAY_SUBHOP)):
-            p = bed.popen(host, ["iperf3", "-s", "-B", sb.ip(host), "-p", str(port)],
+            p = bed.popen(host, ["iperf3", "-s", "-B", ip(sb, host), "-p", str(port)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             bed.wait_listen(host, port, p)
-        sb.haproxy("relay1", {P_HAPROXY: (sb.ip("server"), P_HABACK)})
+        sb.haproxy("relay1", {P_HAPROXY: (ip(sb, "server"), P_HABACK)})
         self.start_slotd()
         return self
 
@@ -204,7 +215,7 @@ class Case:
             if r.rc != 0 or r.status != 200 or r.sha != self.sha:
                 raise RuntimeError("%s: download through slot failed: %r" % (self.name, r))
             peer = sb.nginx.peer_of(tag)
-            d = self.slotd.decision(client="%s:%d" % (sb.ip("client"), r.local_port))
+            d = self.slotd.decision(client=slotbed_hostport(ip(sb, "client"), r.local_port))
             if d["verdict"] == "relay" and d["relay"] == r1.control and peer == r1.ip:
                 break
             self.selection_misses.append(d)
@@ -237,7 +248,7 @@ class Case:
 
     def run_peer(self, peer):
         sb = self.sb
-        srv, r1 = sb.ip("server"), sb.relay("relay1")
+        srv, r1 = ip(sb, "server"), sb.relay("relay1")
         if peer == "direct":
             _, mbps = self.iperf("client", srv, P_DIRECT)
         elif peer == "haproxy":
@@ -245,7 +256,8 @@ class Case:
         elif peer == "slot":
             j, mbps = self.iperf("client", srv, P_SLOT)
             for c in j["start"]["connected"]:
-                d = self.slotd.decision(client="%s:%d" % (sb.ip("client"), c["local_port"]))
+                d = self.slotd.decision(client=slotbed_hostport(ip(sb, "client"),
+                                                                c["local_port"]))
                 if d["verdict"] != "relay" or d["relay"] != r1.control:
                     raise RuntimeError("%s: iperf3's data connection went %r, not through "
                                        "relay1" % (self.name, d))
@@ -484,13 +496,24 @@ def cmd_line(args, only):
     a = "/usr/bin/python3 scripts/bench/e2e_throughput.py --only %s --reps %d" % (only, args.reps)
     if args.quick:
         a += " --quick"
+    if getattr(args, "family", 4) == 6:
+        a += " --family 6"
     return "`%s` (root, after `make all`), or `make bench`" % a
 
 
 def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
     out = []
-    out.append("## End-to-end throughput: direct, slot, ideal and HAProxy (issue 7, "
-               "scenarios 1-3)\n")
+    v6 = getattr(args, "family", 4) == 6
+    if v6:
+        # its own section and pictures (scripts/bench/e2e_throughput_ipv6.sh)
+        out.append("## End-to-end throughput over IPv6 (issue 15): every host IPv6-only\n")
+        out.append("The same measurements on a bed whose hosts have IPv6 addresses alone: "
+                   "slotd's ip6tables rules queue the SYNs, its direct probe and the relays' "
+                   "measurements are bare IPv6 SYNs, the relays listen and connect on IPv6. "
+                   "Compare with the IPv4 figures above.\n")
+    else:
+        out.append("## End-to-end throughput: direct, slot, ideal and HAProxy (issue 7, "
+                   "scenarios 1-3)\n")
     out.append(
         "One bulk TCP download (iperf3 -R: data server -> client, %s, receiver goodput; "
         "%d interleaved repetitions per case, rotating the order; figures are median [min-max] "
@@ -528,10 +551,10 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
 
     if 1 in by_sc:
         c = by_sc[1][0]
-        png = "bench_throughput_window.png"
+        png = "bench_throughput_window%s.png" % ("_ipv6" if v6 else "")
         bar_plot([c], os.path.join(imgdir, png), "Window-limited triangle: 80 ms = 40 + 40 ms,\n"
                  "100 Mbit/s, cubic, 256 KiB receive buffers")
-        out.append("### Scenario 1: window-limited triangle\n")
+        out.append("### Scenario 1%s: window-limited triangle\n" % (" over IPv6" if v6 else ""))
         out.append("Setup: " + setup_text(c) + "%g s per run. With the receive window capped, "
                    "a connection moves at most one window per round trip, so halving the round "
                    "trip should about double the throughput.\n" % c.seconds)
@@ -550,7 +573,7 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
 
     if 2 in by_sc:
         cs = by_sc[2]
-        png = "bench_throughput_loss.png"
+        png = "bench_throughput_loss%s.png" % ("_ipv6" if v6 else "")
         bar_plot(cs, os.path.join(imgdir, png), "Lossy triangle: 80 ms = 40 + 40 ms, "
                  "100 Mbit/s, cubic (%d streams per run)" % cs[0].streams,
                  ylabel="throughput per stream, Mbit/s (iperf3 goodput)")
@@ -618,7 +641,7 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
 
     if 3 in by_sc:
         cs = by_sc[3]
-        png = "bench_throughput_rtt.png"
+        png = "bench_throughput_rtt%s.png" % ("_ipv6" if v6 else "")
         sweep_plot(cs, os.path.join(imgdir, png))
         out.append("### Scenario 3: RTT sweep (the paper's Figure 2)\n")
         out.append("Setup: direct RTT %s ms, relay1 at the midpoint (each sub-hop half the "
@@ -726,6 +749,8 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="development: 2 repetitions, short runs, 3 RTTs in the sweep")
     ap.add_argument("--only", default="1,2,3", help="scenarios, e.g. 1,3")
+    ap.add_argument("--family", type=int, choices=(4, 6), default=4,
+                    help="6: every host IPv6-only (slotd's ip6tables rules, IPv6 relays)")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench", "e2e_throughput.md"))
     ap.add_argument("--img", default=None, help="directory of the PNGs (default: docs/img "
                     "next to the output's parent)")
@@ -741,6 +766,7 @@ def main():
     if args.loss_seconds is None:
         args.loss_seconds = 6 if args.quick else 15
     only = sorted({int(x) for x in args.only.split(",") if x.strip()})
+    FAMILY["family"] = "ipv6" if args.family == 6 else None
     if not only or any(s not in (1, 2, 3) for s in only):
         sys.exit("e2e_throughput: --only takes scenarios 1, 2, 3")
     if args.from_raw:

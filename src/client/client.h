@@ -31,8 +31,10 @@ struct client_counters {
 	unsigned long long cache_hits, cache_misses;
 	unsigned long long probes_sent, probe_replies, probe_replies_dropped;
 	unsigned long long direct_probes;
-	unsigned long long direct_probes_connect;	/* by connect: IPv6, or no raw socket */
+	unsigned long long direct_probes_connect;	/* by connect: no raw socket for the family */
 	unsigned long long decisions_direct, decisions_relay;
+	unsigned long long direct_no_family_relay;	/* no relay of the connection's
+							 * family (IPv6 through v4-only relays) */
 	unsigned long long repairs;		/* relay taken: direct failed or silent past repair_timeout */
 	unsigned long long relay_before_direct;	/* relay won before the direct probe answered */
 	unsigned long long pipes_ok, pipes_failed, pipes_timeout;

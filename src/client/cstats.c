@@ -58,12 +58,15 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	    "Direct-path probes: bare SYNs, or TCP connects.");
 	C("direct_probes_connect", c->direct_probes_connect, CTL_COUNTER,
 	    "Direct-path probes by TCP connect (the server's application sees them): "
-	    "IPv6, or no raw socket.");
+	    "a host without IPv6 for an IPv6 server, or no raw socket.");
 	C("syn_retransmits", syn ? syn->syns_sent - syn->probes : 0, CTL_COUNTER,
 	    "Probe SYNs sent again, each from a new port with a new ISN.");
 	C("syn_skipped", syn ? syn->skipped : 0, CTL_COUNTER,
 	    "SYN-ACKs set aside as maybe the server's retransmission.");
 	C("decisions_direct", c->decisions_direct, CTL_COUNTER, "Connections sent direct.");
+	C("direct_no_family_relay", c->direct_no_family_relay, CTL_COUNTER,
+	    "Connections sent direct because no relay has a data endpoint of their "
+	    "family (the kernel rewrites a destination only within a family).");
 	C("decisions_relay", c->decisions_relay, CTL_COUNTER,
 	    "Connections sent through a relay.");
 	C("repairs", c->repairs, CTL_COUNTER,
@@ -94,7 +97,8 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	C("rules_pending", rs.wanted > rs.installed, CTL_GAUGE,
 	    "1 while a rule set waits for the kernel (running, or failed and retried).");
 	C("rules_failures", rs.failed, CTL_COUNTER,
-	    "iptables-restore runs that failed, were killed or did not start.");
+	    "Rule sets whose tool (iptables-restore, ip6tables-restore, nft) failed, was "
+	    "killed or did not start.");
 	C("rules_lock_busy", rs.lock_busy, CTL_COUNTER,
 	    "Of them, stopped by the xtables lock held past rules_timeout.");
 	C("rules_killed", rs.killed, CTL_COUNTER,

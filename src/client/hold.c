@@ -569,7 +569,7 @@ direct_syn_cb(void *arg, enum synp_status st, uint32_t rtt_us, bool exact)
 static int
 direct_start(struct slotd *d, struct hconn *c)
 {
-	if (d->synp && c->server.addr.family == AF_INET) {
+	if (synp_has_family(d->synp, c->server.addr.family)) {
 		if ((c->dsp = synp_start(d->synp, &c->server, direct_syn_cb, c)) != NULL)
 			return 0;
 		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
@@ -639,7 +639,7 @@ start_probing(struct slotd *d, struct hconn *c)
 	uint64_t now = clock_mono_us();
 	struct sel_candidate *cands = NULL;
 	uint32_t *idx = NULL;
-	size_t n = d->nrelays, k = 0;
+	size_t n = d->nrelays, k = 0, same = 0;
 
 	if (n > 0) {
 		cands = calloc(n, sizeof(*cands));
@@ -650,13 +650,25 @@ start_probing(struct slotd *d, struct hconn *c)
 			cands[i].group = d->relays[i]->conf.group;
 			cands[i].usable = relay_usable(d, d->relays[i], now);
 			cands[i].rank = d->relays[i]->rank;
+			/* The data endpoint is the control address's. */
+			cands[i].family = d->relays[i]->conf.control.addr.family;
 		}
+		same = sel_keep_family(cands, n, c->server.addr.family);
 		if (sel_sample(&d->conf.sel, cands, n, &d->rng, idx, &k) == -1)
 			goto oom;
 	}
 	if (k == 0) {
 		free(cands);
 		free(idx);
+		if (n > 0 && same == 0) {
+			/* The clear refusal: e.g. an IPv6 server behind
+			 * v4-only relays goes direct, and says why. */
+			d->ctr.direct_no_family_relay++;
+			conn_release(c, NULL, c->server.addr.family == AF_INET6 ?
+			    "no relay with an IPv6 data endpoint" :
+			    "no relay with an IPv4 data endpoint");
+			return;
+		}
 		conn_release(c, NULL, "no usable relay");
 		return;
 	}

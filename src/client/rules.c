@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "slot/errbuf.h"
+#include "slot/sock.h"
 #include "rules.h"
 
 /* iptables' multiport takes 15 ports, a range counting as two. */
@@ -373,24 +374,14 @@ rules_render_nft(const struct rules_conf *c, const struct rules_relay *r, size_t
 	return (int)o.len;
 }
 
-bool
-rules_kernel_ipv6(void)
-{
-	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-
-	if (fd == -1)
-		return errno != EAFNOSUPPORT;
-	close(fd);
-	return true;
-}
-
 /* Whether family f is one that AF_UNSPEC stands for here. */
 static bool
 unspec_has(int family, int f)
 {
 	if (family != AF_UNSPEC)
 		return family == f;
-	return f == AF_INET || rules_kernel_ipv6();
+	/* Not where the kernel has no IPv6 (ipv6.disable=1). */
+	return f == AF_INET || sock_has_family(AF_INET6);
 }
 
 void

@@ -116,11 +116,8 @@ struct rules_set {
 	size_t n;
 };
 
-/* Whether the kernel has IPv6 (not booted with ipv6.disable=1): AF_UNSPEC
- * means both families only where it has; else IPv4 alone. */
-bool rules_kernel_ipv6(void);
-
-/* Renders c (c->family, or both for AF_UNSPEC) for backend into s.
+/* Renders c (c->family, or both for AF_UNSPEC: IPv4 alone where the
+ * kernel has no IPv6) for backend into s.
  * Returns 0, or -1 with errno (EINVAL: c inconsistent; ENOSPC; ENOMEM). */
 int rules_set_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
     enum rules_backend backend, struct rules_set *s);

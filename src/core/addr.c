@@ -261,6 +261,21 @@ ep_to_sockaddr(const struct endpoint *e, struct sockaddr_storage *ss)
 	return 0;
 }
 
+socklen_t
+ep_to_sockaddr_on(const struct endpoint *e, int sock_family, struct sockaddr_storage *ss)
+{
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+
+	if (sock_family != AF_INET6 || e->addr.family != AF_INET)
+		return ep_to_sockaddr(e, ss);
+	memset(ss, 0, sizeof(*ss));
+	sin6->sin6_family = AF_INET6;
+	sin6->sin6_port = htons(e->port);
+	sin6->sin6_addr.s6_addr[10] = sin6->sin6_addr.s6_addr[11] = 0xff;
+	memcpy(&sin6->sin6_addr.s6_addr[12], e->addr.bytes, 4);
+	return sizeof(*sin6);
+}
+
 int
 ep_from_sockaddr(const struct sockaddr *sa, socklen_t len, struct endpoint *out)
 {

@@ -250,3 +250,17 @@ sel_decide(const struct sel_params *p, const struct sel_state *s, struct sel_res
 	}
 	go(o, SEL_GO_DIRECT, NULL, "unknown direct state");
 }
+
+size_t
+sel_keep_family(struct sel_candidate *c, size_t n, int family)
+{
+	size_t same = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (c[i].family == family)
+			same++;
+		else
+			c[i].usable = false;
+	}
+	return same;
+}

@@ -51,7 +51,10 @@ sock_for(const struct endpoint *ep, int type, struct sockaddr_storage *ss,
 }
 
 /* Socket for ep, bound to it. v6only keeps an IPv6 socket off the IPv4
- * space, so that IPv4 and IPv6 listeners on one port can coexist. */
+ * space, so that IPv4 and IPv6 listeners on one port can coexist; except
+ * on the unspecified address [::], which listens on both families (a
+ * dual-stack relay: IPv4 peers come as ::ffff:a.b.c.d, which
+ * ep_from_sockaddr stores as IPv4; answer them with ep_to_sockaddr_on). */
 static int
 sock_bound(const struct endpoint *ep, int type, bool reuse)
 {
@@ -63,8 +66,8 @@ sock_bound(const struct endpoint *ep, int type, bool reuse)
 		return -1;
 	if (reuse && sock_setint(fd, SOL_SOCKET, SO_REUSEADDR, 1) == -1)
 		goto fail;
-	if (ss.ss_family == AF_INET6 &&
-	    sock_setint(fd, IPPROTO_IPV6, IPV6_V6ONLY, 1) == -1)
+	if (ss.ss_family == AF_INET6 && sock_setint(fd, IPPROTO_IPV6, IPV6_V6ONLY,
+	    !(addr_classify(&ep->addr) & ADDR_C_UNSPECIFIED)) == -1)
 		goto fail;
 	if (bind(fd, (struct sockaddr *)&ss, len) == -1)
 		goto fail;
@@ -265,4 +268,15 @@ sock_raise_nofile(void)
 		rl.rlim_cur = rl.rlim_max;
 		(void)setrlimit(RLIMIT_NOFILE, &rl);
 	}
+}
+
+bool
+sock_has_family(int family)
+{
+	int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd == -1)
+		return errno != EAFNOSUPPORT;
+	close(fd);
+	return true;
 }

@@ -66,6 +66,10 @@ struct worker {
 	struct dirclient *c;
 	struct url_state u[CONF_URLS_MAX];
 	struct endpoint self;
+	/* A dual-stack relay's second registration ([directory] advertise
+	 * with two endpoints): its own state per URL; family 0: none. */
+	struct url_state u2[CONF_URLS_MAX];
+	struct endpoint self2;
 	bool self_known, self_failing;
 	uint64_t next_self_us;
 	struct dirc_rtt *report;
@@ -198,14 +202,15 @@ set_registered(struct worker *w, struct url_state *u, bool on)
 }
 
 static void
-send_report(struct worker *w, struct url_state *u, const char *url)
+send_report(struct worker *w, const struct endpoint *self, struct url_state *u,
+    const char *url)
 {
 	char err[512];
 	int fault;
 
 	for (size_t off = 0; off < w->nreport; off += REPORT_CHUNK) {
 		size_t n = w->nreport - off < REPORT_CHUNK ? w->nreport - off : REPORT_CHUNK;
-		if (dirc_report(w->c, url, &w->self, w->report + off, n, &fault, err,
+		if (dirc_report(w->c, url, self, w->report + off, n, &fault, err,
 		    sizeof(err)) == -1) {
 			if (fault == DIRP_FAULT_UNKNOWN_RELAY)
 				set_registered(w, u, false);
@@ -220,17 +225,17 @@ send_report(struct worker *w, struct url_state *u, const char *url)
 	u->report_due = false;
 }
 
+/* Registers self at url, or sends its heartbeat and reports when due. */
 static void
-serve_url(struct worker *w, size_t i, uint64_t now)
+serve_one(struct worker *w, const struct endpoint *self, struct url_state *u, const char *url,
+    uint64_t now)
 {
-	struct url_state *u = &w->u[i];
-	const char *url = w->dl->conf.dir_urls.url[i];
 	char err[512], b[EP_STRLEN];
 	int fault;
 
 	if (now >= u->next_us && !u->registered) {
 		unsigned hb = 0;
-		if (dirc_register(w->c, url, &w->self, w->dl->conf.data_listen.port, &hb, NULL,
+		if (dirc_register(w->c, url, self, w->dl->conf.data_listen.port, &hb, NULL,
 		    &fault, err, sizeof(err)) == -1) {
 			url_failed(w, u, url, "register", err);
 			uint64_t back = RETRY_MIN_US << (u->fails < 6 ? u->fails : 6);
@@ -239,7 +244,7 @@ serve_url(struct worker *w, size_t i, uint64_t now)
 			return;
 		}
 		count(w->dl, &w->dl->ctr.registrations, 1);
-		log_info("directory %s: registered as %s", url, ep_fmt(&w->self, b));
+		log_info("directory %s: registered as %s", url, ep_fmt(self, b));
 		set_registered(w, u, true);
 		u->failing = false;
 		u->fails = 0;
@@ -248,7 +253,7 @@ serve_url(struct worker *w, size_t i, uint64_t now)
 		/* A new registration starts without our reports. */
 		u->report_due = w->nreport > 0;
 	} else if (now >= u->next_us) {
-		if (dirc_heartbeat(w->c, url, &w->self, &fault, err, sizeof(err)) == -1) {
+		if (dirc_heartbeat(w->c, url, self, &fault, err, sizeof(err)) == -1) {
 			url_failed(w, u, url, "heartbeat", err);
 			if (fault == DIRP_FAULT_UNKNOWN_RELAY) {
 				/* Expired there, or it lost its state: again. */
@@ -267,7 +272,17 @@ serve_url(struct worker *w, size_t i, uint64_t now)
 		u->next_us = now + jitter((uint64_t)u->hb_s * 1000000);
 	}
 	if (u->registered && u->report_due)
-		send_report(w, u, url);
+		send_report(w, self, u, url);
+}
+
+static void
+serve_url(struct worker *w, size_t i, uint64_t now)
+{
+	const char *url = w->dl->conf.dir_urls.url[i];
+
+	serve_one(w, &w->self, &w->u[i], url, now);
+	if (w->self2.addr.family != 0)
+		serve_one(w, &w->self2, &w->u2[i], url, clock_mono_us());
 }
 
 /* Hands the loop the peers of w->list (without self and the revoked), and
@@ -286,7 +301,7 @@ hand_peers(struct worker *w, bool rev_new)
 	for (size_t j = 0; j < w->nlist; j++) {
 		const struct dirc_relay *x = &w->list[j];
 
-		if (ep_eq(&x->relay, &w->self) ||
+		if (ep_eq(&x->relay, &w->self) || ep_eq(&x->relay, &w->self2) ||
 		    (x->has_cert && ident_revoked_has(&w->held, x->cert.serial)))
 			continue;
 		peers[np++] = x->relay;
@@ -366,7 +381,7 @@ static void *
 run(void *arg)
 {
 	struct dirlink *dl = arg;
-	struct worker w = { .dl = dl };
+	struct worker w = { .dl = dl, .self2 = dl->conf.advertise2 };
 	char err[512];
 
 	pthread_mutex_lock(&dl->mu);
@@ -398,7 +413,7 @@ run(void *arg)
 			dl->nreport = 0;
 			dl->report_new = false;
 			for (size_t i = 0; i < dl->conf.dir_urls.n; i++)
-				w.u[i].report_due = w.nreport > 0;
+				w.u[i].report_due = w.u2[i].report_due = w.nreport > 0;
 		}
 		pthread_mutex_unlock(&dl->mu);
 
@@ -422,9 +437,12 @@ run(void *arg)
 			}
 			if (now >= w.next_list_us)
 				fetch_list(&w, now);
-			for (size_t i = 0; i < dl->conf.dir_urls.n; i++)
+			for (size_t i = 0; i < dl->conf.dir_urls.n; i++) {
 				if (w.u[i].next_us < wake)
 					wake = w.u[i].next_us;
+				if (w.self2.addr.family != 0 && w.u2[i].next_us < wake)
+					wake = w.u2[i].next_us;
+			}
 			if (w.next_list_us < wake)
 				wake = w.next_list_us;
 		} else if (w.next_self_us < wake)

@@ -49,6 +49,7 @@ struct job {
 struct probe_srv {
 	struct relay *r;
 	int fd;
+	int fd_family;		/* the socket's: AF_INET6 also for a dual-stack one */
 	ev_io io;
 	struct htab jobs;	/* by target */
 	size_t njobs;
@@ -76,7 +77,7 @@ probe_reply(struct probe_srv *ps, const struct waiter *w, const struct endpoint 
 	m.u.probe_reply.target = *target;
 	if ((n = proto_encode(&m, &w->key, buf, sizeof(buf))) < 0)
 		return;
-	socklen_t len = ep_to_sockaddr(&w->from, &ss);
+	socklen_t len = ep_to_sockaddr_on(&w->from, ps->fd_family, &ss);
 	/* A full socket buffer loses the reply; the client treats it as a
 	 * relay that did not answer, as it would a lost datagram. */
 	(void)sendto(ps->fd, buf, (size_t)n, MSG_DONTWAIT, (struct sockaddr *)&ss, len);
@@ -243,7 +244,7 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 	j->timer.data = j;
 	/* A bare SYN whose SYN-ACK the kernel resets: the server's
 	 * application never sees the measurement (docs/relay.md). */
-	if (ps->synp && t->addr.family == AF_INET) {
+	if (synp_has_family(ps->synp, t->addr.family)) {
 		r->ctr.measure_syn++;
 		if ((j->sp = synp_start(ps->synp, t, job_syn_cb, j)) == NULL) {
 			int e = errno;
@@ -304,7 +305,7 @@ probe_hello(struct probe_srv *ps, const uint8_t *buf, size_t n, const struct end
 	r->ctr.hellos_accepted++;
 	if ((len = rauth_hello(r, m.id, out, sizeof(out))) < 0)
 		return;
-	socklen_t sl = ep_to_sockaddr(from, &ss);
+	socklen_t sl = ep_to_sockaddr_on(from, ps->fd_family, &ss);
 	(void)sendto(ps->fd, out, (size_t)len, MSG_DONTWAIT, (struct sockaddr *)&ss, sl);
 }
 
@@ -376,11 +377,15 @@ struct probe_srv *
 probe_start(struct relay *r, int fd, struct synp_sock *synp)
 {
 	struct probe_srv *ps = calloc(1, sizeof(*ps));
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
 
 	if (ps == NULL)
 		goto fail;
 	ps->r = r;
 	ps->fd = fd;
+	ps->fd_family = getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 ? ss.ss_family :
+	    AF_INET;
 	ps->synp = synp;
 	if (htab_init(&ps->jobs, 64) == -1)
 		goto fail;

@@ -70,7 +70,7 @@ rconf_free(struct rconf *c)
 struct key_spec {
 	const char *section, *name;
 	enum { K_STR, K_EP, K_LEVEL, K_UINT, K_MS, K_MS_OFF, K_SIZE, K_DOUBLE, K_PORTS, K_CIDRS,
-	    K_URLS, K_EP_OPT, K_AUTHMODE } kind;
+	    K_URLS, K_EP_OPT, K_AUTHMODE, K_ADVERTISE } kind;
 	size_t off;
 	uint64_t min, max;	/* K_UINT, K_MS, K_SIZE; K_STR: buffer size */
 };
@@ -123,13 +123,50 @@ static const struct key_spec keys[] = {
 	{ "auth", "certificate", K_STR, F(id_cert), 0, RCONF_PATH_MAX },
 	{ "auth", "ca", K_STR, F(id_ca), 0, RCONF_PATH_MAX },
 	{ "directory", "urls", K_URLS, F(dir_urls), 0, 0 },
-	{ "directory", "advertise", K_EP_OPT, F(advertise), 0, 0 },
+	{ "directory", "advertise", K_ADVERTISE, F(advertise), 0, 0 },
 	{ "directory", "timeout", K_MS, F(dir_timeout_ms), 100, 120000 },
 	{ "directory", "list_interval", K_MS, F(list_interval_ms), 100, DAY_MS },
 	{ "directory", "measure_interval", K_MS, F(measure_interval_ms), 100, DAY_MS },
 	{ "directory", "measure_rate", K_DOUBLE, F(measure_rate), 0, 0 },
 };
 #undef F
+
+static int
+parse_advertise(const char *value, struct rconf *c, char *sub, size_t sublen)
+{
+	struct endpoint e[2];
+	char item[EP_STRLEN + 8];
+	size_t n = 0;
+
+	memset(e, 0, sizeof(e));
+	for (const char *p = value; *p; ) {
+		size_t l;
+		p += strspn(p, ", \t");
+		if ((l = strcspn(p, ", \t")) == 0)
+			break;
+		if (n == 2 || l >= sizeof(item)) {
+			snprintf(sub, sublen, "expected one address:port, or two of different "
+			    "families");
+			return -1;
+		}
+		memcpy(item, p, l);
+		item[l] = '\0';
+		if (ep_parse(item, 0, &e[n]) == -1) {
+			snprintf(sub, sublen, "expected address:port");
+			return -1;
+		}
+		n++;
+		p += l;
+	}
+	if (n == 2 && e[0].addr.family == e[1].addr.family) {
+		snprintf(sub, sublen, "two endpoints of one family: expected one IPv4 and one "
+		    "IPv6 address:port");
+		return -1;
+	}
+	c->advertise = e[0];
+	c->advertise2 = e[1];
+	return 0;
+}
 
 static int
 set_key(void *user, const char *section, const char *name, const char *value,
@@ -165,6 +202,11 @@ set_key(void *user, const char *section, const char *name, const char *value,
 			snprintf(sub, sizeof(sub), "expected address:port");
 			rc = -1;
 		}
+		break;
+	case K_ADVERTISE:
+		/* One endpoint, or two of different families: a dual-stack
+		 * relay registers once per family (docs/relay.md "IPv6"). */
+		rc = parse_advertise(value, c, sub, sizeof(sub));
 		break;
 	case K_AUTHMODE:
 		if ((*(int *)dst = ident_mode_parse(value)) == -1) {

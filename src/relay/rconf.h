@@ -64,6 +64,8 @@ struct rconf {
 	/* [directory] */
 	struct conf_urls dir_urls;	/* none: no directory */
 	struct endpoint advertise;	/* family 0: derived (see rconf_load) */
+	struct endpoint advertise2;	/* a dual-stack relay's endpoint of the other
+					 * family, registered too; family 0: none */
 	uint64_t dir_timeout_ms;
 	uint64_t list_interval_ms;
 	uint64_t measure_interval_ms;

@@ -182,12 +182,14 @@ reload(struct relay *r)
 	/* The directory thread holds its own copy of these. */
 	if (memcmp(&n.dir_urls, &r->conf.dir_urls, sizeof(n.dir_urls)) != 0 ||
 	    !ep_eq(&n.advertise, &r->conf.advertise) ||
+	    !ep_eq(&n.advertise2, &r->conf.advertise2) ||
 	    n.dir_timeout_ms != r->conf.dir_timeout_ms ||
 	    n.list_interval_ms != r->conf.list_interval_ms)
 		log_warnx("reload: [directory] urls, advertise, timeout and list_interval "
 		    "change only on restart");
 	n.dir_urls = r->conf.dir_urls;
 	n.advertise = r->conf.advertise;
+	n.advertise2 = r->conf.advertise2;
 	n.dir_timeout_ms = r->conf.dir_timeout_ms;
 	n.list_interval_ms = r->conf.list_interval_ms;
 	if (n.auth_mode != r->auth_mode) {

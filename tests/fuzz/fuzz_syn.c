@@ -1,7 +1,7 @@
 /* The packet parsers of packets from the network: slotd's SYN parser
  * (syn_parse, src/client/synq.c: what NFQUEUE hands over, cut to the copy
- * range) and the RTT prober's (synp_parse, src/core/synprobe.c: what the
- * raw socket reads). The input is the captured bytes; the first byte, taken
+ * range) and the RTT prober's (synp_parse, synp_parse6, src/core/synprobe.c:
+ * what the raw sockets read, an IPv4 packet or an IPv6 TCP segment). The input is the captured bytes; the first byte, taken
  * off, says how much longer the packet was on the wire. */
 #include <sys/socket.h>
 
@@ -22,6 +22,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct syn_info si;
 	struct synp_pkt sp;
+	static const uint8_t v6a[16] = { 0x20, 0x01, 0x0d, 0xb8, [15] = 1 };
+	static const uint8_t v6b[16] = { 0x20, 0x01, 0x0d, 0xb8, [15] = 2 };
 	enum syn_parse r;
 	uint8_t *pkt;
 	size_t extra;
@@ -44,6 +46,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (synp_parse(pkt, size, &sp) != SYNP_PKT_BAD)
 		FUZZ_CHECK(size >= 40);
+	/* The IPv6 raw socket's segments: the same bytes as a TCP header. */
+	if (synp_parse6(pkt, size, v6a, v6b, &sp) != SYNP_PKT_BAD)
+		FUZZ_CHECK(size >= 20 && sp.family == AF_INET6);
 	free(pkt);
 	return 0;
 }

@@ -88,6 +88,8 @@ def syn():
     write("syn", "syn6", b"\0" + ip6(a6, b6, tcp(40000, 443, 0xdeadbeef, 0, 0x02, opts)))
     write("syn", "synack4", b"\0" + ip4(b, a, tcp(443, 40000, 99, 0xdeadbef0, 0x12, opts[:4])))
     write("syn", "rst4", b"\0" + ip4(b, a, tcp(443, 40000, 0, 0xdeadbef0, 0x14)))
+    # what the IPv6 raw socket reads: the TCP segment alone (synp_parse6)
+    write("syn", "synack6_segment", b"\0" + tcp(443, 40000, 99, 0xdeadbef0, 0x12, opts[:4]))
 
 
 # ---- slot-dird's XML-RPC calls, signed with KEY (docs/directory.md)

@@ -308,7 +308,10 @@ class Relay:
     def _listening(self):
         out = self.bed.run(self.host, "ss", "-Hltn", check=False).stdout
         have = {l.split()[3] for l in out.splitlines() if len(l.split()) > 3}
-        return {hostport(self.ip, p) for p in (self.ctl_port, self.data_port)} <= have
+        # a dual-stack listener on [::] (docs/relay.md "IPv6") shows as "*:PORT"
+        want = {"*:%d" % p if self.conf["relay"][k].startswith("[::]:") else hostport(self.ip, p)
+                for k, p in (("control_listen", self.ctl_port), ("data_listen", self.data_port))}
+        return want <= have
 
     @property
     def running(self):
@@ -385,7 +388,7 @@ class HAProxy:
 
     def __init__(self, sb, host, routes, pipesize=None, maxconn=4000):
         self.sb, self.bed, self.host = sb, sb.bed, host
-        self.ip = sb.bed.ip(host)
+        self.ip = sb.bed.addr(host)     # IPv4 if it has one; HAProxy takes IPv6 as is
         self.routes = dict(routes)      # listen port -> (ip, port)
         self.cfg = os.path.join(sb.dir, "haproxy-%s.cfg" % host)
         self.log_path = os.path.join(sb.dir, "haproxy-%s.log" % host)

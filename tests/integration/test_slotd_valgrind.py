@@ -42,6 +42,12 @@ def test_slotd_under_valgrind():
         c = s.counters()
         assert c["decisions_relay"] == 3 and c["cache_hits"] == 2, c
 
+        # IPv6 (the bed's hosts are dual-stack): queued by the ip6tables
+        # rules; with an IPv4 relay alone it goes direct, saying why.
+        r = sb.curl(sb.nginx.url("f", query="id=vg6", family=6), timeout=60)
+        assert r.rc == 0 and r.sha == sha, r
+        assert s.counters()["direct_no_family_relay"] == 1, s.counters()
+
         # The relay refuses the next pipe. That connection is warm and went
         # early (cache_early): the relay resets it. The choice is dropped,
         # and the next one probes and goes direct, byte-exact.
@@ -74,6 +80,8 @@ def test_slotd_under_valgrind():
         assert re.search(r"ERROR SUMMARY: 0 errors", log), log[-5000:]
         assert "definitely lost" not in log or re.search(r"definitely lost: 0 bytes", log), log
         assert not sb.chain_exists("mangle", "SLOT_HIJACK")
+        assert sb.run_client("ip6tables", "-w", "-t", "mangle", "-S", "SLOT_HIJACK",
+                             check=False).returncode != 0
     finally:
         sb.down()
 

@@ -111,10 +111,20 @@ test_values(void **state)
 	assert_int_equal(c.dir_urls.n, 2);
 	assert_string_equal(c.dir_urls.url[1], "http://dir2/RPC2");
 	assert_int_equal(c.advertise.port, 7600);
+	assert_int_equal(c.advertise2.addr.family, 0);
 	assert_int_equal(c.dir_timeout_ms, 2000);
 	assert_int_equal(c.list_interval_ms, 60000);
 	assert_int_equal(c.measure_interval_ms, 30000);
 	assert_true(c.measure_rate == 0.5);
+	rconf_free(&c);
+
+	/* a dual-stack relay registers once per family */
+	write_conf("[directory]\nadvertise = [2001:db8::7]:7600, 198.51.100.7:7600\n");
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	assert_int_equal(c.advertise.addr.family, AF_INET6);
+	assert_int_equal(c.advertise2.addr.family, AF_INET);
+	assert_int_equal(c.advertise2.port, 7600);
 	rconf_free(&c);
 
 	write_conf("[limits]\nidle_timeout = 3d\nhalf_closed_timeout = off\n"
@@ -171,6 +181,10 @@ test_errors_name_the_line(void **state)
 	bad("this is not ini\n", ":1:");
 	bad("[directory]\nurls = dir:7602\n", "expected http://host[:port]/path");
 	bad("[directory]\nadvertise = 10.0.0.1\n", "expected address:port");
+	bad("[directory]\nadvertise = 10.0.0.1:7600, 10.0.0.2:7600\n", "of one family");
+	bad("[directory]\nadvertise = 10.0.0.1:7600 [2001:db8::1]:7600 10.0.0.3:7600\n",
+	    "two of different families");
+	bad("[directory]\nadvertise = 10.0.0.1:7600, [2001:db8::1]\n", "expected address:port");
 	bad("[relay]\nmetrics_listen = localhost:9761\n", "expected address:port");
 	bad("[directory]\nmeasure_rate = 0\n", "measure_rate");
 	bad("[relay]\nprobe_listen = 0.0.0.0:7000\n[directory]\nurls = http://d/RPC2\n",

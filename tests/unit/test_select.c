@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
+#include <sys/socket.h>
 
 #include "slot/rng.h"
 #include "slot/select.h"
@@ -90,7 +91,7 @@ static void
 test_select_all_skips_unusable(void **state)
 {
 	struct sel_candidate c[5] = {
-		{ 0, true, 0 }, { 0, false, 0 }, { 1, true, 0 }, { 2, false, 0 }, { 2, true, 0 },
+		{ 0, true, 0, 0 }, { 0, false, 0, 0 }, { 1, true, 0, 0 }, { 2, false, 0, 0 }, { 2, true, 0, 0 },
 	};
 	struct sel_params p = params(SEL_ALL, 1);
 	struct rng r;
@@ -106,6 +107,41 @@ test_select_all_skips_unusable(void **state)
 	assert_int_equal(out[2], 4);
 }
 
+/* A v6 connection samples only relays with a v6 data endpoint, whatever
+ * their groups; with none, the filter says so (slotd goes direct with that
+ * reason). */
+static void
+test_family_filter(void **state)
+{
+	struct sel_candidate c[5] = {
+		{ 0, true, 0, AF_INET }, { 0, true, 0, AF_INET6 }, { 1, true, 0, AF_INET },
+		{ 1, false, 0, AF_INET6 }, { 2, true, 0, AF_INET6 },
+	};
+	struct sel_candidate v4only[2] = { { 0, true, 0, AF_INET }, { 1, true, 0, AF_INET } };
+	struct sel_params p = params(SEL_RANDGROUP_K, 3);
+	struct rng r;
+	uint32_t out[5];
+	size_t n;
+	(void)state;
+
+	rng_seed(&r, 7);
+	assert_int_equal(sel_keep_family(c, 5, AF_INET6), 3);
+	assert_false(c[0].usable);
+	assert_true(c[1].usable);
+	assert_false(c[2].usable);
+	assert_false(c[3].usable);	/* stays unusable */
+	assert_true(c[4].usable);
+	assert_int_equal(sel_sample(&p, c, 5, &r, out, &n), 0);
+	assert_int_equal(n, 2);		/* group 1's only v6 relay is down */
+	assert_int_equal(out[0], 1);
+	assert_int_equal(out[1], 4);
+	/* no v6 relay at all */
+	assert_int_equal(sel_keep_family(v4only, 2, AF_INET6), 0);
+	assert_false(v4only[0].usable || v4only[1].usable);
+	assert_int_equal(sel_sample(&p, v4only, 2, &r, out, &n), 0);
+	assert_int_equal(n, 0);
+}
+
 static void
 test_random_k(void **state)
 {
@@ -117,7 +153,7 @@ test_random_k(void **state)
 	(void)state;
 
 	for (int i = 0; i < 100; i++)
-		c[i] = (struct sel_candidate){ (uint32_t)i, i % 10 != 3, 0 };
+		c[i] = (struct sel_candidate){ (uint32_t)i, i % 10 != 3, 0, 0 };
 	rng_seed(&r1, 9);
 	rng_seed(&r2, 9);
 	assert_int_equal(sel_sample(&p, c, 100, &r1, a, &na), 0);
@@ -147,7 +183,7 @@ test_randgroup_one_per_group(void **state)
 	(void)state;
 
 	for (int i = 0; i < 60; i++)
-		c[i] = (struct sel_candidate){ (uint32_t)(100 + i / 5), i / 5 != 11, 0 };
+		c[i] = (struct sel_candidate){ (uint32_t)(100 + i / 5), i / 5 != 11, 0, 0 };
 	rng_seed(&r, 3);
 	for (int trial = 0; trial < 200; trial++) {
 		assert_int_equal(sel_sample(&p, c, 60, &r, out, &n), 0);
@@ -178,7 +214,7 @@ test_randgroup_is_fair(void **state)
 	(void)state;
 
 	for (int i = 0; i < 10; i++)
-		c[i] = (struct sel_candidate){ i == 0 ? 0u : i < 3 ? 1u : 2u, true, 0 };
+		c[i] = (struct sel_candidate){ i == 0 ? 0u : i < 3 ? 1u : 2u, true, 0, 0 };
 	rng_seed(&r, 11);
 	for (int t = 0; t < 30000; t++) {
 		assert_int_equal(sel_sample(&p, c, 10, &r, out, &n), 0);
@@ -204,7 +240,7 @@ test_cover_takes_lowest_ranks(void **state)
 
 	/* Ranks 0..7 in reverse index order; the rank-0 relay is down. */
 	for (int i = 0; i < 8; i++)
-		c[i] = (struct sel_candidate){ 0, i != 7, (uint32_t)(7 - i) };
+		c[i] = (struct sel_candidate){ 0, i != 7, (uint32_t)(7 - i), 0 };
 	rng_seed(&r, 1);
 	assert_int_equal(sel_sample(&p, c, 8, &r, out, &n), 0);
 	assert_int_equal(n, 3);
@@ -213,7 +249,7 @@ test_cover_takes_lowest_ranks(void **state)
 	assert_int_equal(out[2], 6);
 	/* Two ranked relays only: the third is a random unranked one. */
 	for (int i = 0; i < 8; i++)
-		c[i] = (struct sel_candidate){ 0, true, i == 2 ? 0 : i == 5 ? 1 : SEL_NO_RANK };
+		c[i] = (struct sel_candidate){ 0, true, i == 2 ? 0 : i == 5 ? 1 : SEL_NO_RANK, 0 };
 	for (int round = 0; round < 20; round++) {
 		assert_int_equal(sel_sample(&p, c, 8, &r, out, &n), 0);
 		assert_int_equal(n, 3);
@@ -228,7 +264,7 @@ test_cover_takes_lowest_ranks(void **state)
 	}
 	/* No ranking at all: Random-k. */
 	for (int i = 0; i < 8; i++)
-		c[i] = (struct sel_candidate){ 0, i % 2 == 0, SEL_NO_RANK };
+		c[i] = (struct sel_candidate){ 0, i % 2 == 0, SEL_NO_RANK, 0 };
 	assert_int_equal(sel_sample(&p, c, 8, &r, out, &n), 0);
 	assert_int_equal(n, 3);
 	for (size_t i = 0; i < n; i++)
@@ -446,6 +482,7 @@ main(void)
 		cmocka_unit_test(test_rng_below_is_uniform),
 		cmocka_unit_test(test_defaults_and_names),
 		cmocka_unit_test(test_select_all_skips_unusable),
+		cmocka_unit_test(test_family_filter),
 		cmocka_unit_test(test_random_k),
 		cmocka_unit_test(test_randgroup_one_per_group),
 		cmocka_unit_test(test_randgroup_is_fair),

@@ -144,6 +144,62 @@ test_tcp_v6(void **state)
 	close(l);
 }
 
+/* [::] listens on both families (a dual-stack relay): an IPv4 peer is
+ * seen as IPv4, and an answer to it through ep_to_sockaddr_on reaches it. */
+static void
+test_dual_stack_any(void **state)
+{
+	struct endpoint ep = any_port("[::]:1"), bound, v4, pe, from;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	int l, c, s, u, uc;
+	char buf[8];
+
+	(void)state;
+	if ((l = sock_listen_tcp(&ep, 1)) == -1) {
+		assert_true(errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL);
+		skip();
+	}
+	assert_int_equal(getint(l, IPPROTO_IPV6, IPV6_V6ONLY), 0);
+	assert_int_equal(sock_local_ep(l, &bound), 0);
+	assert_int_equal(ep_parse("127.0.0.1:1", 0, &v4), 0);
+	v4.port = bound.port;
+	assert_true((c = sock_connect_nb(&v4, 0)) >= 0);
+	assert_true(wait_fd(c, POLLOUT) & POLLOUT);
+	assert_int_equal(sock_connect_result(c), 0);
+	assert_true(wait_fd(l, POLLIN) & POLLIN);
+	assert_true((s = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0);
+	assert_int_equal(sock_peer_ep(s, &pe), 0);
+	assert_int_equal(pe.addr.family, AF_INET);	/* not ::ffff:127.0.0.1 */
+	close(c);
+	close(s);
+	close(l);
+
+	/* UDP: a datagram from IPv4, answered on the IPv6 socket */
+	assert_true((u = sock_bind_udp(&ep)) >= 0);
+	assert_int_equal(sock_local_ep(u, &bound), 0);
+	v4.port = bound.port;
+	assert_true((uc = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0);
+	sl = ep_to_sockaddr(&v4, &ss);
+	assert_int_equal(sendto(uc, "ping", 4, 0, (struct sockaddr *)&ss, sl), 4);
+	assert_true(wait_fd(u, POLLIN) & POLLIN);
+	sl = sizeof(ss);
+	assert_int_equal(recvfrom(u, buf, sizeof(buf), 0, (struct sockaddr *)&ss, &sl), 4);
+	assert_int_equal(ep_from_sockaddr((struct sockaddr *)&ss, sl, &from), 0);
+	assert_int_equal(from.addr.family, AF_INET);
+	sl = ep_to_sockaddr_on(&from, AF_INET6, &ss);
+	assert_int_equal(ss.ss_family, AF_INET6);
+	assert_int_equal(sendto(u, "pong", 4, 0, (struct sockaddr *)&ss, sl), 4);
+	assert_true(wait_fd(uc, POLLIN) & POLLIN);
+	assert_int_equal(recv(uc, buf, sizeof(buf), 0), 4);
+	assert_memory_equal(buf, "pong", 4);
+	/* on an IPv4 socket it stays IPv4; IPv6 endpoints are left alone */
+	assert_int_equal(ep_to_sockaddr_on(&from, AF_INET, &ss), sizeof(struct sockaddr_in));
+	assert_int_equal(ep_to_sockaddr_on(&bound, AF_INET6, &ss), sizeof(struct sockaddr_in6));
+	close(uc);
+	close(u);
+}
+
 static void
 test_listen_in_use(void **state)
 {
@@ -471,6 +527,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tcp_v4),
 		cmocka_unit_test(test_tcp_v6),
+		cmocka_unit_test(test_dual_stack_any),
 		cmocka_unit_test(test_listen_in_use),
 		cmocka_unit_test(test_connect_refused),
 		cmocka_unit_test(test_close_rst),

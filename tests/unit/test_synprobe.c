@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
+#include <sys/socket.h>
 
 #include "slot/synprobe.h"
 
@@ -32,6 +33,86 @@ test_syn_matches_the_vector(void **state)
 	assert_int_equal(synp_checksum(SRC, DST, b, SYNP_SYN_LEN), 0);
 	b[5] ^= 1;
 	assert_int_not_equal(synp_checksum(SRC, DST, b, SYNP_SYN_LEN), 0);
+}
+
+/* 2001:db8::1 port 40000 -> 2001:db8:5::7 port 443, ISN 0x12345678, checksum over
+ * the IPv6 pseudo-header computed independently (Python, RFC 8200 8.1). */
+static const uint8_t SRC6[16] = { 0x20, 0x01, 0x0d, 0xb8, [15] = 1 };
+static const uint8_t DST6[16] = { 0x20, 0x01, 0x0d, 0xb8, 0, 5, [15] = 7 };
+static const uint8_t SYN6_VECTOR[SYNP_SYN_LEN] = {
+	0x9c, 0x40, 0x01, 0xbb, 0x12, 0x34, 0x56, 0x78, 0x00, 0x00, 0x00, 0x00,
+	0x80, 0x02, 0xfa, 0xf0, 0x11, 0xfa, 0x00, 0x00, 0x02, 0x04, 0x05, 0xb4,
+	0x01, 0x03, 0x03, 0x07, 0x01, 0x01, 0x04, 0x02,
+};
+
+static void
+test_syn6_matches_the_vector(void **state)
+{
+	uint8_t b[64];
+	(void)state;
+
+	assert_int_equal(synp_build_syn6(b, sizeof(b), SRC6, 40000, DST6, 443, 0x12345678),
+	    SYNP_SYN_LEN);
+	assert_memory_equal(b, SYN6_VECTOR, SYNP_SYN_LEN);
+	assert_int_equal(synp_checksum6(SRC6, DST6, b, SYNP_SYN_LEN), 0);
+	/* the pseudo-header covers every byte of both addresses */
+	uint8_t other[16];
+	memcpy(other, SRC6, 16);
+	other[9] ^= 0x40;
+	assert_int_not_equal(synp_checksum6(other, DST6, b, SYNP_SYN_LEN), 0);
+	assert_int_equal(synp_build_syn6(b, SYNP_SYN_LEN - 1, SRC6, 1, DST6, 2, 3), 0);
+}
+
+/* A TCP segment as an IPv6 raw socket gives it: no IP header. */
+static size_t
+segment6(uint8_t *t, uint8_t flags, uint32_t seq, uint32_t ack)
+{
+	memset(t, 0, 20);
+	t[0] = 443 >> 8;
+	t[1] = 443 & 0xff;
+	t[2] = 40000 >> 8;
+	t[3] = 40000 & 0xff;
+	t[4] = (uint8_t)(seq >> 24);
+	t[5] = (uint8_t)(seq >> 16);
+	t[6] = (uint8_t)(seq >> 8);
+	t[7] = (uint8_t)seq;
+	t[8] = (uint8_t)(ack >> 24);
+	t[9] = (uint8_t)(ack >> 16);
+	t[10] = (uint8_t)(ack >> 8);
+	t[11] = (uint8_t)ack;
+	t[12] = 5 << 4;
+	t[13] = flags;
+	return 20;
+}
+
+static void
+test_parse6(void **state)
+{
+	uint8_t t[40];
+	struct synp_pkt k;
+	(void)state;
+
+	size_t n = segment6(t, 0x12, 0xabcdef01, 0x12345679);
+	assert_int_equal(synp_parse6(t, n, DST6, SRC6, &k), SYNP_PKT_SYNACK);
+	assert_int_equal(k.family, AF_INET6);
+	assert_memory_equal(k.src, DST6, 16);
+	assert_memory_equal(k.dst, SRC6, 16);
+	assert_int_equal(k.sport, 443);
+	assert_int_equal(k.dport, 40000);
+	assert_int_equal(k.seq, 0xabcdef01);
+	assert_int_equal(k.ack, 0x12345679);
+	segment6(t, 0x14, 0, 7);
+	assert_int_equal(synp_parse6(t, n, DST6, SRC6, &k), SYNP_PKT_RST);
+	assert_int_equal(k.ack, 7);
+	segment6(t, 0x04, 0, 0);		/* RST without ACK */
+	assert_int_equal(synp_parse6(t, n, DST6, SRC6, &k), SYNP_PKT_OTHER);
+	segment6(t, 0x02, 0, 0);		/* a SYN */
+	assert_int_equal(synp_parse6(t, n, DST6, SRC6, &k), SYNP_PKT_OTHER);
+	for (size_t len = 0; len < n; len++)	/* cut short of the TCP header */
+		assert_int_equal(synp_parse6(t, len, DST6, SRC6, &k), SYNP_PKT_BAD);
+	segment6(t, 0x12, 1, 2);
+	t[12] = 4 << 4;				/* data offset 16 bytes */
+	assert_int_equal(synp_parse6(t, n, DST6, SRC6, &k), SYNP_PKT_BAD);
 }
 
 static void
@@ -132,6 +213,24 @@ test_parse_rst_and_others(void **state)
 	assert_int_equal(synp_parse(p, n, &k), SYNP_PKT_OTHER);
 	packet(p, 0x16, 0, 0, 20);		/* SYN+RST+ACK is no SYN-ACK */
 	assert_int_equal(synp_parse(p, n, &k), SYNP_PKT_OTHER);
+}
+
+/* The v4 parse says its family and leaves the rest of the addresses zero,
+ * so that matching by memcmp over 16 bytes cannot mix the families. */
+static void
+test_parse_v4_family(void **state)
+{
+	uint8_t p[80];
+	struct synp_pkt k;
+	static const uint8_t zero[12];
+	(void)state;
+
+	memset(&k, 0xff, sizeof(k));
+	size_t n = packet(p, 0x12, 1, 2, 20);
+	assert_int_equal(synp_parse(p, n, &k), SYNP_PKT_SYNACK);
+	assert_int_equal(k.family, AF_INET);
+	assert_memory_equal(k.src + 4, zero, 12);
+	assert_memory_equal(k.dst + 4, zero, 12);
 }
 
 static void
@@ -281,6 +380,9 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_syn_matches_the_vector),
 		cmocka_unit_test(test_syn_needs_room),
+		cmocka_unit_test(test_syn6_matches_the_vector),
+		cmocka_unit_test(test_parse6),
+		cmocka_unit_test(test_parse_v4_family),
 		cmocka_unit_test(test_checksum_of_odd_length),
 		cmocka_unit_test(test_parse_synack),
 		cmocka_unit_test(test_parse_rst_and_others),
