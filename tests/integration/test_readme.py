@@ -610,6 +610,7 @@ def _data_dir():
 
 
 @pytest.mark.skipif(_data_dir() is None, reason="no WonderNetwork data (SLOT_DATA)")
+@pytest.mark.serial     # a build from nothing, then the demo's measured speedups: alone (run.sh)
 def test_fresh_tree_make_demo(tmp_path):
     """`sudo make demo` in a fresh copy of the tree (what git would check
     out, plus files not yet committed): packages, the build from nothing and
