@@ -20,7 +20,8 @@ MiB = 1 << 20
 
 
 def pytest_configure(config):
-    # run.sh runs these alone, after the parallel phase (docs/testing.md).
+    # run.sh runs these alone, after its parallel phase (README, "Running
+    # the integration tests").
     config.addinivalue_line("markers", "serial: measures time or rates, or runs under valgrind: "
                             "run.sh runs it with no other test beside it")
     if os.geteuid() != 0:
@@ -75,7 +76,7 @@ def relay(relays):
 
 # The longest modules, started first in run.sh's parallel phase (xdist hands
 # the modules out in collection order), so that none of them is left running
-# alone at its end. Order of serial times measured in a run (README, "Tests").
+# alone at its end; by their times in one process, longest first.
 LONG_FIRST = ("test_faults.py", "test_synprobe.py", "test_ops_faults.py", "test_deploy.py",
               "test_slotd.py", "test_relay_dir.py", "test_relay_faults.py", "test_slotctl.py")
 

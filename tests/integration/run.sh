@@ -3,7 +3,7 @@
 # e.g. tests/integration/run.sh -k transfer -x
 # SLOT_BUILD (default build/) names the tree holding slot-relayd and tests/slot-testclient.
 #
-# Two phases (docs/testing.md): the modules run in parallel, one module per
+# Two phases (README, "Running the integration tests"): the modules run in parallel, one module per
 # pytest-xdist worker at a time (--dist loadfile, so a module's fixtures stay
 # in one process), then the tests marked `serial` (they measure, or run under
 # valgrind) alone. SLOT_TEST_JOBS sets the number of workers (default 3);

@@ -12,7 +12,7 @@ import pytest
 
 import slotbed
 
-pytestmark = pytest.mark.serial     # under valgrind: alone (run.sh, docs/testing.md)
+pytestmark = pytest.mark.serial     # under valgrind: alone (run.sh)
 
 KiB = 1 << 10
 

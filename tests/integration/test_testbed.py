@@ -34,7 +34,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testbed"))
 import topo  # noqa: E402
 
-# Rates, RTTs and losses measured against bounds: alone (run.sh, docs/testing.md).
+# Rates, RTTs and losses measured against bounds: alone (run.sh).
 pytestmark = pytest.mark.serial
 
 WANEM_SRC = os.path.join(topo.ROOT, "tests", "testbed", "slot-wanem.c")
