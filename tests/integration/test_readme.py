@@ -533,7 +533,8 @@ def host_up(text, state):
     r = _run(_nosudo(text).replace("/tmp/t.json", state["json"]), timeout=120)
     assert r.returncode == 0, r.stderr
     state["tag"] = re.search(r"^tag (\S+)$", r.stdout, re.M).group(1)
-    state["hosts"] = dict(re.findall(r"^host (\S+) \S+ (\S+)$", r.stdout, re.M))
+    # host NAME NAMESPACE IPV4 [IPV6]: the IPv4 address
+    state["hosts"] = dict(re.findall(r"^host (\S+) \S+ (\S+)(?: \S+)?$", r.stdout, re.M))
 
 
 def host_ping(text, state):
