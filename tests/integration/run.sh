@@ -3,10 +3,10 @@
 # e.g. tests/integration/run.sh -k transfer -x
 # SLOT_BUILD (default build/) names the tree holding slot-relayd and tests/slot-testclient.
 #
-# Two phases (README, "Running the integration tests"): the modules run in parallel, one module per
-# pytest-xdist worker at a time (--dist loadfile, so a module's fixtures stay
-# in one process), then the tests marked `serial` (they measure, or run under
-# valgrind) alone. SLOT_TEST_JOBS sets the number of workers (default 3);
+# Two phases (README, "Running the integration tests"): the modules run in
+# parallel, one module per pytest-xdist worker at a time (--dist loadfile, so
+# a module's fixtures stay in one process), then the tests marked `serial`
+# (they measure, or run under valgrind) alone. SLOT_TEST_JOBS sets the number of workers (default 3);
 # SLOT_TEST_JOBS=1 runs everything in one process, in file order, as before.
 # Each test prints one line as it finishes (tests/integration/slotprogress.py).
 set -eu
@@ -46,7 +46,6 @@ pytest() {
 	    tests/integration "$@"
 }
 
-# 5 is pytest's "no test selected", which one phase may meet under -k.
 start=$(date +%s)
 SLOT_TEST_T0=$start
 export SLOT_TEST_T0
@@ -57,12 +56,15 @@ else
 	echo "integration: phase 1: modules in parallel, $jobs workers (SLOT_TEST_JOBS=1: serially)"
 	rc1=0
 	pytest -n "$jobs" --dist loadfile -m "not serial" "$@" || rc1=$?
-	stop=0
+	# pytest's exits: 1 a test failed, 2 interrupted, 3 and 4 its own or the
+	# caller's error, 5 no test selected (one phase may meet it under -k).
+	go=1
+	case $rc1 in 2|3|4) go=0 ;; esac
 	for a in "$@"; do
-		case $a in -x|--exitfirst|--maxfail*) stop=1 ;; esac
+		case $a in -x|--exitfirst|--maxfail*) [ "$rc1" -ne 1 ] || go=0 ;; esac
 	done
 	rc2=5
-	if [ "$stop" -eq 0 ] || [ "$rc1" -eq 0 ] || [ "$rc1" -eq 5 ]; then
+	if [ "$go" -eq 1 ]; then
 		echo "integration: phase 2: the tests marked serial, alone"
 		rc2=0
 		pytest -m serial "$@" || rc2=$?
