@@ -187,18 +187,23 @@ $(B)/fuzz_%: $(call obj,tests/fuzz/fuzz_%.c) $(CLIENT_LIB) $(RELAY_LIB) $(DIRD_L
 # The directory's harness parses requests with xmlrpc-c's server side.
 $(B)/obj/tests/fuzz/%.o: ALL_CPPFLAGS += $(XMLRPC_SERVER_CFLAGS)
 
+# make check and make demo build on every core, unless make was given -j
+# itself (its MAKEFLAGS are seen in a recipe, not while it parses).
+NPROC      := $(shell nproc 2>/dev/null || echo 2)
+BUILD_J     = $(if $(findstring -j,$(MAKEFLAGS)),,-j$(NPROC))
+
 check: deps
-	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory unit
-	@$(MAKE) --no-print-directory asan-unit
-	@$(MAKE) --no-print-directory fuzz-smoke
+	@$(MAKE) --no-print-directory $(BUILD_J) all
+	@$(MAKE) --no-print-directory $(BUILD_J) unit
+	@$(MAKE) --no-print-directory $(BUILD_J) asan-unit
+	@$(MAKE) --no-print-directory $(BUILD_J) fuzz-smoke
 	@$(MAKE) --no-print-directory integration
 
 # The README's first command: an emulated WAN of real cities, curl directly and
 # through slot, a table and $(B)/demo.png (scripts/demo.py; root; a few minutes).
 # DEMO_FLAGS=--quick runs the small version the tests run.
 demo: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(BUILD_J) all
 	@SLOT_BUILD=$(abspath $(B)) /usr/bin/python3 scripts/demo.py $(DEMO_FLAGS)
 
 bench: deps

@@ -20,6 +20,10 @@ MiB = 1 << 20
 
 
 def pytest_configure(config):
+    # run.sh runs these alone, after its parallel phase (README, "Running
+    # the integration tests").
+    config.addinivalue_line("markers", "serial: measures time or rates, or runs under valgrind: "
+                            "run.sh runs it with no other test beside it")
     if os.geteuid() != 0:
         pytest.exit("the integration tests need root (network namespaces)", returncode=2)
     for b in (RELAYD, TESTCLIENT):
@@ -68,6 +72,21 @@ def relays(net, key, request):
 @pytest.fixture
 def relay(relays):
     return relays()
+
+
+# The longest modules, started first in run.sh's parallel phase (xdist hands
+# the modules out in collection order), so that none of them is left running
+# alone at its end; by their times in one process, longest first.
+LONG_FIRST = ("test_faults.py", "test_synprobe.py", "test_ops_faults.py", "test_deploy.py",
+              "test_slotd.py", "test_relay_dir.py", "test_relay_faults.py", "test_slotctl.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not hasattr(config, "workerinput"):      # one process: file order
+        return
+    rank = {m: i for i, m in enumerate(LONG_FIRST)}
+    # a stable sort: each module's tests keep their order
+    items.sort(key=lambda it: rank.get(os.path.basename(it.nodeid.split("::")[0]), len(rank)))
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

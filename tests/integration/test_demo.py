@@ -43,6 +43,7 @@ def _data_present():
 
 
 pytestmark = [
+    pytest.mark.serial,     # speedups, RTTs and output gaps measured: alone (run.sh)
     pytest.mark.skipif(not os.access(os.path.join(BUILD, "slot-dird"), os.X_OK),
                        reason="slot-dird not built"),
     pytest.mark.skipif(not _data_present(), reason="no WonderNetwork data (SLOT_DATA)"),

@@ -821,6 +821,7 @@ def slow_clients(port):
     return out
 
 
+@pytest.mark.serial     # under valgrind: alone (run.sh)
 def test_dird_under_valgrind(dirds):
     d = dirds({"relays": {"heartbeat_interval": "1s", "expire_after": "2s"},
                "groups": {"regroup_interval": "0"},

@@ -516,6 +516,7 @@ def test_altered_cache_refused_at_start(sb, dird, slotd, request):
 # ---------------------------------------------------------------- valgrind
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
+@pytest.mark.serial     # under valgrind: alone (run.sh)
 def test_identity_mode_under_valgrind(tmp_path):
     """slot-dird in identity mode under valgrind (no bed): signed calls, a
     refused one, reports and landmarks, signed listings, a revocation read

@@ -310,6 +310,7 @@ def test_directory_lists_ipv6_relays(sb, slotd):
         dual_stack(r46)
 
 
+@pytest.mark.serial     # under valgrind: alone (run.sh)
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
 def test_dual_stack_relay_under_valgrind(sb, slotd):
     """relay46 under valgrind on [::], registered with the directory once

@@ -533,7 +533,8 @@ def host_up(text, state):
     r = _run(_nosudo(text).replace("/tmp/t.json", state["json"]), timeout=120)
     assert r.returncode == 0, r.stderr
     state["tag"] = re.search(r"^tag (\S+)$", r.stdout, re.M).group(1)
-    state["hosts"] = dict(re.findall(r"^host (\S+) \S+ (\S+)$", r.stdout, re.M))
+    # host NAME NAMESPACE IPV4 [IPV6]: the IPv4 address
+    state["hosts"] = dict(re.findall(r"^host (\S+) \S+ (\S+)(?: \S+)?$", r.stdout, re.M))
 
 
 def host_ping(text, state):
@@ -610,6 +611,7 @@ def _data_dir():
 
 
 @pytest.mark.skipif(_data_dir() is None, reason="no WonderNetwork data (SLOT_DATA)")
+@pytest.mark.serial     # a build from nothing, then the demo's measured speedups: alone (run.sh)
 def test_fresh_tree_make_demo(tmp_path):
     """`sudo make demo` in a fresh copy of the tree (what git would check
     out, plus files not yet committed): packages, the build from nothing and

@@ -218,6 +218,7 @@ def test_sighup_changes_key_for_the_directory_calls(bed, dird):
              r.control in dird.listing(), 10, "listed again")
 
 
+@pytest.mark.serial     # under valgrind: alone (run.sh)
 def test_relay_with_directory_under_valgrind(bed, dird):
     # The directory thread, the peer measurements and a key reload, then a
     # clean exit: no memory errors, no definite or indirect leaks.

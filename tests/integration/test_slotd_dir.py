@@ -209,6 +209,21 @@ def dnat_targets(sb):
     return set(re.findall(r"-A SLOT_DNAT .*--to-destination (\S+)", sb.iptables_save("nat")))
 
 
+def wait_dnat(sb, want):
+    """Waits until SLOT_DNAT holds exactly `want`: slotd installs the rules
+    off its loop, after the relay is up (rules_pending)."""
+    got = set()
+
+    def ok():
+        got.clear()
+        got.update(dnat_targets(sb))
+        return got == want
+    try:
+        slotbed.wait_for(ok, WAIT, "DNAT rules to %r" % sorted(want), interval=0.2)
+    except AssertionError as e:
+        raise AssertionError("%s; SLOT_DNAT has %r" % (e, sorted(got)))
+
+
 def slotctl_relays(s):
     ctl = os.path.join(slotbed.BUILD, "slotctl")
     r = subprocess.run([ctl, "-s", s.sock, "relays"], capture_output=True, text=True)
@@ -309,8 +324,7 @@ def test_new_relay_appears_while_a_transfer_runs(sb, dird, slotd, tags, request)
         after = wait_relays(s, {r1.control: "directory", r3.control: "directory"})
         assert p.poll() is None, "the transfer ended before relay3 came: make it slower"
         assert after[r1.control]["mark"] == before[r1.control]["mark"], (before, after)
-        assert dnat_targets(sb) == {"%s:%d" % (r1.ip, r1.data_port),
-                                    "%s:%d" % (r3.ip, r3.data_port)}
+        wait_dnat(sb, {"%s:%d" % (r1.ip, r1.data_port), "%s:%d" % (r3.ip, r3.data_port)})
     finally:
         res = sb.finish_curl(p, out)
     size, sha = sb.nginx.files["big"]
@@ -341,12 +355,11 @@ def test_silent_relay_expires_and_leaves_the_set(sb, dird, slotd, request):
     try:
         s = slotd({"urls": d.url, "cache_file": cache_path(sb, request.node.name)})
         wait_relays(s, {r1.control: "directory", r2.control: "directory"})
-        assert dnat_targets(sb) == {"%s:%d" % (r1.ip, r1.data_port),
-                                    "%s:%d" % (r2.ip, r2.data_port)}
+        wait_dnat(sb, {"%s:%d" % (r1.ip, r1.data_port), "%s:%d" % (r2.ip, r2.data_port)})
         hb.drop(r2.control)
         slotbed.wait_for(lambda: r2.control not in d.listing(), WAIT, "relay2 to expire")
         wait_relays(s, {r1.control: "directory"})
-        assert dnat_targets(sb) == {"%s:%d" % (r1.ip, r1.data_port)}
+        wait_dnat(sb, {"%s:%d" % (r1.ip, r1.data_port)})
         assert s.counters()["dir_relays"] == 1
     finally:
         assert hb.stop() == []

@@ -12,6 +12,8 @@ import pytest
 
 import slotbed
 
+pytestmark = pytest.mark.serial     # under valgrind: alone (run.sh)
+
 KiB = 1 << 10
 
 

@@ -34,6 +34,9 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testbed"))
 import topo  # noqa: E402
 
+# Rates, RTTs and losses measured against bounds: alone (run.sh).
+pytestmark = pytest.mark.serial
+
 WANEM_SRC = os.path.join(topo.ROOT, "tests", "testbed", "slot-wanem.c")
 
 RTT_HOSTS = ["r1", "r2", "r3", "r4", "r5"]

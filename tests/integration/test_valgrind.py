@@ -12,6 +12,8 @@ import pytest
 from conftest import make_client, random_file, recv_all, send_file
 from netns import sha256_file
 
+pytestmark = pytest.mark.serial     # under valgrind: alone (run.sh)
+
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
 def test_relay_under_valgrind(net, relays, key, wrong_key, servers, port):
