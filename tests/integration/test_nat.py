@@ -1,0 +1,176 @@
+"""Clients behind NAT (docs/slotd.md, "Clients behind NAT"): the pipe token
+in the hijacked SYN.
+
+One bed for the module: a client with its own address ("client"), and a home
+NAT ("nat", MASQUERADE) with two LAN hosts behind it (c1, c2), all with the
+same delays: relay1 is 10 + 10 ms away from everything, the server 80 ms
+direct. Downloads and uploads with unmodified curl and wget, sha256 checked;
+the relay's counters show the data connections matched by token, nginx sees
+the relay's address. Two LAN hosts using one source port at once through the
+same relay (the NAT must remap one: the endpoint they announce could never
+match); with tokens off the relay cannot match them; and [nat] mode auto
+turns tokens on behind the NAT, off with an address of one's own.
+"""
+
+import os
+import threading
+
+import pytest
+
+from slotbed import SlotBed, sha256_file, wait_for, deltas
+
+KiB = 1024
+SIZE = 384 * KiB
+LAN = ("c1", "c2")
+
+
+def _lan(spec):
+    spec["lans"] = [{"name": "home", "gateway": "nat", "hosts": list(LAN),
+                     "masquerade": True}]
+
+
+@pytest.fixture(scope="module")
+def sb():
+    bed = SlotBed({"relay1": (20, 20)}, direct_rtt=160, other_rtt=20,
+                  extra_hosts=("nat",),
+                  extra_pairs=[("nat", "relay1", 20), ("nat", "server", 160)],
+                  spec_edit=_lan)
+    with bed:
+        bed.nginx.start()
+        bed.nginx.add_file("down.bin", SIZE)
+        yield bed
+
+
+def slotd(sb, host, mode="auto"):
+    s = sb.slotd([sb.relay("relay1")], {"nat": {"mode": mode}}, host=host)
+    return s.start()
+
+
+def curl(sb, host, url, out, *args):
+    """curl in host: (exit code, stderr, local port, sha256 of the body)."""
+    if os.path.exists(out):
+        os.unlink(out)
+    r = sb.bed.run(host, "curl", "-sS", "--max-time", "60", "-o", out,
+                   "-w", "%{http_code} %{local_port}", *args, url, check=False, timeout=90)
+    sha = sha256_file(out) if os.path.exists(out) else None
+    return r.returncode, r.stdout + r.stderr, sha
+
+
+def relay_counters(sb):
+    return sb.relay("relay1").counters()
+
+
+def test_download_and_upload_behind_nat(sb):
+    s = slotd(sb, "c1")
+    try:
+        relay = sb.relay("relay1")
+        r0, s0 = relay.counters(), s.counters()
+        want = sb.nginx.files["down.bin"][1]
+
+        out = os.path.join(sb.dir, "c1-curl.out")
+        rc, err, sha = curl(sb, "c1", sb.nginx.url("down.bin", query="c1curl"), out)
+        assert rc == 0 and sha == want, err + s.log()
+        # nginx saw the relay, not the NAT
+        assert sb.nginx.peer_of("c1curl") == relay.ip
+
+        out = os.path.join(sb.dir, "c1-wget.out")
+        r = sb.bed.run("c1", "wget", "-q", "-T", "60", "-t", "1", "-O", out,
+                       sb.nginx.url("down.bin", query="c1wget"), check=False, timeout=90)
+        assert r.returncode == 0 and sha256_file(out) == want, r.stderr
+        assert sb.nginx.peer_of("c1wget") == relay.ip
+
+        path, up_sha = sb.random_file("c1-up.bin", SIZE)
+        r = sb.bed.run("c1", "curl", "-sS", "--max-time", "60", "-o", "/dev/null",
+                       "-w", "%{http_code}", "-T", path, sb.nginx.upload_url("c1-up.bin"),
+                       check=False, timeout=90)
+        assert r.returncode == 0 and r.stdout.strip() in ("201", "204"), r.stdout + r.stderr
+        assert sha256_file(sb.nginx.upload_path("c1-up.bin")) == up_sha
+        assert sb.nginx.peer_of("c1-up.bin") == relay.ip
+
+        d = deltas(r0, relay.counters())
+        ds = deltas(s0, s.counters())
+        # three pipes, each requested with a token and joined by it
+        assert d["pipes_tokened"] == 3 and d["data_token"] == 3, d
+        assert d["pipes_total"] == 3 and d["data_rejected"] == 0, d
+        assert d["data_token_unknown"] == 0 and d["data_token_fallback"] == 0, d
+        assert ds["token_pipes"] == 3 and ds["decisions_relay"] == 3, ds
+        assert ds["token_no_room"] == 0, ds
+        assert "sees us from %s:" % sb.ip("nat") in s.log()
+    finally:
+        s.stop()
+
+
+def test_two_clients_one_source_port(sb):
+    """c1 and c2 connect from the same local port at the same time: the NAT
+    keeps one mapping and remaps the other, so neither endpoint announced
+    (192.168.1.x:40000) is what the relay sees; the tokens match both."""
+    s1, s2 = slotd(sb, "c1"), slotd(sb, "c2")
+    try:
+        relay = sb.relay("relay1")
+        r0 = relay.counters()
+        want = sb.nginx.files["down.bin"][1]
+        res = {}
+
+        def get(host):
+            out = os.path.join(sb.dir, "%s-both.out" % host)
+            # slow enough that the two transfers overlap
+            res[host] = curl(sb, host, sb.nginx.url("down.bin", query="both-" + host), out,
+                             "--local-port", "40000", "--limit-rate", "192k")
+
+        ts = [threading.Thread(target=get, args=(h,)) for h in LAN]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        for h in LAN:
+            rc, err, sha = res[h]
+            assert rc == 0 and sha == want, (h, err, s1.log(), s2.log())
+            assert sb.nginx.peer_of("both-" + h) == relay.ip
+        d = deltas(r0, relay.counters())
+        assert d["data_token"] == 2 and d["pipes_total"] == 2, d
+        # the NAT's two mappings to the relay's data port: one port kept,
+        # the other remapped
+        ports = sorted(e.rdport for e in sb.conntrack(host="nat", dport=relay.data_port)
+                       if e.sport == 40000)
+        assert len(ports) == 2 and ports[0] != ports[1] and 40000 in ports, ports
+    finally:
+        s1.stop()
+        s2.stop()
+
+
+def test_tokens_off_behind_nat_fails(sb):
+    """What tokens fix: with [nat] mode off the relay sees the NAT's address,
+    matches no pipe, and resets the connection."""
+    s = slotd(sb, "c2", mode="off")
+    try:
+        relay = sb.relay("relay1")
+        r0 = relay.counters()
+        rc, err, _ = curl(sb, "c2", sb.nginx.url("down.bin", query="off"),
+                          os.path.join(sb.dir, "c2-off.out"))
+        assert rc != 0, err
+        d = deltas(r0, relay.counters())
+        assert d["data_rejected"] == 1 and d["pipes_tokened"] == 0, d
+        assert s.counters()["token_pipes"] == 0
+    finally:
+        s.stop()
+
+
+def test_auto_off_with_own_address(sb):
+    """Auto: the relay sees "client" from its own address, so its pipes
+    are matched by endpoint as before, no token in the SYN."""
+    s = slotd(sb, "client")
+    try:
+        relay = sb.relay("relay1")
+        r0 = relay.counters()
+        want = sb.nginx.files["down.bin"][1]
+        rc, err, sha = curl(sb, "client", sb.nginx.url("down.bin", query="public-client"),
+                            os.path.join(sb.dir, "own.out"))
+        assert rc == 0 and sha == want, err
+        assert sb.nginx.peer_of("public-client") == relay.ip
+        d = deltas(r0, relay.counters())
+        assert d["pipes_total"] == 1 and d["pipes_tokened"] == 0 and d["data_token"] == 0, d
+        c = s.counters()
+        assert c["token_pipes"] == 0 and c["decisions_relay"] == 1, c
+        assert "sees us from %s:" % sb.ip("client") in s.log()
+    finally:
+        s.stop()
