@@ -174,3 +174,71 @@ def test_auto_off_with_own_address(sb):
         assert "sees us from %s:" % sb.ip("client") in s.log()
     finally:
         s.stop()
+
+
+class FirstSynDropped:
+    """Drops the first SYN from the LAN to the relay's data port at the NAT
+    (an xt_quota of one SYN), as a lossy path would."""
+
+    def __init__(self, sb):
+        r = sb.relay("relay1")
+        self.sb = sb
+        self.rule = ["FORWARD", "-p", "tcp", "--syn", "-d", r.ip, "--dport", str(r.data_port),
+                     "-m", "quota", "--quota", "100", "-m", "comment", "--comment",
+                     "test_nat " + sb.bed.tag, "-j", "DROP"]
+
+    def __enter__(self):
+        self.sb.bed.run("nat", "iptables", "-w", "-I", *self.rule)
+        return self
+
+    def dropped(self):
+        out = self.sb.bed.run("nat", "iptables", "-w", "-L", "FORWARD", "-v", "-x", "-n").stdout
+        line = next(l for l in out.splitlines() if "test_nat" in l)
+        return int(line.split()[0])
+
+    def __exit__(self, *exc):
+        self.sb.bed.run("nat", "iptables", "-w", "-D", *self.rule, check=False)
+        return False
+
+
+def test_retransmitted_syn_carries_the_token(sb):
+    """The first SYN is lost after the NAT: the kernel's retransmission
+    (a new packet, queued again) must carry the same token to be joined."""
+    s = slotd(sb, "c1")
+    try:
+        relay = sb.relay("relay1")
+        r0, s0 = relay.counters(), s.counters()
+        with FirstSynDropped(sb) as drop:
+            rc, err, sha = curl(sb, "c1", sb.nginx.url("down.bin", query="retrans"),
+                                os.path.join(sb.dir, "retrans.out"))
+            assert drop.dropped() == 1
+        assert rc == 0 and sha == sb.nginx.files["down.bin"][1], err + s.log()
+        assert sb.nginx.peer_of("retrans") == relay.ip
+        d, ds = deltas(r0, relay.counters()), deltas(s0, s.counters())
+        assert d["data_token"] == 1 and d["pipes_tokened"] == 1, d
+        # one pipe: the retransmission was answered from the decision
+        assert ds["token_pipes"] == 1 and ds["syn_received"] == 2, ds
+    finally:
+        s.stop()
+
+
+def test_unknown_token_is_reset(sb):
+    """A token whose pipe has expired (the SYN came late) is reset and
+    counted, never matched otherwise."""
+    relay = sb.relay("relay1")
+    relay.reload({"limits": {"pending_timeout": "200ms"}})
+    s = slotd(sb, "c1")
+    try:
+        r0 = relay.counters()
+        with FirstSynDropped(sb) as drop:
+            rc, err, _ = curl(sb, "c1", sb.nginx.url("down.bin", query="late"),
+                              os.path.join(sb.dir, "late.out"))
+            assert drop.dropped() == 1
+        assert rc != 0, err
+        d = deltas(r0, relay.counters())
+        assert d["pipes_tokened"] == 1 and d["pipes_expired"] == 1, d
+        assert d["data_token_unknown"] == 1 and d["data_token"] == 0, d
+        assert d["data_token_fallback"] == 0 and d["pipes_total"] == 0, d
+    finally:
+        s.stop()
+        relay.reload({"limits": {"pending_timeout": "5s"}})
