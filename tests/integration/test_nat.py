@@ -13,6 +13,8 @@ turns tokens on behind the NAT, off with an address of one's own.
 """
 
 import os
+import re
+import shutil
 import threading
 
 import pytest
@@ -242,3 +244,78 @@ def test_unknown_token_is_reset(sb):
     finally:
         s.stop()
         relay.reload({"limits": {"pending_timeout": "5s"}})
+
+
+def test_option_stripped_falls_back(sb):
+    """A middlebox strips the option (TCPOPTSTRIP at the NAT): the relay
+    joins the connection to the one tokened pipe pending from its address."""
+    r = sb.relay("relay1")
+    rule = ["FORWARD", "-p", "tcp", "--syn", "-d", r.ip, "--dport", str(r.data_port),
+            "-j", "TCPOPTSTRIP", "--strip-options", "253"]
+    s = slotd(sb, "c1")
+    sb.bed.run("nat", "iptables", "-w", "-t", "mangle", "-I", *rule)
+    try:
+        r0, s0 = r.counters(), s.counters()
+        rc, err, sha = curl(sb, "c1", sb.nginx.url("down.bin", query="stripped"),
+                            os.path.join(sb.dir, "stripped.out"))
+        assert rc == 0 and sha == sb.nginx.files["down.bin"][1], err
+        assert sb.nginx.peer_of("stripped") == r.ip
+        d = deltas(r0, r.counters())
+        assert d["pipes_tokened"] == 1 and d["data_token_fallback"] == 1, d
+        assert d["data_token"] == 0 and d["pipes_total"] == 1, d
+        assert deltas(s0, s.counters())["token_pipes"] == 1
+    finally:
+        sb.bed.run("nat", "iptables", "-w", "-t", "mangle", "-D", *rule, check=False)
+        s.stop()
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
+def test_under_valgrind(sb):
+    """slotd (the option written into SYNs and their retransmissions) and
+    the relay (saved SYNs, the token table, an unknown token) under valgrind:
+    no memory errors, no definite or indirect leaks."""
+    relay = sb.relay("relay1")
+    logs = {n: os.path.join(sb.dir, "%s.valgrind" % n) for n in ("slotd", "relay")}
+
+    def wrapper(name):
+        return ["valgrind", "--vgdb=no", "--leak-check=full",
+                "--errors-for-leak-kinds=definite,indirect", "--error-exitcode=99",
+                "--log-file=" + logs[name]]
+
+    relay.stop()
+    relay.wrapper = wrapper("relay")
+    relay.start(timeout=60)
+    s = sb.slotd([relay], {"nat": {"mode": "auto"}}, host="c1", wrapper=wrapper("slotd"))
+    try:
+        s.start(timeout=60)
+        want = sb.nginx.files["down.bin"][1]
+        for i in range(2):
+            rc, err, sha = curl(sb, "c1", sb.nginx.url("down.bin", query="vg%d" % i),
+                                os.path.join(sb.dir, "vg.out"))
+            assert rc == 0 and sha == want, err
+        with FirstSynDropped(sb):
+            rc, err, sha = curl(sb, "c1", sb.nginx.url("down.bin", query="vg-retrans"),
+                                os.path.join(sb.dir, "vg.out"))
+            assert rc == 0 and sha == want, err
+        relay.reload({"limits": {"pending_timeout": "200ms"}})
+        with FirstSynDropped(sb):
+            rc, _, _ = curl(sb, "c1", sb.nginx.url("down.bin", query="vg-late"),
+                            os.path.join(sb.dir, "vg.out"))
+            assert rc != 0
+        relay.reload({"limits": {"pending_timeout": "5s"}})
+        c = relay.counters()
+        assert c["data_token"] >= 3 and c["data_token_unknown"] >= 1, c
+        src = s.stop(timeout=60)
+        rrc = relay.stop(timeout=60)
+        for name, rc in (("slotd", src), ("relay", rrc)):
+            log = open(logs[name], errors="replace").read()
+            assert rc == 0, "%s exited %r under valgrind:\n%s" % (name, rc, log[-5000:])
+            assert re.search(r"ERROR SUMMARY: 0 errors", log), log[-5000:]
+            assert "definitely lost" not in log or \
+                re.search(r"definitely lost: 0 bytes", log), log
+    finally:
+        if s.running:
+            s.stop()
+        relay.stop()
+        relay.wrapper = []
+        relay.start()
