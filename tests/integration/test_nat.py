@@ -19,16 +19,11 @@ import threading
 
 import pytest
 
-from slotbed import SlotBed, sha256_file, wait_for, deltas
+from slotbed import SlotBed, sha256_file, deltas
 
 KiB = 1024
 SIZE = 384 * KiB
 LAN = ("c1", "c2")
-
-
-def _lan(spec):
-    spec["lans"] = [{"name": "home", "gateway": "nat", "hosts": list(LAN),
-                     "masquerade": True}]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +31,8 @@ def sb():
     bed = SlotBed({"relay1": (20, 20)}, direct_rtt=160, other_rtt=20,
                   extra_hosts=("nat",),
                   extra_pairs=[("nat", "relay1", 20), ("nat", "server", 160)],
-                  spec_edit=_lan)
+                  lans=[{"name": "home", "gateway": "nat", "hosts": list(LAN),
+                         "masquerade": True}])
     with bed:
         bed.nginx.start()
         bed.nginx.add_file("down.bin", SIZE)
@@ -49,17 +45,9 @@ def slotd(sb, host, mode="auto"):
 
 
 def curl(sb, host, url, out, *args):
-    """curl in host: (exit code, stderr, local port, sha256 of the body)."""
-    if os.path.exists(out):
-        os.unlink(out)
-    r = sb.bed.run(host, "curl", "-sS", "--max-time", "60", "-o", out,
-                   "-w", "%{http_code} %{local_port}", *args, url, check=False, timeout=90)
-    sha = sha256_file(out) if os.path.exists(out) else None
-    return r.returncode, r.stdout + r.stderr, sha
-
-
-def relay_counters(sb):
-    return sb.relay("relay1").counters()
+    """curl in host: (exit code, its output, sha256 of the body)."""
+    r = sb.curl(url, out=out, args=args, timeout=60, host=host)
+    return r.rc, r.out + r.err, r.sha
 
 
 def test_download_and_upload_behind_nat(sb):
@@ -75,17 +63,13 @@ def test_download_and_upload_behind_nat(sb):
         # nginx saw the relay, not the NAT
         assert sb.nginx.peer_of("c1curl") == relay.ip
 
-        out = os.path.join(sb.dir, "c1-wget.out")
-        r = sb.bed.run("c1", "wget", "-q", "-T", "60", "-t", "1", "-O", out,
-                       sb.nginx.url("down.bin", query="c1wget"), check=False, timeout=90)
-        assert r.returncode == 0 and sha256_file(out) == want, r.stderr
+        r = sb.wget(sb.nginx.url("down.bin", query="c1wget"), timeout=60, host="c1")
+        assert r.rc == 0 and r.sha == want, r
         assert sb.nginx.peer_of("c1wget") == relay.ip
 
         path, up_sha = sb.random_file("c1-up.bin", SIZE)
-        r = sb.bed.run("c1", "curl", "-sS", "--max-time", "60", "-o", "/dev/null",
-                       "-w", "%{http_code}", "-T", path, sb.nginx.upload_url("c1-up.bin"),
-                       check=False, timeout=90)
-        assert r.returncode == 0 and r.stdout.strip() in ("201", "204"), r.stdout + r.stderr
+        r = sb.upload(path, sb.nginx.upload_url("c1-up.bin"), timeout=60, host="c1")
+        assert r.rc == 0 and r.status in (201, 204) and r.size == SIZE, r
         assert sha256_file(sb.nginx.upload_path("c1-up.bin")) == up_sha
         assert sb.nginx.peer_of("c1-up.bin") == relay.ip
 
