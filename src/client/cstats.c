@@ -375,6 +375,7 @@ static const struct ctl_col relay_cols[] = {
 	{ "quarantine", CTL_DUR, NULL },
 	{ "rank", CTL_UINT, NULL },
 	{ "rtt_est", CTL_RTT, NULL },
+	{ "seen_as", CTL_STR, "observed" },
 };
 
 static void
@@ -411,6 +412,13 @@ relays(struct slotd *d, bool json_out, struct ctl_out *o)
 			ctl_cell_none(&t);
 		if (x->rtt_est_us)
 			ctl_cell_us(&t, x->rtt_est_us);
+		else
+			ctl_cell_none(&t);
+		/* Where the relay sees us from (its OBSERVED): another address
+		 * than ours means a NAT, and pipe tokens ([nat] mode). */
+		const struct endpoint *obs = x->link ? rlink_observed(x->link) : NULL;
+		if (obs)
+			ctl_cell_str(&t, ep_fmt(obs, a));
 		else
 			ctl_cell_none(&t);
 	}

@@ -12,6 +12,7 @@ match); with tokens off the relay cannot match them; and [nat] mode auto
 turns tokens on behind the NAT, off with an address of one's own.
 """
 
+import json
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ import threading
 
 import pytest
 
-from slotbed import SlotBed, sha256_file, deltas
+from slotbed import SlotBed, deltas, sha256_file, unix_request
 
 KiB = 1024
 SIZE = 384 * KiB
@@ -82,6 +83,9 @@ def test_download_and_upload_behind_nat(sb):
         assert ds["token_pipes"] == 3 and ds["decisions_relay"] == 3, ds
         assert ds["token_no_room"] == 0, ds
         assert "sees us from %s:" % sb.ip("nat") in s.log()
+        seen = {x["relay"]: x["observed"] for x in
+                json.loads(unix_request(s.sock, b"relays json\n"))["relays"]}
+        assert seen[relay.control].startswith(sb.ip("nat") + ":"), seen
     finally:
         s.stop()
 
