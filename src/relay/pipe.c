@@ -141,6 +141,10 @@ tokened_by_addr(struct relay *r, const struct addr *a)
 {
 	struct pipe *p, *found = NULL;
 
+	/* Most data connections without a token take the endpoint path: no
+	 * scan of every pipe for them while no tokened pipe is pending. */
+	if (r->pending_tok.n == 0)
+		return NULL;
 	TAILQ_FOREACH(p, &r->pipes, link) {
 		if (!p->tokened || p->state == PS_OPEN || p->cli.fd >= 0 ||
 		    p->owner == NULL || !addr_eq(&p->owner->addr, a))
