@@ -193,8 +193,8 @@ verdict_tokened(struct slotd *d, const struct hconn *c, uint32_t id, uint32_t ma
 		}
 	}
 	/* Cannot happen for the SYN itself (checked in establish); a
-	 * retransmission that changed shape goes without: the relay resets
-	 * it and the application sees a refused connection. */
+	 * retransmission that changed shape goes without: the relay's
+	 * fallback by address may still join it, else it resets it. */
 	synq_verdict(d->q, id, true, true, mark);
 }
 

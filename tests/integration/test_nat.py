@@ -307,3 +307,42 @@ def test_under_valgrind(sb):
         relay.stop()
         relay.wrapper = []
         relay.start()
+
+
+# A connect with a TCP MD5 signature option (RFC 2385) for the server: with
+# Linux's 20 option bytes it fills the SYN's 40, leaving no room for a token.
+MD5_CONNECT = r'''
+import socket, struct, sys
+ip, port = sys.argv[1], int(sys.argv[2])
+sa = struct.pack("=H", socket.AF_INET) + struct.pack("!H", 0) + socket.inet_aton(ip)
+sa = sa.ljust(128, b"\0")
+key = b"slot-test-md5"
+sig = sa + struct.pack("=BBHI", 0, 0, len(key), 0) + key.ljust(80, b"\0")
+s = socket.socket()
+s.setsockopt(socket.IPPROTO_TCP, 14, sig)      # TCP_MD5SIG
+s.settimeout(3)
+try:
+    s.connect((ip, port))
+    print("connected")
+except OSError as e:
+    print("not connected: %s" % e)
+'''
+
+
+def test_no_room_for_the_token_goes_direct(sb):
+    """A SYN whose options leave no room (here an MD5 signature) is sent
+    direct and counted, and no pipe is asked for."""
+    s = slotd(sb, "c1")
+    try:
+        relay = sb.relay("relay1")
+        r0, s0 = relay.counters(), s.counters()
+        sb.bed.run("c1", "/usr/bin/python3", "-c", MD5_CONNECT, sb.ip("server"), "80",
+                   timeout=30)
+        ds = deltas(s0, s.counters())
+        assert ds["token_no_room"] == 1 and ds["decisions_direct"] == 1, ds
+        assert ds["token_pipes"] == 0 and ds["decisions_relay"] == 0, ds
+        d = deltas(r0, relay.counters())
+        assert d["pipes_tokened"] == 0 and d["pipes_total"] == 0, d
+        assert "no room for the pipe token in the SYN" in s.log()
+    finally:
+        s.stop()
