@@ -754,11 +754,26 @@ data_token(struct relay *r, int fd, uint8_t token[PROTO_TOKEN_LEN])
 	return syntok_find(syn, len, token);
 }
 
+/* How a data connection found its pipe. */
+enum data_match { BY_ENDPOINT, BY_TOKEN, BY_ADDRESS };
+
+/* The connection fd joins p (now, or at the server's connect if early). */
+static void
+data_join(struct relay *r, struct pipe *p, int fd, enum data_match by)
+{
+	if (by == BY_TOKEN)
+		r->ctr.data_token++;
+	else if (by == BY_ADDRESS)
+		r->ctr.data_token_fallback++;
+	half_attach(&p->cli, fd);
+}
+
 void
 pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 {
 	uint8_t token[PROTO_TOKEN_LEN];
 	enum syntok_result tr = data_token(r, fd, token);
+	enum data_match by = BY_ENDPOINT;
 	struct pipe *p;
 	char b[EP_STRLEN];
 
@@ -772,10 +787,10 @@ pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 			sock_close_rst(fd);
 			return;
 		}
-		r->ctr.data_token++;
+		by = BY_TOKEN;
 	} else if ((p = pending_find(r, peer)) == NULL && tr == SYNTOK_ABSENT &&
 	    (p = tokened_by_addr(r, &peer->addr)) != NULL) {
-		r->ctr.data_token_fallback++;
+		by = BY_ADDRESS;
 		log_info("data connection from %s without a token: the one tokened pipe "
 		    "of its address", ep_fmt(peer, b));
 	}
@@ -784,7 +799,7 @@ pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 	 * (docs/protocol.md): its data connection may find the pipe still
 	 * connecting. It waits, unread, for the server's connect. */
 	if (p && p->state == PS_CONNECTING && p->cli.fd < 0) {
-		half_attach(&p->cli, fd);
+		data_join(r, p, fd, by);
 		r->ctr.data_early++;
 		return;
 	}
@@ -795,7 +810,7 @@ pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 		sock_close_rst(fd);
 		return;
 	}
-	half_attach(&p->cli, fd);
+	data_join(r, p, fd, by);
 	pipe_open(p);
 }
 
