@@ -8,8 +8,12 @@ direct. Downloads and uploads with unmodified curl and wget, sha256 checked;
 the relay's counters show the data connections matched by token, nginx sees
 the relay's address. Two LAN hosts using one source port at once through the
 same relay (the NAT must remap one: the endpoint they announce could never
-match); with tokens off the relay cannot match them; and [nat] mode auto
-turns tokens on behind the NAT, off with an address of one's own.
+match); a carrier-grade NAT's random ports from a block; with tokens off the
+relay cannot match them; [nat] mode auto turns tokens on behind the NAT, off
+with an address of one's own. The edges: a lost first SYN (its
+retransmission carries the same token), a late one (unknown token: reset and
+counted), an option stripped on the way (the fallback by address), a SYN
+with no room for the option (direct); and slotd and the relay under valgrind.
 """
 
 import json
@@ -346,3 +350,35 @@ def test_no_room_for_the_token_goes_direct(sb):
         assert "no room for the pipe token in the SYN" in s.log()
     finally:
         s.stop()
+
+
+def test_cgnat_port_block(sb):
+    """Carrier-grade NAT style: the subscriber's connections leave from a
+    block of 100 ports, each one picked at random (SNAT --random-fully), so
+    the relay never sees the client's own port; download and upload match
+    by token."""
+    nat = sb.bed.hosts["nat"]
+    relay = sb.relay("relay1")
+    rule = ["POSTROUTING", "-s", "192.168.1.0/24", "-o", nat.dev, "-p", "tcp",
+            "-j", "SNAT", "--to-source", "%s:20000-20099" % nat.ip, "--random-fully"]
+    sb.bed.run("nat", "iptables", "-w", "-t", "nat", "-I", *rule)
+    s = slotd(sb, "c2")
+    try:
+        r0 = relay.counters()
+        rc, err, sha = curl(sb, "c2", sb.nginx.url("down.bin", query="cgnat"),
+                            os.path.join(sb.dir, "cgnat.out"), "--local-port", "41000")
+        assert rc == 0 and sha == sb.nginx.files["down.bin"][1], err
+        assert sb.nginx.peer_of("cgnat") == relay.ip
+        path, up_sha = sb.random_file("cgnat-up.bin", SIZE)
+        r = sb.upload(path, sb.nginx.upload_url("cgnat-up.bin"), timeout=60, host="c2")
+        assert r.rc == 0 and r.status in (201, 204), r
+        assert sha256_file(sb.nginx.upload_path("cgnat-up.bin")) == up_sha
+        # what the relay saw of the download: a port of the block
+        seen = [e.rdport for e in sb.conntrack(host="nat", dport=relay.data_port)
+                if e.sport == 41000]
+        assert len(seen) == 1 and 20000 <= seen[0] <= 20099, seen
+        d = deltas(r0, relay.counters())
+        assert d["data_token"] == 2 and d["pipes_total"] == 2 and d["data_rejected"] == 0, d
+    finally:
+        s.stop()
+        sb.bed.run("nat", "iptables", "-w", "-t", "nat", "-D", *rule, check=False)
