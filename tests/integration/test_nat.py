@@ -13,7 +13,8 @@ relay cannot match them; [nat] mode auto turns tokens on behind the NAT, off
 with an address of one's own. The edges: a lost first SYN (its
 retransmission carries the same token), a late one (unknown token: reset and
 counted), an option stripped on the way (the fallback by address), a SYN
-with no room for the option (direct); and slotd and the relay under valgrind.
+with no room for the option (direct); slotd and the relay under valgrind; and
+IPv6 behind a NAT66.
 """
 
 import json
@@ -24,7 +25,7 @@ import threading
 
 import pytest
 
-from slotbed import SlotBed, deltas, sha256_file, unix_request
+from slotbed import SlotBed, deltas, hostport, sha256_file, unix_request
 
 KiB = 1024
 SIZE = 384 * KiB
@@ -382,3 +383,28 @@ def test_cgnat_port_block(sb):
     finally:
         s.stop()
         sb.bed.run("nat", "iptables", "-w", "-t", "nat", "-D", *rule, check=False)
+
+
+def test_ipv6_behind_nat66(sb):
+    """IPv6 through a masquerading gateway (NAT66): the relay on [::] sees the
+    NAT's address; the pipe is joined by the token in the IPv6 SYN. Last in
+    the module: it leaves relay1 on [::]."""
+    r = sb.relay("relay1")
+    r.stop()
+    r.update({"relay": {"probe_listen": "[::]:%d" % r.probe_port,
+                        "control_listen": "[::]:%d" % r.ctl_port,
+                        "data_listen": "[::]:%d" % r.data_port}})
+    r.start()
+    line = "%s data=%d group=1" % (hostport(sb.ip6("relay1"), r.ctl_port), r.data_port)
+    s = sb.slotd([line], {"nat": {"mode": "auto"}}, host="c1").start(relays_up=1)
+    try:
+        r0 = r.counters()
+        url = sb.nginx.url("down.bin", query="v6nat", family=6)
+        res = sb.curl(url, timeout=60, host="c1")
+        assert res.rc == 0 and res.sha == sb.nginx.files["down.bin"][1], (res, s.log()[-3000:])
+        assert sb.nginx.peer_of("v6nat") == sb.ip6("relay1")
+        d = deltas(r0, r.counters())
+        assert d["data_token"] == 1 and d["pipes_tokened"] == 1, d
+        assert "sees us from [%s]:" % sb.ip6("nat") in s.log()
+    finally:
+        s.stop()
