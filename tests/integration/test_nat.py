@@ -262,6 +262,7 @@ def test_option_stripped_falls_back(sb):
         s.stop()
 
 
+@pytest.mark.serial     # under valgrind: alone (run.sh)
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
 def test_under_valgrind(sb):
     """slotd (the option written into SYNs and their retransmissions) and
