@@ -201,10 +201,11 @@ check: deps
 
 # The README's first command: an emulated WAN of real cities, curl directly and
 # through slot, a table and $(B)/demo.png (scripts/demo.py; root; a few minutes).
-# DEMO_FLAGS=--quick runs the small version the tests run.
+# DEMO_FLAGS=--quick runs the small version the tests run; NAT=1 puts the client
+# behind a home NAT (--nat).
 demo: deps
 	@$(MAKE) --no-print-directory $(BUILD_J) all
-	@SLOT_BUILD=$(abspath $(B)) /usr/bin/python3 scripts/demo.py $(DEMO_FLAGS)
+	@SLOT_BUILD=$(abspath $(B)) /usr/bin/python3 scripts/demo.py $(if $(NAT),--nat) $(DEMO_FLAGS)
 
 bench: deps
 	@$(MAKE) --no-print-directory all

@@ -41,9 +41,12 @@ What runs, in order (the whole deployment, nothing faked):
 The cleanup (daemons stopped, namespaces deleted) runs on every exit:
 normal end, error, Ctrl-C, SIGTERM, SIGHUP. Run as root; `make demo` builds
 first. --quick is the small version the tests run (3 relays, 2 servers,
-1 MiB files).
+1 MiB files). --nat (make demo NAT=1) puts the client behind a home NAT: slotd
+and curl run on a host of a LAN that the client city's host masquerades, and
+slotd names its pipes by a token in the SYN (docs/slotd.md, "Clients behind
+NAT").
 
-usage: demo.py [--quick] [--size MIB] [--loss P] [--png FILE] [--json FILE]
+usage: demo.py [--quick] [--nat] [--size MIB] [--loss P] [--png FILE] [--json FILE]
                [--client CITY] [--servers A,B] [--relays A,B,...] [--dir-host CITY]
 """
 
@@ -226,6 +229,13 @@ class Plan:
             "pairs": pairs,
             "host_defaults": hd,
         }
+        # --nat: slotd and curl on "home", behind the client city's host,
+        # which masquerades it (a home router); home has its delays.
+        self.nat = args.nat
+        self.client_host = "home" if args.nat else "client"
+        if args.nat:
+            self.spec["lans"] = [{"name": "home-lan", "gateway": "client", "hosts": [
+                {"name": "home", "sysctls": sysctls}], "masquerade": True}]
 
     def rtt(self, a, b):
         return self.data.rtt(self.id[a], self.id[b])
@@ -300,12 +310,12 @@ def make_bed_class(slotbed):
 
 # ---------------------------------------------------------------- a download
 
-def curl(sb, url, out, timeout):
+def curl(sb, host, url, out, timeout):
     """Unmodified curl in the client host (the Step around it prints the dots).
     Returns {rc, status, local_port, size, seconds, sha, err}."""
     if os.path.exists(out):
         os.unlink(out)
-    p = sb.bed.popen("client", ["curl", "-sS", "--max-time", str(timeout), "-o", out, "-w",
+    p = sb.bed.popen(host, ["curl", "-sS", "--max-time", str(timeout), "-o", out, "-w",
                                 "%{http_code} %{local_port} %{size_download} %{time_total}",
                                 url],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -412,9 +422,9 @@ def run(args, plan, sb, results):
         for c in plan.servers:
             sb.start_nginx(plan.host[c], size)
 
-    with Step("starting slotd in the client (%s), given only the directory's URL"
-              % plan.client_city) as st:
-        s = sb.slotd([], overrides={
+    with Step("starting slotd in the client (%s%s), given only the directory's URL"
+              % (plan.client_city, ", behind its NAT" if plan.nat else "")) as st:
+        s = sb.slotd([], host=plan.client_host, overrides={
             "slotd": {"log_level": "info"},
             "hijack": {"ports": str(HTTP_SLOT)},
             "directory": {"urls": d.url, "refresh": "1m", "retry": "500ms",
@@ -432,7 +442,8 @@ def run(args, plan, sb, results):
     say("")
     say("Downloads: curl to port %d goes direct (slotd leaves it alone), to port %d "
         "through slot." % (HTTP_DIRECT, HTTP_SLOT))
-    client_ip = sb.ip("client")
+    client_ip = sb.ip(plan.client_host)     # the SYN's source, as slotd sees it
+    public_ip = sb.ip("client")             # what the servers see of a direct one
     out = os.path.join(sb.dir, "download")
     rows = []
     for c in plan.servers:
@@ -442,37 +453,40 @@ def run(args, plan, sb, results):
         rtt = plan.rtt(plan.client_city, c)
         with Step("%s (%.0f ms): direct     " % (plan.title[c], rtt)) as st:
             url = ng.url("demo.bin", port=HTTP_DIRECT, query="via=direct")
-            rd = curl(sb, url, out, args.timeout)
+            rd = curl(sb, plan.client_host, url, out, args.timeout)
             check_download(rd, sha, fsize, "%s direct" % c)
             peer = ng.peer_of("via=direct")
-            if peer != client_ip:
+            if peer != public_ip:
                 raise DemoError("%s: the direct download came from %s, not the client"
                                 % (c, peer))
             st.result = "%6.2f Mbit/s, sha256 ok" % mbps(rd)
         with Step("%s (%.0f ms): through slot" % (plan.title[c], rtt)) as st:
             url = ng.url("demo.bin", port=HTTP_SLOT, query="via=slot")
             before = {x["control"]: x["probes"] for x in s.json()["relays"]}
-            rs = curl(sb, url, out, args.timeout)
+            tokens = s.counters().get("token_pipes", 0)
+            rs = curl(sb, plan.client_host, url, out, args.timeout)
             probed = sorted(plan.title[ctl_city[x["control"]]] for x in s.json()["relays"]
                             if x["probes"] > before.get(x["control"], 0))
             check_download(rs, sha, fsize, "%s through slot" % c)
+            tokened = s.counters().get("token_pipes", 0) > tokens
             dec = s.decision(client="%s:%d" % (client_ip, rs["local_port"]), timeout=5)
             peer = ng.peer_of("via=slot")
             relay = ctl_city.get(dec["relay"]) if dec["relay"] else None
             if relay is not None and peer != sb.ip(plan.host[relay]):
                 raise DemoError("%s: slotd chose %s but nginx saw %s" % (c, relay, peer))
-            if relay is None and peer != client_ip:
+            if relay is None and peer != public_ip:
                 raise DemoError("%s: slotd went direct but nginx saw %s" % (c, peer))
-            st.result = "%6.2f Mbit/s, sha256 ok, via %s (%d relays probed, chosen in %.0f ms)" % (
+            st.result = "%6.2f Mbit/s, sha256 ok, via %s (%d relays probed, chosen in %.0f ms%s)" % (
                 mbps(rs), plan.title[relay] if relay else "the direct path",
-                dec["probes"], dec["select_us"] / 1000.0)
+                dec["probes"], dec["select_us"] / 1000.0,
+                ", pipe token in the SYN" if tokened else "")
         best_rtt, best = plan.best_path(c)
         rows.append({
             "server": plan.title[c],
             "rtt_direct_ms": dec["rtt_direct_us"] / 1000.0,
             "rtt_direct_configured_ms": rtt,
             "relay": plan.title[relay] if relay else None,
-            "nginx_peer": ip_city.get(peer, "client" if peer == client_ip else peer),
+            "nginx_peer": ip_city.get(peer, "client" if peer == public_ip else peer),
             "path_rtt_ms": dec["path_rtt_us"] / 1000.0 if relay else None,
             "path_rtt_configured_ms": (max(plan.rtt(plan.client_city, relay),
                                            plan.rtt(relay, c)) if relay else None),
@@ -480,7 +494,7 @@ def run(args, plan, sb, results):
             "best_relay_group": sorted(plan.title[x] for x in groups[group_of[best]]),
             "probed": probed,
             "select_ms": dec["select_us"] / 1000.0, "probes": dec["probes"],
-            "why": dec["why"],
+            "why": dec["why"], "token": tokened,
             "direct_mbps": mbps(rd), "slot_mbps": mbps(rs),
             "direct_s": rd["seconds"], "slot_s": rs["seconds"],
             "bytes": fsize, "speedup": mbps(rs) / mbps(rd),
@@ -488,7 +502,8 @@ def run(args, plan, sb, results):
     results["rows"] = rows
     cnt = s.counters()
     results["slotd"] = {k: cnt.get(k) for k in ("decisions_relay", "decisions_direct",
-                                               "probes_sent", "probe_replies", "pipes_ok")}
+                                               "probes_sent", "probe_replies", "pipes_ok",
+                                               "token_pipes")}
     return rows
 
 
@@ -570,6 +585,8 @@ def parse_args(argv):
                                  "(the README's `make demo`)")
     ap.add_argument("--quick", action="store_true",
                     help="small: 3 relays, 2 servers, 1 MiB files (what the tests run)")
+    ap.add_argument("--nat", action="store_true",
+                    help="the client behind a home NAT (slotd's pipe tokens)")
     ap.add_argument("--client", default=CLIENT)
     ap.add_argument("--servers", default=None, help="comma-separated server cities")
     ap.add_argument("--relays", default=None, help="comma-separated relay cities")
@@ -640,7 +657,7 @@ def main(argv=None):
     results = {"client": plan.title[plan.client_city], "servers": plan.servers,
                "relays": [plan.title[c] for c in plan.relays], "bytes": args.size,
                "rate_mbit": RATE, "rmem_max": args.rmem, "cc": CC, "loss": args.loss,
-               "quick": args.quick}
+               "quick": args.quick, "nat": args.nat}
     rc = 0
     tag = None
     try:

@@ -44,6 +44,8 @@ int ep_cmp(const struct endpoint *a, const struct endpoint *b);
 void addr_hash_key(uint8_t key[16]);
 uint64_t addr_hash(const struct addr *a, const uint8_t key[16]);
 uint64_t ep_hash(const struct endpoint *e, const uint8_t key[16]);
+/* The same keyed hash of any bytes (a pipe token). */
+uint64_t bytes_hash(const uint8_t *in, size_t len, const uint8_t key[16]);
 
 /* Conversions to and from socket addresses. ep_from_sockaddr returns -1 for
  * families other than AF_INET/AF_INET6. */

@@ -28,7 +28,13 @@
  * the sender's certificate, and it introduces the sender.
  *
  * An endpoint in a body is 20 bytes: family (4 or 6), 0, port (2), address
- * (16, IPv4 in the first 4 bytes, the rest zero). */
+ * (16, IPv4 in the first 4 bytes, the rest zero).
+ *
+ * Header flags are ignored on receipt but for the ones defined for a type:
+ * KEEPALIVE's OBSERVE asks a relay that knows pipe tokens to answer with
+ * OBSERVED (the address it sees the connection from) instead of
+ * KEEPALIVE_ACK; a relay that does not ignores it (docs/protocol.md, "Pipe
+ * tokens"). */
 
 #define PROTO_MAGIC0 0x53
 #define PROTO_MAGIC1 0x4c
@@ -40,6 +46,8 @@
 #define PROTO_MAX_LEN 512	/* longest accepted; longer is malformed */
 /* What a HELLO's signature covers, after this context string. */
 #define PROTO_HELLO_CTX "slot-hello/2"
+#define PROTO_TOKEN_LEN 8	/* a pipe token (PIPE_ESTABLISH_TOKEN, the SYN's option) */
+#define PROTO_FLAG_OBSERVE 0x0001	/* KEEPALIVE: answer OBSERVED if you can */
 
 enum proto_type {
 	PROTO_PROBE_REQUEST = 0x01,
@@ -49,6 +57,8 @@ enum proto_type {
 	PROTO_PIPE_FAIL = 0x12,
 	PROTO_KEEPALIVE = 0x13,
 	PROTO_KEEPALIVE_ACK = 0x14,
+	PROTO_OBSERVED = 0x15,		/* KEEPALIVE_ACK with the peer's address */
+	PROTO_PIPE_ESTABLISH_TOKEN = 0x16,	/* PIPE_ESTABLISH matched by token */
 	PROTO_ERROR = 0x1f,
 	PROTO_HELLO = 0x20,
 };
@@ -91,6 +101,7 @@ enum proto_error_code {
 
 struct proto_msg {
 	uint8_t type;
+	uint16_t flags;		/* the type's defined header flags; others read as 0 */
 	uint64_t ts_us;
 	uint64_t nonce;
 	uint32_t id;
@@ -109,7 +120,14 @@ struct proto_msg {
 		struct {
 			struct endpoint client;
 			struct endpoint server;
+			/* PIPE_ESTABLISH_TOKEN only: never all zero */
+			uint8_t token[PROTO_TOKEN_LEN];
 		} establish;
+		struct {
+			/* the source of the control connection, as the relay
+			 * sees it */
+			struct endpoint addr;
+		} observed;
 		struct {
 			uint32_t connect_us;	/* relay's connect time to the server */
 			uint32_t pending_ms;	/* how long the relay waits for the data connection */

@@ -252,7 +252,7 @@ struct key_spec {
 	enum {
 		K_STR, K_LEVEL, K_UINT, K_MS, K_US, K_DOUBLE, K_BIT, K_MASK,
 		K_STRATEGY, K_PORTS, K_CIDRS, K_RELAY, K_URLS, K_BOOL, K_EP_OPT,
-		K_AUTHMODE, K_BACKEND, K_HMODE, K_IFACES,
+		K_AUTHMODE, K_BACKEND, K_HMODE, K_IFACES, K_NATMODE,
 	} kind;
 	size_t off, size;	/* of the member; K_UINT stores 2, 4 or 8 bytes */
 	uint64_t min, max;	/* K_UINT, K_DOUBLE; K_MS and K_US in ms */
@@ -301,6 +301,7 @@ static const struct key_spec keys[] = {
 	{ "relays", "reconnect_max", K_MS, F(reconnect_max_ms), 10, HOUR_MS },
 	{ "relays", "failure_quarantine", K_MS, F(failure_quarantine_ms), 0, HOUR_MS },
 	{ "relays", "relay", K_RELAY, F(relays), 0, 0 },
+	{ "nat", "mode", K_NATMODE, F(nat_mode), 0, 0 },
 	{ "directory", "urls", K_URLS, F(dir_urls), 0, 0 },
 	{ "directory", "refresh", K_MS, F(dir_refresh_ms), 100, 7 * DAY_MS },
 	{ "directory", "retry", K_MS, F(dir_retry_ms), 100, 7 * DAY_MS },
@@ -376,6 +377,18 @@ set_key(void *user, const char *section, const char *name, const char *value,
 		break;
 	case K_IFACES:
 		rc = parse_ifaces(c, value, sub, sizeof(sub));
+		break;
+	case K_NATMODE:
+		if (strcmp(value, "auto") == 0)
+			*(int *)dst = CCONF_NAT_AUTO;
+		else if (strcmp(value, "on") == 0)
+			*(int *)dst = CCONF_NAT_ON;
+		else if (strcmp(value, "off") == 0)
+			*(int *)dst = CCONF_NAT_OFF;
+		else {
+			snprintf(sub, sizeof(sub), "expected auto, on or off");
+			rc = -1;
+		}
 		break;
 	case K_AUTHMODE:
 		if ((*(int *)dst = ident_mode_parse(value)) == -1) {

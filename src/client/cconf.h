@@ -37,6 +37,14 @@ cconf_relay_from_dir(const struct cconf_relay *r)
 	return (r->group & CCONF_DIR_GROUP) != 0;
 }
 
+/* [nat] mode: when a pipe is matched at the relay by a token in the SYN
+ * rather than by the client endpoint (docs/slotd.md, "Clients behind NAT"). */
+enum cconf_nat {
+	CCONF_NAT_AUTO = 0,	/* when the relay sees another address than the SYN's source */
+	CCONF_NAT_ON,		/* with every relay that takes tokens */
+	CCONF_NAT_OFF,		/* never */
+};
+
 struct cconf {
 	/* [slotd] */
 	char key_file[CCONF_PATH_MAX];
@@ -87,6 +95,9 @@ struct cconf {
 	uint64_t failure_quarantine_ms;	/* a relay that failed a pipe sits out this long */
 	struct cconf_relay *relays;	/* "relay = ..." lines, in order */
 	size_t nrelays;
+
+	/* [nat] */
+	int nat_mode;			/* enum cconf_nat */
 
 	/* [directory] */
 	struct conf_urls dir_urls;	/* none: no directory */

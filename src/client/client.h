@@ -43,6 +43,9 @@ struct client_counters {
 	unsigned long long early_unreached;	/* hits that waited: the relay had not reached the port */
 	unsigned long long hold_timeouts;	/* released direct when hold_timeout passed */
 	unsigned long long held_overflow;	/* released direct: max_held reached */
+	unsigned long long token_pipes;		/* pipes requested with a token (NAT) */
+	unsigned long long token_no_room;	/* released direct: no room in the SYN for it */
+	unsigned long long token_unsupported;	/* wanted, but the relay takes none: by endpoint */
 	unsigned long long reloads, reload_failures, rules_applied;
 	unsigned long long decide_us_max;
 };

@@ -86,6 +86,12 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	    "Cache hits that waited for PIPE_OK although cache_early is on: the relay "
 	    "had not reached that server port in the entry's lifetime.");
 	C("hold_timeouts", c->hold_timeouts, CTL_COUNTER, "SYNs released direct at hold_timeout.");
+	C("token_pipes", c->token_pipes, CTL_COUNTER,
+	    "Pipes requested with a token in the SYN (behind NAT, or [nat] mode on).");
+	C("token_no_room", c->token_no_room, CTL_COUNTER,
+	    "SYNs sent direct: a token was wanted and their options left no room for it.");
+	C("token_unsupported", c->token_unsupported, CTL_COUNTER,
+	    "Pipes that wanted a token through a relay that takes none: matched by endpoint.");
 	C("held_overflow", c->held_overflow, CTL_COUNTER,
 	    "SYNs sent direct because max_held were held.");
 	C("relays_configured", d->nrelays, CTL_GAUGE, "Relays in the set.");
@@ -362,6 +368,7 @@ static const struct ctl_col relay_cols[] = {
 	{ "quarantine", CTL_DUR, NULL },
 	{ "rank", CTL_UINT, NULL },
 	{ "rtt_est", CTL_RTT, NULL },
+	{ "seen_as", CTL_STR, "observed" },
 };
 
 static void
@@ -398,6 +405,13 @@ relays(struct slotd *d, bool json_out, struct ctl_out *o)
 			ctl_cell_none(&t);
 		if (x->rtt_est_us)
 			ctl_cell_us(&t, x->rtt_est_us);
+		else
+			ctl_cell_none(&t);
+		/* Where the relay sees us from (its OBSERVED): another address
+		 * than ours means a NAT, and pipe tokens ([nat] mode). */
+		const struct endpoint *obs = x->link ? rlink_observed(x->link) : NULL;
+		if (obs)
+			ctl_cell_str(&t, ep_fmt(obs, a));
 		else
 			ctl_cell_none(&t);
 	}

@@ -11,6 +11,7 @@
 #include "slot/select.h"
 #include "slot/sock.h"
 #include "slot/synprobe.h"
+#include "slot/syntok.h"
 #include "hold.h"
 #include "relays.h"
 
@@ -40,6 +41,8 @@ struct hconn {
 	struct endpoint client, server;
 	uint32_t seq;			/* ISN of the SYN */
 	uint32_t pkt_id, pkt_mark;
+	uint8_t pkt[SYNQ_COPY_RANGE];	/* the SYN, if whole (pktlen > 0): for a token */
+	uint16_t pktlen;
 	enum hstate state;
 	uint64_t t0_us;			/* the SYN's arrival, monotonic */
 	ev_timer timer;			/* decision wake-up, or establish deadline */
@@ -68,6 +71,10 @@ struct hconn {
 	bool cached;
 	bool repair;
 	bool early;			/* released before the relay's answer (cache_early) */
+
+	/* through a NAT: the relay matches the pipe by this token in the SYN */
+	bool tokened;
+	uint8_t token[PROTO_TOKEN_LEN];
 
 	/* lingering */
 	bool relayed;
@@ -169,6 +176,28 @@ record(struct slotd *d, const struct hconn *c, uint64_t now)
 		d->ctr.decide_us_max = x->decide_us;
 }
 
+/* Accepts the SYN pkt[0..len) (or its retransmission) towards the relay
+ * with mark, carrying c's token. */
+static void
+verdict_tokened(struct slotd *d, const struct hconn *c, uint32_t id, uint32_t mark,
+    const uint8_t *pkt, size_t len)
+{
+	uint8_t buf[SYNQ_PKT_MAX];
+	size_t nl;
+
+	if (len > 0 && len <= SYNQ_COPY_RANGE) {
+		memcpy(buf, pkt, len);
+		if (syntok_insert(buf, len, sizeof(buf), c->token, &nl) == SYNTOK_OK) {
+			synq_verdict_pkt(d->q, id, mark, buf, nl);
+			return;
+		}
+	}
+	/* Cannot happen for the SYN itself (checked in establish); a
+	 * retransmission that changed shape goes without: the relay's
+	 * fallback by address may still join it, else it resets it. */
+	synq_verdict(d->q, id, true, true, mark);
+}
+
 /* The verdict: the SYN goes on, through relay via (marked) or direct. */
 static void
 conn_release(struct hconn *c, struct crelay *via, const char *why)
@@ -185,7 +214,10 @@ conn_release(struct hconn *c, struct crelay *via, const char *why)
 	c->why = why;
 	if (via) {
 		c->mark = (c->pkt_mark & ~d->conf.relay_mask) | via->mark;
-		synq_verdict(d->q, c->pkt_id, true, true, c->mark);
+		if (c->tokened)
+			verdict_tokened(d, c, c->pkt_id, c->mark, c->pkt, c->pktlen);
+		else
+			synq_verdict(d->q, c->pkt_id, true, true, c->mark);
 		d->ctr.decisions_relay++;
 		char direct[48];
 		if (c->direct == SEL_DIRECT_OK)
@@ -195,9 +227,10 @@ conn_release(struct hconn *c, struct crelay *via, const char *why)
 		else
 			snprintf(direct, sizeof(direct), "unknown, > %.1f ms",
 			    (c->selected_us - c->t0_us) / 1000.);
-		log_info("%s -> %s: via %s (path %.1f ms, direct %s; %s)",
+		log_info("%s -> %s: via %s%s (path %.1f ms, direct %s; %s)",
 		    ep_fmt(&c->client, cb), ep_fmt(&c->server, sb),
-		    ep_fmt(&via->conf.control, rb), c->path_rtt_us / 1000., direct, why);
+		    ep_fmt(&via->conf.control, rb), c->tokened ? " with a token" : "",
+		    c->path_rtt_us / 1000., direct, why);
 	} else {
 		synq_verdict(d->q, c->pkt_id, true, false, 0);
 		d->ctr.decisions_direct++;
@@ -405,6 +438,42 @@ establish_answer(void *req, const struct proto_msg *m)
 	conn_release(c, NULL, learn_failure(d, c, via, m));
 }
 
+/* Whether the pipe through via is matched by a token ([nat] mode): auto
+ * when via sees our control connection from another address than the
+ * SYN's source (a NAT between, or a gateway's LAN host). */
+static bool
+want_token(struct slotd *d, const struct hconn *c, const struct crelay *via)
+{
+	const struct endpoint *obs;
+
+	if (d->conf.nat_mode == CCONF_NAT_OFF || via->link == NULL)
+		return false;
+	if ((obs = rlink_observed(via->link)) == NULL) {
+		/* A relay that takes no tokens: by endpoint, as before. */
+		if (d->conf.nat_mode == CCONF_NAT_ON)
+			d->ctr.token_unsupported++;
+		return false;
+	}
+	return d->conf.nat_mode == CCONF_NAT_ON || !addr_eq(&obs->addr, &c->client.addr);
+}
+
+/* A fresh token, and room for it in the SYN. Returns false if there is
+ * none (options full, or the SYN not whole in the queue: TCP Fast Open). */
+static bool
+token_new(struct hconn *c)
+{
+	uint8_t buf[SYNQ_PKT_MAX];
+	size_t nl;
+
+	do
+		arc4random_buf(c->token, sizeof(c->token));
+	while (c->token[0] == 0 && memcmp(c->token, c->token + 1, sizeof(c->token) - 1) == 0);
+	if (c->pktlen == 0)
+		return false;
+	memcpy(buf, c->pkt, c->pktlen);
+	return syntok_insert(buf, c->pktlen, sizeof(buf), c->token, &nl) == SYNTOK_OK;
+}
+
 static void
 establish(struct hconn *c, struct crelay *via, uint32_t path_rtt_us, const char *why)
 {
@@ -412,18 +481,27 @@ establish(struct hconn *c, struct crelay *via, uint32_t path_rtt_us, const char 
 
 	conn_stop_probing(c);
 	ev_timer_stop(d->loop, &c->timer);
+	if ((c->tokened = want_token(d, c, via)) && !token_new(c)) {
+		/* The relay could not match the connection: direct. */
+		d->ctr.token_no_room++;
+		c->tokened = false;
+		conn_release(c, NULL, "no room for the pipe token in the SYN");
+		return;
+	}
 	c->via = via;
 	c->path_rtt_us = path_rtt_us;
 	c->why = why;
 	c->selected_us = clock_mono_us();
 	c->state = HC_ESTABLISHING;
 	if (via->link == NULL ||
-	    (c->req_id = rlink_establish(via->link, &c->client, &c->server, establish_answer,
-	    c)) == 0) {
+	    (c->req_id = rlink_establish_token(via->link, &c->client, &c->server,
+	    c->tokened ? c->token : NULL, establish_answer, c)) == 0) {
 		c->req_id = 0;
 		conn_release(c, NULL, "relay link not up");
 		return;
 	}
+	if (c->tokened)
+		d->ctr.token_pipes++;
 	ev_timer_init(&c->timer, establish_timeout_cb, d->conf.establish_timeout_ms / 1000., 0.);
 	c->timer.data = c;
 	ev_timer_start(d->loop, &c->timer);
@@ -796,7 +874,8 @@ probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 }
 
 static void
-hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *si)
+hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *si,
+    const uint8_t *pkt, size_t caplen, size_t wirelen)
 {
 	struct hconn *c = calloc(1, sizeof(*c));
 	struct selc_entry e;
@@ -812,6 +891,10 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 	c->seq = si->seq;
 	c->pkt_id = id;
 	c->pkt_mark = mark;
+	if (caplen == wirelen && caplen <= sizeof(c->pkt)) {
+		memcpy(c->pkt, pkt, caplen);
+		c->pktlen = (uint16_t)caplen;
+	}
 	c->t0_us = now;
 	c->dfd = -1;
 	c->state = HC_PROBING;
@@ -888,6 +971,11 @@ hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t c
 				 * SYN still waits for its verdict. */
 				d->ctr.syn_retransmits_dropped++;
 				synq_verdict(d->q, id, false, false, 0);
+			} else if (c->relayed && c->tokened) {
+				/* The same token: the kernel retransmits the
+				 * SYN it built, not the one we handed back. */
+				verdict_tokened(d, c, id, c->mark, pkt,
+				    caplen == wirelen ? caplen : 0);
 			} else {
 				synq_verdict(d->q, id, true, c->relayed, c->mark);
 			}
@@ -904,7 +992,7 @@ hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t c
 		synq_verdict(d->q, id, true, false, 0);
 		return;
 	}
-	hold_start(d, id, mark, &si);
+	hold_start(d, id, mark, &si, pkt, caplen, wirelen);
 }
 
 void

@@ -55,6 +55,11 @@ struct rlink {
 	struct rl_req_list reqs;
 	size_t nreqs;
 
+	/* The relay's last OBSERVED: it takes pipe tokens, and sees our
+	 * control connection from observed. */
+	bool observed_ok;
+	struct endpoint observed;
+
 	/* Identity mode: the relay's HELLO accepted on this connection. */
 	bool authed;
 	struct proto_pair pair;
@@ -139,6 +144,7 @@ rl_down(struct rlink *l, const char *why)
 		log_debug("relay %s: attempt %u failed: %s", l->name, l->failures + 1, why);
 	l->failures++;
 	rl_close_fd(l);
+	l->observed_ok = false;
 	rl_set_state(l, RL_DOWN);
 	rl_fail_requests(l);
 
@@ -259,7 +265,10 @@ rl_arm_deadline(struct rlink *l)
 static void
 rl_keepalive(struct rlink *l)
 {
-	struct proto_msg m = { .type = PROTO_KEEPALIVE };
+	/* Every keepalive asks what the relay sees: a NAT's mapping may
+	 * change while the link lives. A relay that knows no tokens answers
+	 * KEEPALIVE_ACK all the same. */
+	struct proto_msg m = { .type = PROTO_KEEPALIVE, .flags = PROTO_FLAG_OBSERVE };
 
 	if (l->ka_outstanding)
 		return;
@@ -366,7 +375,7 @@ static int
 rl_message(struct rlink *l, const struct proto_msg *m)
 {
 	struct rl_req *q;
-	char b[64];
+	char b[64], ob[EP_STRLEN];
 
 	switch (replay_check(l->env->replay, m->ts_us, m->nonce, clock_real_us())) {
 	case REPLAY_OK:
@@ -383,9 +392,19 @@ rl_message(struct rlink *l, const struct proto_msg *m)
 		return rl_hello(l, m);
 	switch (m->type) {
 	case PROTO_KEEPALIVE_ACK:
+	case PROTO_OBSERVED:
 		if (!l->ka_outstanding || m->id != l->ka_id)
 			break;
 		l->ka_outstanding = false;
+		if (m->type == PROTO_OBSERVED) {
+			if (!l->observed_ok || !ep_eq(&l->observed, &m->u.observed.addr))
+				log_info("relay %s: sees us from %s", l->name,
+				    ep_fmt(&m->u.observed.addr, ob));
+			l->observed = m->u.observed.addr;
+			l->observed_ok = true;
+		} else {
+			l->observed_ok = false;
+		}
 		ev_timer_stop(l->env->loop, &l->timer);
 		if (l->state != RL_UP) {
 			if (l->failures > 0)
@@ -601,17 +620,32 @@ rlink_revoke(struct rlink *l, const struct ident_revoked *rev)
 	return true;
 }
 
+const struct endpoint *
+rlink_observed(const struct rlink *l)
+{
+	return l->state == RL_UP && l->observed_ok ? &l->observed : NULL;
+}
+
 uint32_t
 rlink_establish(struct rlink *l, const struct endpoint *client, const struct endpoint *server,
     rlink_answer_cb cb, void *req)
 {
-	struct proto_msg m = { .type = PROTO_PIPE_ESTABLISH };
+	return rlink_establish_token(l, client, server, NULL, cb, req);
+}
+
+uint32_t
+rlink_establish_token(struct rlink *l, const struct endpoint *client,
+    const struct endpoint *server, const uint8_t *token, rlink_answer_cb cb, void *req)
+{
+	struct proto_msg m = { .type = token ? PROTO_PIPE_ESTABLISH_TOKEN : PROTO_PIPE_ESTABLISH };
 	struct rl_req *q;
 
 	if (l->state != RL_UP || (q = calloc(1, sizeof(*q))) == NULL)
 		return 0;
 	m.u.establish.client = *client;
 	m.u.establish.server = *server;
+	if (token)
+		memcpy(m.u.establish.token, token, PROTO_TOKEN_LEN);
 	if ((q->id = rl_send(l, &m)) == 0) {
 		free(q);
 		return 0;

@@ -77,6 +77,17 @@ size_t rlink_pending(const struct rlink *l);
  * 0), or 0 if the link is not up or the message could not be queued. */
 uint32_t rlink_establish(struct rlink *l, const struct endpoint *client,
     const struct endpoint *server, rlink_answer_cb cb, void *req);
+/* The same, matched at the relay by token (PIPE_ESTABLISH_TOKEN): the SYN of
+ * the data connection carries it (syntok.h). token: PROTO_TOKEN_LEN bytes,
+ * not all zero; NULL: rlink_establish. */
+uint32_t rlink_establish_token(struct rlink *l, const struct endpoint *client,
+    const struct endpoint *server, const uint8_t *token, rlink_answer_cb cb, void *req);
+
+/* While up: the source of our control connection as the relay sees it, if
+ * the relay answered our keepalives with OBSERVED (it takes pipe tokens);
+ * else NULL (an older relay, or down). */
+const struct endpoint *rlink_observed(const struct rlink *l);
+
 /* Forgets request id: its answer, if any comes, is dropped. */
 void rlink_cancel(struct rlink *l, uint32_t id);
 

@@ -17,11 +17,10 @@
 #include "slot/errbuf.h"
 #include "synq.h"
 
-/* IP + TCP headers with options fit in 120 bytes; IPv6 in 100. */
-#define SYNQ_COPY_RANGE 128
 #define SYNQ_RX_BUF (64 * 1024)
 #define SYNQ_RX_BUDGET 64
-#define SYNQ_VMSG_MAX 64		/* one verdict message with a mark */
+#define SYNQ_VMSG_MAX (64 + SYNQ_PKT_MAX)	/* one verdict message with a mark
+						 * and maybe a packet */
 #define SYNQ_VBUF (16 * 1024)
 
 struct synq {
@@ -135,6 +134,26 @@ synq_verdict(struct synq *q, uint32_t id, bool accept, bool set_mark, uint32_t m
 	nfq_nlmsg_verdict_put(nlh, (int)id, accept ? NF_ACCEPT : NF_DROP);
 	if (accept && set_mark)
 		nfq_nlmsg_verdict_put_mark(nlh, mark);
+	q->vlen += NLMSG_ALIGN(nlh->nlmsg_len);
+	if (!q->in_read)
+		synq_flush(q);
+}
+
+void
+synq_verdict_pkt(struct synq *q, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t len)
+{
+	struct nlmsghdr *nlh;
+
+	if (len > SYNQ_PKT_MAX) {
+		synq_verdict(q, id, true, true, mark);
+		return;
+	}
+	if (q->vlen + SYNQ_VMSG_MAX > sizeof(q->vbuf))
+		synq_flush(q);
+	nlh = nfq_nlmsg_put(q->vbuf + q->vlen, NFQNL_MSG_VERDICT, q->num);
+	nfq_nlmsg_verdict_put(nlh, (int)id, NF_ACCEPT);
+	nfq_nlmsg_verdict_put_mark(nlh, mark);
+	nfq_nlmsg_verdict_put_pkt(nlh, pkt, (uint32_t)len);
 	q->vlen += NLMSG_ALIGN(nlh->nlmsg_len);
 	if (!q->in_read)
 		synq_flush(q);

@@ -11,6 +11,11 @@
  * SLOT_HIJACK queues, through the libmnl-based libnetfilter_queue API, and
  * sends verdicts. Only headers are copied: slotd never sees payload. */
 
+/* The NFQUEUE copy range: a SYN's headers fit, options and all. */
+#define SYNQ_COPY_RANGE 128
+/* The longest packet handed back with a verdict: a whole SYN plus a token. */
+#define SYNQ_PKT_MAX (SYNQ_COPY_RANGE + 16)
+
 struct syn_info {
 	struct endpoint src, dst;
 	uint32_t seq;		/* the ISN: a retransmitted SYN repeats it */
@@ -53,6 +58,10 @@ int synq_read(struct synq *q);
  * Verdicts given from the packet callback go out in one batch when
  * synq_read is done; others at once. */
 void synq_verdict(struct synq *q, uint32_t id, bool accept, bool set_mark, uint32_t mark);
+/* Accepts with mark, the packet replaced by pkt[0..len) (at most
+ * SYNQ_PKT_MAX bytes), whose checksums must be whole (syntok_insert). */
+void synq_verdict_pkt(struct synq *q, uint32_t id, uint32_t mark, const uint8_t *pkt,
+    size_t len);
 void synq_flush(struct synq *q);
 
 /* Counters since open. */

@@ -216,6 +216,12 @@ hash_bytes(const uint8_t *in, size_t len, const uint8_t key[16])
 }
 
 uint64_t
+bytes_hash(const uint8_t *in, size_t len, const uint8_t key[16])
+{
+	return hash_bytes(in, len, key);
+}
+
+uint64_t
 addr_hash(const struct addr *a, const uint8_t key[16])
 {
 	uint8_t in[1 + 16];

@@ -23,6 +23,8 @@
 #define BODY_PIPE_OK		8
 #define BODY_PIPE_FAIL		8
 #define BODY_KEEPALIVE		0
+#define BODY_OBSERVED		PROTO_EP_LEN			/* address */
+#define BODY_PIPE_ESTABLISH_TOKEN (2 * PROTO_EP_LEN + PROTO_TOKEN_LEN)	/* client, server, token */
 #define BODY_ERROR		4
 #define BODY_HELLO		IDENT_CERT_LEN			/* certificate */
 
@@ -61,8 +63,19 @@ proto_body_len(uint8_t type)
 		return BODY_ERROR;
 	case PROTO_HELLO:
 		return BODY_HELLO;
+	case PROTO_OBSERVED:
+		return BODY_OBSERVED;
+	case PROTO_PIPE_ESTABLISH_TOKEN:
+		return BODY_PIPE_ESTABLISH_TOKEN;
 	}
 	return -1;
+}
+
+/* The header flags defined for a type: the others are ignored on receipt. */
+static uint16_t
+flags_known(uint8_t type)
+{
+	return type == PROTO_KEEPALIVE ? PROTO_FLAG_OBSERVE : 0;
 }
 
 /* What ends a message: its MAC, or a HELLO's signature. */
@@ -167,7 +180,7 @@ put_header(const struct proto_msg *m, size_t len, uint8_t *buf)
 	buf[2] = PROTO_VERSION;
 	buf[3] = m->type;
 	put16(buf + 4, (uint16_t)len);
-	put16(buf + 6, 0);
+	put16(buf + 6, m->flags);
 	put64(buf + 8, m->ts_us);
 	put64(buf + 16, m->nonce);
 	put32(buf + 24, m->id);
@@ -183,7 +196,8 @@ proto_encode(const struct proto_msg *m, const struct auth_key *key,
 	size_t len;
 
 	/* A HELLO is signed, not MACed: proto_encode_hello. */
-	if ((blen = proto_body_len(m->type)) < 0 || m->type == PROTO_HELLO)
+	if ((blen = proto_body_len(m->type)) < 0 || m->type == PROTO_HELLO ||
+	    (m->flags & ~flags_known(m->type)) != 0)
 		return -1;
 	len = PROTO_HDR_LEN + (size_t)blen + AUTH_MAC_LEN;
 	if (cap < len)
@@ -210,8 +224,18 @@ proto_encode(const struct proto_msg *m, const struct auth_key *key,
 			return -1;
 		break;
 	case PROTO_PIPE_ESTABLISH:
+	case PROTO_PIPE_ESTABLISH_TOKEN:
 		if (ep_put(b, &m->u.establish.client) == -1 ||
 		    ep_put(b + PROTO_EP_LEN, &m->u.establish.server) == -1)
+			return -1;
+		if (m->type == PROTO_PIPE_ESTABLISH)
+			break;
+		if (all_zero(m->u.establish.token, PROTO_TOKEN_LEN))
+			return -1;
+		memcpy(b + 2 * PROTO_EP_LEN, m->u.establish.token, PROTO_TOKEN_LEN);
+		break;
+	case PROTO_OBSERVED:
+		if (ep_put(b, &m->u.observed.addr) == -1)
 			return -1;
 		break;
 	case PROTO_PIPE_OK:
@@ -248,6 +272,7 @@ proto_encode_hello(const struct proto_msg *m, const struct ident *self,
 	if (cap < len)
 		return -1;
 	h.type = PROTO_HELLO;
+	h.flags = 0;
 	memcpy(h.sender, self->cert.pk, PROTO_PK_LEN);
 	put_header(&h, len, buf);
 	memcpy(buf + PROTO_HDR_LEN, self->cert.raw, IDENT_CERT_LEN);
@@ -273,9 +298,19 @@ body_get(const uint8_t *b, struct proto_msg *m)
 		m->u.probe_reply.hold_us = get32(b + 8);
 		return ep_get(b + 12, &m->u.probe_reply.target);
 	case PROTO_PIPE_ESTABLISH:
-		if (ep_get(b, &m->u.establish.client) == -1)
+	case PROTO_PIPE_ESTABLISH_TOKEN:
+		if (ep_get(b, &m->u.establish.client) == -1 ||
+		    ep_get(b + PROTO_EP_LEN, &m->u.establish.server) == -1)
 			return -1;
-		return ep_get(b + PROTO_EP_LEN, &m->u.establish.server);
+		if (m->type == PROTO_PIPE_ESTABLISH)
+			return 0;
+		/* Zero would match what no SYN carries: never sent. */
+		if (all_zero(b + 2 * PROTO_EP_LEN, PROTO_TOKEN_LEN))
+			return -1;
+		memcpy(m->u.establish.token, b + 2 * PROTO_EP_LEN, PROTO_TOKEN_LEN);
+		return 0;
+	case PROTO_OBSERVED:
+		return ep_get(b, &m->u.observed.addr);
 	case PROTO_PIPE_OK:
 		m->u.ok.connect_us = get32(b);
 		m->u.ok.pending_ms = get32(b + 4);
@@ -376,7 +411,9 @@ proto_decode_with(const uint8_t *buf, size_t len, proto_key_fn key_fn,
 
 	memset(m, 0, sizeof(*m));
 	m->type = buf[3];
-	/* Header flags (bytes 6-7) are ignored: reserved for later versions. */
+	/* Header flags (bytes 6-7) the type does not define are ignored:
+	 * reserved for later versions. */
+	m->flags = get16(buf + 6) & flags_known(m->type);
 	m->ts_us = get64(buf + 8);
 	m->nonce = get64(buf + 16);
 	m->id = get32(buf + 24);
@@ -437,6 +474,10 @@ proto_type_str(uint8_t type)
 		return "ERROR";
 	case PROTO_HELLO:
 		return "HELLO";
+	case PROTO_OBSERVED:
+		return "OBSERVED";
+	case PROTO_PIPE_ESTABLISH_TOKEN:
+		return "PIPE_ESTABLISH_TOKEN";
 	}
 	return "unknown";
 }

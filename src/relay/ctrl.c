@@ -268,7 +268,8 @@ ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
 		/* Not remembered, so not acted on. Every PIPE_ESTABLISH gets
 		 * exactly one answer. */
 		r->ctr.control_rate_limited++;
-		if (m->type == PROTO_PIPE_ESTABLISH) {
+		if (m->type == PROTO_PIPE_ESTABLISH ||
+		    m->type == PROTO_PIPE_ESTABLISH_TOKEN) {
 			r->ctr.pipes_failed++;
 			ctrl_send_fail(c, m->id, FAIL_CLIENT_LIMIT, 0);
 		}
@@ -285,10 +286,25 @@ ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
 	c->last_msg = ev_now(r->loop);
 	switch (m->type) {
 	case PROTO_PIPE_ESTABLISH:
-		pipe_establish(r, c, m->id, &m->u.establish.client, &m->u.establish.server);
+		pipe_establish(r, c, m->id, &m->u.establish.client, &m->u.establish.server,
+		    NULL);
+		break;
+	case PROTO_PIPE_ESTABLISH_TOKEN:
+		if (!r->save_syn) {
+			ctrl_send_error(c, m->id, ERR_TYPE, 0);
+			break;
+		}
+		pipe_establish(r, c, m->id, &m->u.establish.client, &m->u.establish.server,
+		    m->u.establish.token);
 		break;
 	case PROTO_KEEPALIVE: {
+		/* OBSERVE: the client learns whether it is behind NAT, and
+		 * that this relay takes tokens. */
 		struct proto_msg a = { .type = PROTO_KEEPALIVE_ACK, .id = m->id };
+		if ((m->flags & PROTO_FLAG_OBSERVE) && r->save_syn) {
+			a.type = PROTO_OBSERVED;
+			a.u.observed.addr = c->peer;
+		}
 		ctrl_queue(c, &a);
 		break;
 	}

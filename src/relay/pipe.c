@@ -8,10 +8,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "slot/clock.h"
 #include "slot/log.h"
 #include "slot/proto.h"
 #include "slot/sock.h"
+#include "slot/syntok.h"
 #include "flow.h"
 #include "pipe.h"
 
@@ -47,7 +50,10 @@ struct pipe {
 	struct ctrl_conn *ctl;	/* while connecting: where the answer goes */
 	uint32_t req_id;
 	struct owner *owner;	/* while connecting or pending */
-	struct hnode hn;	/* r->pending, while connecting or pending */
+	struct hnode hn;	/* r->pending (or r->pending_tok if tokened), while
+				 * connecting or pending */
+	int tokened;		/* matched by token, not by client endpoint */
+	uint8_t token[PROTO_TOKEN_LEN];
 	TAILQ_ENTRY(pipe) link;	/* r->pipes */
 	struct half cli, srv;
 	struct dir c2s, s2c;
@@ -79,6 +85,11 @@ pipes_init(struct relay *r)
 		htab_destroy(&r->pending);
 		return -1;
 	}
+	if (htab_init(&r->pending_tok, 64) == -1) {
+		htab_destroy(&r->pending);
+		htab_destroy(&r->owners);
+		return -1;
+	}
 	return 0;
 }
 
@@ -88,6 +99,7 @@ pipes_destroy(struct relay *r)
 	pipe_reset_all(r);
 	htab_destroy(&r->pending);
 	htab_destroy(&r->owners);
+	htab_destroy(&r->pending_tok);
 }
 
 /* --- pending table and per-client counts --- */
@@ -103,6 +115,45 @@ pending_find(struct relay *r, const struct endpoint *client)
 			return p;
 	}
 	return NULL;
+}
+
+/* A token is a capability: compared in constant time. */
+static struct pipe *
+pending_tok_find(struct relay *r, const uint8_t token[PROTO_TOKEN_LEN])
+{
+	uint64_t h = bytes_hash(token, PROTO_TOKEN_LEN, r->hkey);
+
+	for (struct hnode *n = htab_first(&r->pending_tok, h); n; n = htab_next(n, h)) {
+		struct pipe *p = container_of(n, struct pipe, hn);
+		if (sodium_memcmp(p->token, token, PROTO_TOKEN_LEN) == 0)
+			return p;
+	}
+	return NULL;
+}
+
+/* A data connection whose SYN came without a token (a middlebox stripped
+ * the option, or the SYN was not saved: syncookies): the one tokened pipe
+ * still waiting for its data connection whose client's control connection
+ * comes from the same address, if there is exactly one. NATs keep one
+ * public address per host in practice (RFC 4787 "paired" pooling). */
+static struct pipe *
+tokened_by_addr(struct relay *r, const struct addr *a)
+{
+	struct pipe *p, *found = NULL;
+
+	/* Most data connections without a token take the endpoint path: no
+	 * scan of every pipe for them while no tokened pipe is pending. */
+	if (r->pending_tok.n == 0)
+		return NULL;
+	TAILQ_FOREACH(p, &r->pipes, link) {
+		if (!p->tokened || p->state == PS_OPEN || p->cli.fd >= 0 ||
+		    p->owner == NULL || !addr_eq(&p->owner->addr, a))
+			continue;
+		if (found)
+			return NULL;
+		found = p;
+	}
+	return found;
 }
 
 static struct owner *
@@ -131,7 +182,7 @@ pending_leave(struct pipe *p)
 
 	if (p->owner == NULL)
 		return;
-	htab_remove(&r->pending, &p->hn);
+	htab_remove(p->tokened ? &r->pending_tok : &r->pending, &p->hn);
 	if (--p->owner->n == 0) {
 		htab_remove(&r->owners, &p->owner->hn);
 		free(p->owner);
@@ -570,7 +621,8 @@ half_attach(struct half *h, int fd)
 
 void
 pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
-    const struct endpoint *client, const struct endpoint *server)
+    const struct endpoint *client, const struct endpoint *server,
+    const uint8_t *token)
 {
 	struct pipe *p;
 	struct owner *o;
@@ -596,7 +648,8 @@ pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 	o = owner_get(r, ctrl_peer_addr(c), 0);
 	if (!reason && o && o->n >= r->conf.max_pending_per_client)
 		reason = FAIL_CLIENT_LIMIT;
-	if (!reason && pending_find(r, client))
+	if (!reason && (token ? pending_tok_find(r, token) != NULL :
+	    pending_find(r, client) != NULL))
 		reason = FAIL_DUPLICATE;
 	if (reason) {
 		r->ctr.pipes_failed++;
@@ -638,7 +691,18 @@ pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 	p->reserved = 1;
 	p->owner = o;
 	o->n++;
-	htab_insert(&r->pending, &p->hn, ep_hash(client, r->hkey));
+	if (token) {
+		/* Behind NAT the client endpoint is the client's own, not
+		 * what the data connection will come from: only the token
+		 * identifies it. */
+		p->tokened = 1;
+		memcpy(p->token, token, PROTO_TOKEN_LEN);
+		htab_insert(&r->pending_tok, &p->hn, bytes_hash(token, PROTO_TOKEN_LEN,
+		    r->hkey));
+		r->ctr.pipes_tokened++;
+	} else {
+		htab_insert(&r->pending, &p->hn, ep_hash(client, r->hkey));
+	}
 	TAILQ_INSERT_TAIL(&r->pipes, p, link);
 	r->npipes++;
 	r->ctr.pipes_pending++;
@@ -677,28 +741,76 @@ pipe_open(struct pipe *p)
 	pipe_update(p);
 }
 
+/* The pipe token of the data connection fd's SYN. */
+static enum syntok_result
+data_token(struct relay *r, int fd, uint8_t token[PROTO_TOKEN_LEN])
+{
+	uint8_t syn[512];
+	socklen_t len = sizeof(syn);
+
+	if (!r->save_syn || getsockopt(fd, IPPROTO_TCP, TCP_SAVED_SYN, syn, &len) == -1 ||
+	    len == 0)
+		return SYNTOK_ABSENT;
+	return syntok_find(syn, len, token);
+}
+
+/* How a data connection found its pipe. */
+enum data_match { BY_ENDPOINT, BY_TOKEN, BY_ADDRESS };
+
+/* The connection fd joins p (now, or at the server's connect if early). */
+static void
+data_join(struct relay *r, struct pipe *p, int fd, enum data_match by)
+{
+	if (by == BY_TOKEN)
+		r->ctr.data_token++;
+	else if (by == BY_ADDRESS)
+		r->ctr.data_token_fallback++;
+	half_attach(&p->cli, fd);
+}
+
 void
 pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 {
-	struct pipe *p = pending_find(r, peer);
+	uint8_t token[PROTO_TOKEN_LEN];
+	enum syntok_result tr = data_token(r, fd, token);
+	enum data_match by = BY_ENDPOINT;
+	struct pipe *p;
 	char b[EP_STRLEN];
+
+	if (tr == SYNTOK_OK) {
+		/* An unknown token is never matched by endpoint: it was meant
+		 * for a pipe that is gone (expired, or used) or forged. */
+		if ((p = pending_tok_find(r, token)) == NULL) {
+			r->ctr.data_token_unknown++;
+			log_info("data connection from %s: unknown pipe token: reset",
+			    ep_fmt(peer, b));
+			sock_close_rst(fd);
+			return;
+		}
+		by = BY_TOKEN;
+	} else if ((p = pending_find(r, peer)) == NULL && tr == SYNTOK_ABSENT &&
+	    (p = tokened_by_addr(r, &peer->addr)) != NULL) {
+		by = BY_ADDRESS;
+		log_info("data connection from %s without a token: the one tokened pipe "
+		    "of its address", ep_fmt(peer, b));
+	}
 
 	/* A client with a warm cache connects without waiting for PIPE_OK
 	 * (docs/protocol.md): its data connection may find the pipe still
 	 * connecting. It waits, unread, for the server's connect. */
 	if (p && p->state == PS_CONNECTING && p->cli.fd < 0) {
-		half_attach(&p->cli, fd);
+		data_join(r, p, fd, by);
 		r->ctr.data_early++;
 		return;
 	}
-	if (p == NULL || p->state != PS_PENDING) {
+	if (p == NULL || p->state != PS_PENDING || p->cli.fd >= 0) {
 		r->ctr.data_rejected++;
 		log_info("data connection from %s matches no pending pipe: reset",
 		    ep_fmt(peer, b));
 		sock_close_rst(fd);
 		return;
 	}
-	half_attach(&p->cli, fd);
+	data_join(r, p, fd, by);
 	pipe_open(p);
 }
 

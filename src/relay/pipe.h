@@ -26,13 +26,16 @@ const struct addr *ctrl_peer_addr(const struct ctrl_conn *c);
 int pipes_init(struct relay *r);
 void pipes_destroy(struct relay *r);	/* resets every pipe */
 
-/* An authenticated PIPE_ESTABLISH on c. The answer (PIPE_OK or PIPE_FAIL)
+/* An authenticated PIPE_ESTABLISH on c (token: NULL, or PIPE_ESTABLISH_TOKEN's
+ * PROTO_TOKEN_LEN bytes, which the data connection's SYN then carries). The answer (PIPE_OK or PIPE_FAIL)
  * goes back through ctrl_send_*, now or when the connect finishes. */
 void pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
-    const struct endpoint *client, const struct endpoint *server);
+    const struct endpoint *client, const struct endpoint *server,
+    const uint8_t *token);
 
 /* A connection accepted on the data port from peer: joined to its pending
- * pipe, or reset. Takes ownership of fd. */
+ * pipe (by the token in its saved SYN if it has one, else by peer), or
+ * reset. Takes ownership of fd. */
 void pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer);
 
 /* Control connection c is closing: pipes still connecting for it are

@@ -44,6 +44,11 @@ struct relay_counters {
 	unsigned long long control_rate_limited;	/* messages refused over the rate */
 	unsigned long long data_rejected;	/* data connections with no pipe */
 	unsigned long long data_early;		/* data connections before the server's connect */
+	unsigned long long pipes_tokened;	/* PIPE_ESTABLISH_TOKEN accepted */
+	unsigned long long data_token;		/* data connections joined by their SYN's token */
+	unsigned long long data_token_unknown;	/* ... reset: a token no pending pipe has */
+	unsigned long long data_token_fallback;	/* joined without a token: the one tokened
+						 * pending pipe of their source address */
 	unsigned long long peer_pings;		/* other relays' RTT probes answered */
 	unsigned long long peers;		/* gauge: other relays listed */
 	unsigned long long peer_probes_sent, peer_probes_answered, peer_probes_lost;
@@ -81,6 +86,8 @@ struct relay {
 	size_t npipes;
 	struct htab pending;		/* connecting or pending, by client endpoint */
 	struct htab owners;		/* pending count per control peer address */
+	struct htab pending_tok;	/* connecting or pending, by pipe token */
+	int save_syn;			/* the data listener saves SYNs: tokens work */
 	uint64_t next_pipe_id;
 
 	struct ctrl_list ctrls;		/* authenticated control connections */

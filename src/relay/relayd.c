@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <grp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -300,6 +302,14 @@ listen_all(struct relay *r, int *probe_fd, int *stats_fd, int *metrics_fd, char 
 		    strerror(errno));
 		return -1;
 	}
+	/* The SYN of each data connection, for its pipe token (clients
+	 * behind NAT); without it (Linux < 4.2) the relay does not offer
+	 * tokens and matches by endpoint only. */
+	int one = 1;
+	r->save_syn = setsockopt(r->data_fd, IPPROTO_TCP, TCP_SAVE_SYN, &one,
+	    sizeof(one)) == 0;
+	if (!r->save_syn)
+		log_warn("TCP_SAVE_SYN on the data listener: pipe tokens off");
 	if (c->metrics_listen.addr.family &&
 	    (*metrics_fd = sock_listen_tcp(&c->metrics_listen, 16)) == -1) {
 		snprintf(err, errlen, "metrics listener %s: %s", ep_fmt(&c->metrics_listen, b),

@@ -77,6 +77,14 @@ stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap)
 	    "Data connections reset for matching no pipe.");
 	C("data_early", c->data_early, CTL_COUNTER,
 	    "Data connections that arrived while their pipe was still connecting.");
+	C("pipes_tokened", c->pipes_tokened, CTL_COUNTER,
+	    "Pipes requested with a token (PIPE_ESTABLISH_TOKEN: clients behind NAT).");
+	C("data_token", c->data_token, CTL_COUNTER,
+	    "Data connections joined to their pipe by the token in their SYN.");
+	C("data_token_unknown", c->data_token_unknown, CTL_COUNTER,
+	    "Data connections reset: their SYN's token matches no pending pipe.");
+	C("data_token_fallback", c->data_token_fallback, CTL_COUNTER,
+	    "Data connections without a token joined to the one tokened pending pipe of their address.");
 	C("kpipes_in_use", r->kpipes.in_use, CTL_GAUGE, "Kernel pipes holding bytes.");
 	C("kpipes_free", r->kpipes.nfree, CTL_GAUGE, "Kernel pipes pooled.");
 	C("kpipes_undersized", r->kpipes.undersized, CTL_COUNTER,

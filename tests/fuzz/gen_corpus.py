@@ -90,6 +90,10 @@ def syn():
     write("syn", "rst4", b"\0" + ip4(b, a, tcp(443, 40000, 0, 0xdeadbef0, 0x14)))
     # what the IPv6 raw socket reads: the TCP segment alone (synp_parse6)
     write("syn", "synack6_segment", b"\0" + tcp(443, 40000, 99, 0xdeadbef0, 0x12, opts[:4]))
+    # with a pipe token (kind 253, ExID "SL"), as the relay's saved SYN has it
+    tok = bytes([253, 12, 0x53, 0x4c]) + bytes(range(1, 9))
+    write("syn", "syn4_token", b"\0" + ip4(a, b, tcp(40000, 443, 0xdeadbeef, 0, 0x02, tok + opts)))
+    write("syn", "syn6_token", b"\0" + ip6(a6, b6, tcp(40000, 443, 0xdeadbeef, 0, 0x02, tok + opts)))
 
 
 # ---- slot-dird's XML-RPC calls, signed with KEY (docs/directory.md)

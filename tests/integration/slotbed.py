@@ -606,7 +606,9 @@ class Slotd:
         self.relays = list(relays)
         self.conf_path = os.path.join(sb.dir, "slotd%d.conf" % self.n)
         self.log_path = os.path.join(sb.dir, "slotd%d.log" % self.n)
-        self.sock = os.path.join(sb.dir, "slotd.sock")
+        # one per host: slotds of several hosts (LAN hosts) run at once
+        self.sock = os.path.join(sb.dir, "slotd.sock" if host == "client"
+                                 else "slotd-%s.sock" % host)
         self.conf = self.default_conf()
         self.extra_relay_lines = []
         self.proc = None

@@ -186,6 +186,24 @@ def test_quick_demo_end_to_end(demo):
     assert slot_rule_lines() == rules
 
 
+def test_quick_demo_behind_nat(demo):
+    # make demo NAT=1, one server: slotd and curl on a LAN host that the
+    # client city's host masquerades; the relay joins the pipe by the token
+    # in the SYN, and nginx sees the relay.
+    r = demo("--nat", "--servers", "Shanghai")
+    rc = r.finish()
+    assert rc == 0, r.out
+    assert "starting slotd in the client (Hanoi, behind its NAT)" in r.out, r.out
+    assert re.search(r"Shanghai \(\d+ ms\): through slot \.*\s+[\d.]+ Mbit/s, sha256 ok, "
+                     r"via Hong Kong \(.*pipe token in the SYN\)", r.out), r.out
+    res = json.load(open(r.json_path))
+    assert res["exit"] == 0 and res["nat"], res
+    (x,) = res["rows"]
+    assert x["relay"] == x["nginx_peer"] == "Hong Kong" and x["token"], x
+    assert res["slotd"]["token_pipes"] == 1, res["slotd"]
+    assert "nothing left" in r.out and leftovers(r.tag_prefix) == []
+
+
 def test_sigint_mid_run_cleans_up(demo):
     # Ctrl-C during the first download through slot: every daemon, namespace
     # and file of the run goes, and the exit status says SIGINT.

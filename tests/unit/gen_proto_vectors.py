@@ -56,7 +56,10 @@ T_PIPE_OK = 0x11
 T_PIPE_FAIL = 0x12
 T_KEEPALIVE = 0x13
 T_KEEPALIVE_ACK = 0x14
+T_OBSERVED = 0x15
+T_PIPE_ESTABLISH_TOKEN = 0x16
 T_ERROR = 0x1F
+F_OBSERVE = 0x0001
 T_HELLO = 0x20
 
 HDR_LEN = 60
@@ -210,6 +213,18 @@ def hello(raw, seed, sender=None, **kw):
     return Msg(T_HELLO, cert_segs(raw), sender=sender, sign_seed=seed, **kw)
 
 
+# Behind a NAT: the client's own endpoint (RFC 1918), the NAT's public one.
+CLIENT_PRIV4 = ep(4, ipv4("192.168.1.10"), 40000)
+NAT_PUB4 = ep(4, ipv4("198.51.100.77"), 61234)
+NAT_PUB6 = ep(6, ipv6([0x2001, 0x0db8, 0x0001, 0, 0, 0, 0, 0x0077]), 61234)
+TOKEN = bytes.fromhex("5a17c0ffee0b5e01")
+
+
+def establish_token(client, server, token, **kw):
+    return Msg(T_PIPE_ESTABLISH_TOKEN, label(client, "client") + label(server, "server")
+               + [(token, "token")], **kw)
+
+
 def establish_v4(**kw):
     return Msg(T_PIPE_ESTABLISH, label(CLIENT4, "client") + label(TARGET4, "server"), **kw)
 
@@ -248,6 +263,19 @@ VALID = [
      Msg(T_KEEPALIVE_ACK, [], nonce=NONCE | 0x0A, mid=9)),
     ("error_replay", "ERROR to id 7: REPLAY",
      error(4, nonce=NONCE | 0x0B, mid=7)),
+    ("keepalive_observe", "KEEPALIVE, id 10, header flag OBSERVE",
+     Msg(T_KEEPALIVE, [], nonce=NONCE | 0x0C, mid=10, flags=F_OBSERVE)),
+    ("observed_v4", "OBSERVED to id 10: the relay sees the control connection "
+     "from 198.51.100.77:61234",
+     Msg(T_OBSERVED, label(NAT_PUB4, "observed"), nonce=NONCE | 0x0D, mid=10)),
+    ("observed_v6", "OBSERVED to id 10: seen from [2001:db8:1::77]:61234",
+     Msg(T_OBSERVED, label(NAT_PUB6, "observed"), nonce=NONCE | 0x0E, mid=10)),
+    ("pipe_establish_token_v4", "PIPE_ESTABLISH_TOKEN, id 11, client "
+     "192.168.1.10:40000, server 203.0.113.5:443, token 5a17c0ffee0b5e01",
+     establish_token(CLIENT_PRIV4, TARGET4, TOKEN, nonce=NONCE | 0x0F, mid=11)),
+    ("pipe_establish_token_v6", "PIPE_ESTABLISH_TOKEN, id 12, client "
+     "[2001:db8:1::7]:51000, server [2001:db8:2::beef:5]:443, token 5a17c0ffee0b5e01",
+     establish_token(CLIENT6, SERVER6, TOKEN, nonce=NONCE | 0x10, mid=12)),
     # identity mode
     ("hello_client", "HELLO from the client (certificate client1, role client), id 0",
      hello(CLIENT_CERT, CLIENT_SEED, nonce=NONCE | 0x41, mid=0), AT_RELAY),
@@ -278,6 +306,15 @@ INVALID = [
      Raw(b"SL\x01"), "PROTO_BAD", "PERR_VERSION"),
     ("bad_version_3", "version 3, rejected after 3 bytes",
      Raw(b"SL\x03"), "PROTO_BAD", "PERR_VERSION"),
+    ("keepalive_flags_unknown", "keepalive_observe with header flags 0x8001, re-signed: "
+     "the unknown bit is ignored, decodes like keepalive_observe",
+     Msg(T_KEEPALIVE, [], nonce=NONCE | 0x0C, mid=10, flags=0x8001),
+     "PROTO_OK", "PERR_NONE"),
+    ("token_zero", "signed PIPE_ESTABLISH_TOKEN with an all-zero token",
+     establish_token(CLIENT_PRIV4, TARGET4, bytes(8), nonce=NONCE | 0x2D, mid=11),
+     "PROTO_BAD", "PERR_BODY"),
+    ("token_length", "pipe_establish_token_v4 header with length 132 (PIPE_ESTABLISH's)",
+     Raw(b"SL\x02\x16" + struct.pack(">H", 132)), "PROTO_BAD", "PERR_LENGTH"),
     ("unknown_type", "type 0x03, otherwise a signed probe_request_v4",
      Msg(0x03, label(TARGET4, "target"), nonce=NONCE | 0x01, mid=1),
      "PROTO_BAD", "PERR_TYPE"),

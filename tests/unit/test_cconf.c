@@ -467,6 +467,27 @@ test_marks(void **state)
 }
 
 static void
+test_nat_mode(void **state)
+{
+	static const struct { const char *v; int want; } t[] = {
+		{ "auto", CCONF_NAT_AUTO }, { "on", CCONF_NAT_ON }, { "off", CCONF_NAT_OFF },
+	};
+	struct cconf c;
+	char err[256], text[64];
+	(void)state;
+
+	cconf_defaults(&c);
+	assert_int_equal(c.nat_mode, CCONF_NAT_AUTO);
+	cconf_free(&c);
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		snprintf(text, sizeof(text), "[nat]\nmode = %s\n", t[i].v);
+		assert_int_equal(load(&c, text, err, sizeof(err)), 0);
+		assert_int_equal(c.nat_mode, t[i].want);
+		cconf_free(&c);
+	}
+}
+
+static void
 test_errors_name_the_line(void **state)
 {
 	(void)state;
@@ -514,6 +535,7 @@ test_errors_name_the_line(void **state)
 	bad("[directory]\ntimeout = 0\n", ":2: [directory] timeout");
 	bad("[directory]\ntimeout = 11m\n", ":2: [directory] timeout");
 	bad("[directory]\nrefresh = 1h\nbogus = 1\n", ":3: unknown key 'bogus' in section [directory]");
+	bad("[nat]\nmode = yes\n", ":2: [nat] mode = yes: expected auto, on or off");
 	bad("this is not ini\n", ":1:");
 	/* Nothing after the first error is applied or reported. */
 	bad("[select]\nk = 0\nc_wait = 0\n", ":2:");
@@ -579,6 +601,7 @@ main(void)
 		cmocka_unit_test(test_too_many_relays),
 		cmocka_unit_test(test_exclude_empty),
 		cmocka_unit_test(test_marks),
+		cmocka_unit_test(test_nat_mode),
 		cmocka_unit_test(test_errors_name_the_line),
 		cmocka_unit_test(test_checks_across_keys),
 		cmocka_unit_test(test_missing_file),

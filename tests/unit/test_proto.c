@@ -81,6 +81,8 @@ msg(uint8_t type, uint8_t nonce_lo, uint32_t id)
 static const uint16_t target6[8] = { 0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10 };
 static const uint16_t client6[8] = { 0x2001, 0xdb8, 1, 0, 0, 0, 0, 7 };
 static const uint16_t server6[8] = { 0x2001, 0xdb8, 2, 0, 0, 0, 0xbeef, 5 };
+static const uint16_t nat6[8] = { 0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x77 };
+static const uint8_t token[PROTO_TOKEN_LEN] = { 0x5a, 0x17, 0xc0, 0xff, 0xee, 0x0b, 0x5e, 0x01 };
 
 /* The messages behind the valid vectors, written from the vector
  * descriptions, not from the generator. Returns -1 for an unknown name. */
@@ -126,6 +128,26 @@ vector_msg(const char *name, struct proto_msg *m)
 		*m = msg(PROTO_KEEPALIVE, 0x09, 9);
 	} else if (strcmp(name, "keepalive_ack") == 0) {
 		*m = msg(PROTO_KEEPALIVE_ACK, 0x0a, 9);
+	} else if (strcmp(name, "keepalive_observe") == 0 ||
+	    strcmp(name, "keepalive_flags_unknown") == 0) {
+		*m = msg(PROTO_KEEPALIVE, 0x0c, 10);
+		m->flags = PROTO_FLAG_OBSERVE;
+	} else if (strcmp(name, "observed_v4") == 0) {
+		*m = msg(PROTO_OBSERVED, 0x0d, 10);
+		m->u.observed.addr = ep4(198, 51, 100, 77, 61234);
+	} else if (strcmp(name, "observed_v6") == 0) {
+		*m = msg(PROTO_OBSERVED, 0x0e, 10);
+		m->u.observed.addr = ep6(nat6, 61234);
+	} else if (strcmp(name, "pipe_establish_token_v4") == 0) {
+		*m = msg(PROTO_PIPE_ESTABLISH_TOKEN, 0x0f, 11);
+		m->u.establish.client = ep4(192, 168, 1, 10, 40000);
+		m->u.establish.server = ep4(203, 0, 113, 5, 443);
+		memcpy(m->u.establish.token, token, PROTO_TOKEN_LEN);
+	} else if (strcmp(name, "pipe_establish_token_v6") == 0) {
+		*m = msg(PROTO_PIPE_ESTABLISH_TOKEN, 0x10, 12);
+		m->u.establish.client = ep6(client6, 51000);
+		m->u.establish.server = ep6(server6, 443);
+		memcpy(m->u.establish.token, token, PROTO_TOKEN_LEN);
 	} else if (strcmp(name, "error_replay") == 0) {
 		*m = msg(PROTO_ERROR, 0x0b, 7);
 		m->u.error.code = ERR_REPLAY;
@@ -163,7 +185,7 @@ ep_same(const struct endpoint *a, const struct endpoint *b)
 static int
 msg_same(const struct proto_msg *a, const struct proto_msg *b)
 {
-	if (a->type != b->type || a->ts_us != b->ts_us ||
+	if (a->type != b->type || a->flags != b->flags || a->ts_us != b->ts_us ||
 	    a->nonce != b->nonce || a->id != b->id ||
 	    memcmp(a->sender, b->sender, PROTO_PK_LEN) != 0)
 		return 0;
@@ -184,6 +206,12 @@ msg_same(const struct proto_msg *a, const struct proto_msg *b)
 	case PROTO_PIPE_ESTABLISH:
 		return ep_same(&a->u.establish.client, &b->u.establish.client) &&
 		    ep_same(&a->u.establish.server, &b->u.establish.server);
+	case PROTO_PIPE_ESTABLISH_TOKEN:
+		return ep_same(&a->u.establish.client, &b->u.establish.client) &&
+		    ep_same(&a->u.establish.server, &b->u.establish.server) &&
+		    memcmp(a->u.establish.token, b->u.establish.token, PROTO_TOKEN_LEN) == 0;
+	case PROTO_OBSERVED:
+		return ep_same(&a->u.observed.addr, &b->u.observed.addr);
 	case PROTO_PIPE_OK:
 		return a->u.ok.connect_us == b->u.ok.connect_us &&
 		    a->u.ok.pending_ms == b->u.ok.pending_ms;
@@ -285,7 +313,8 @@ vectors_encode(void **state)
 	for (i = 0; i < NVEC; i++) {
 		const struct proto_vector *v = &proto_vectors[i];
 
-		if (v->result != PROTO_OK || strcmp(v->name, "flags_ignored") == 0)
+		if (v->result != PROTO_OK || strcmp(v->name, "flags_ignored") == 0 ||
+		    strcmp(v->name, "keepalive_flags_unknown") == 0)
 			continue;
 		if (vector_msg(v->name, &m) == -1)
 			fail_msg("valid vector %s has no message in the test", v->name);
@@ -337,7 +366,8 @@ vectors_cover_types(void **state)
 {
 	static const uint8_t types[] = { PROTO_PROBE_REQUEST, PROTO_PROBE_REPLY,
 	    PROTO_PIPE_ESTABLISH, PROTO_PIPE_OK, PROTO_PIPE_FAIL,
-	    PROTO_KEEPALIVE, PROTO_KEEPALIVE_ACK, PROTO_ERROR, PROTO_HELLO };
+	    PROTO_KEEPALIVE, PROTO_KEEPALIVE_ACK, PROTO_ERROR, PROTO_HELLO,
+	    PROTO_OBSERVED, PROTO_PIPE_ESTABLISH_TOKEN };
 	size_t i, j;
 	int found;
 
@@ -961,7 +991,8 @@ rnd_msg(void)
 {
 	static const uint8_t types[] = { PROTO_PROBE_REQUEST, PROTO_PROBE_REPLY,
 	    PROTO_PIPE_ESTABLISH, PROTO_PIPE_OK, PROTO_PIPE_FAIL,
-	    PROTO_KEEPALIVE, PROTO_KEEPALIVE_ACK, PROTO_ERROR };
+	    PROTO_KEEPALIVE, PROTO_KEEPALIVE_ACK, PROTO_ERROR, PROTO_OBSERVED,
+	    PROTO_PIPE_ESTABLISH_TOKEN };
 	struct proto_msg m;
 
 	memset(&m, 0, sizeof(m));
@@ -983,6 +1014,19 @@ rnd_msg(void)
 	case PROTO_PIPE_ESTABLISH:
 		m.u.establish.client = rnd_ep();
 		m.u.establish.server = rnd_ep();
+		break;
+	case PROTO_PIPE_ESTABLISH_TOKEN:
+		m.u.establish.client = rnd_ep();
+		m.u.establish.server = rnd_ep();
+		for (size_t k = 0; k < PROTO_TOKEN_LEN; k++)
+			m.u.establish.token[k] = (uint8_t)rnd();
+		m.u.establish.token[0] |= 1;	/* never all zero */
+		break;
+	case PROTO_OBSERVED:
+		m.u.observed.addr = rnd_ep();
+		break;
+	case PROTO_KEEPALIVE:
+		m.flags = (uint16_t)(rnd() & PROTO_FLAG_OBSERVE);
 		break;
 	case PROTO_PIPE_OK:
 		m.u.ok.connect_us = (uint32_t)rnd();
@@ -1166,6 +1210,8 @@ body_lengths(void **state)
 	assert_int_equal(proto_body_len(PROTO_KEEPALIVE_ACK), 0);
 	assert_int_equal(proto_body_len(PROTO_ERROR), 4);
 	assert_int_equal(proto_body_len(PROTO_HELLO), IDENT_CERT_LEN);
+	assert_int_equal(proto_body_len(PROTO_OBSERVED), 20);
+	assert_int_equal(proto_body_len(PROTO_PIPE_ESTABLISH_TOKEN), 48);
 	for (t = 0; t < 256; t++) {
 		if ((bl = proto_body_len((uint8_t)t)) < 0) {
 			assert_string_equal(proto_type_str((uint8_t)t), "unknown");
@@ -1175,7 +1221,7 @@ body_lengths(void **state)
 		assert_true(PROTO_HDR_LEN + bl + IDENT_SIG_LEN <= PROTO_MAX_LEN);
 		assert_string_not_equal(proto_type_str((uint8_t)t), "unknown");
 	}
-	assert_int_equal(n, 9);
+	assert_int_equal(n, 11);
 }
 
 static void

@@ -154,7 +154,7 @@ establish(struct ans *a)
 }
 
 /* The fake relay. */
-enum ka_mode { KA_ANSWER, KA_HOLD, KA_IGNORE };
+enum ka_mode { KA_ANSWER, KA_HOLD, KA_IGNORE, KA_OBSERVED };
 enum pipe_mode { PM_OK, PM_FAIL, PM_ERROR, PM_HOLD };
 
 static struct relay {
@@ -174,6 +174,8 @@ static struct relay {
 	size_t outlen, outoff;
 	ev_io wio;
 	int nka, nest;
+	uint16_t ka_flags;	/* of the last keepalive */
+	struct endpoint seen;	/* KA_OBSERVED: what OBSERVED says */
 	uint32_t held_ka;
 	uint32_t held[16];
 	size_t nheld;
@@ -292,12 +294,19 @@ relay_message(const struct proto_msg *m)
 	switch (m->type) {
 	case PROTO_KEEPALIVE:
 		R.nka++;
+		R.ka_flags = m->flags;
 		if (R.ka == KA_ANSWER)
 			relay_send_ka_ack(m->id);
+		else if (R.ka == KA_OBSERVED) {
+			struct proto_msg a = relay_msg(PROTO_OBSERVED, m->id);
+			a.u.observed.addr = R.seen;
+			relay_send(&a);
+		}
 		else if (R.ka == KA_HOLD)
 			R.held_ka = m->id;
 		break;
 	case PROTO_PIPE_ESTABLISH:
+	case PROTO_PIPE_ESTABLISH_TOKEN:
 		R.nest++;
 		R.last_est = *m;
 		if (R.pipe == PM_HOLD) {
@@ -489,6 +498,49 @@ test_up_only_after_keepalive_ack(void **state)
 	assert_int_equal(rlink_failures(L), 0);
 	assert_int_equal(R.accepts, 1);
 	assert_int_equal(a.calls, 0);
+}
+
+/* Every keepalive asks what the relay sees. An older relay answers
+ * KEEPALIVE_ACK: no tokens through it. */
+static void
+test_no_observed_from_older_relay(void **state)
+{
+	(void)state;
+
+	bring_up();
+	assert_int_equal(R.ka_flags, PROTO_FLAG_OBSERVE);
+	assert_null(rlink_observed(L));
+}
+
+/* A relay that answers OBSERVED: the link is up on it, tells what the relay
+ * sees, and carries PIPE_ESTABLISH_TOKEN with the token. */
+static void
+test_observed_and_token(void **state)
+{
+	static const uint8_t tok[PROTO_TOKEN_LEN] = { 9, 8, 7, 6, 5, 4, 3, 2 };
+	const struct endpoint *seen;
+	struct ans a = { 0 };
+	uint32_t id;
+	(void)state;
+
+	R.ka = KA_OBSERVED;
+	assert_int_equal(ep_parse("198.51.100.77:61234", 0, &R.seen), 0);
+	bring_up();
+	assert_non_null(seen = rlink_observed(L));
+	assert_true(ep_eq(seen, &R.seen));
+	R.pipe = PM_OK;
+	id = rlink_establish_token(L, &client_ep, &server_ep, tok, answer_cb, &a);
+	assert_int_not_equal(id, 0);
+	WAIT_FOR(a.calls == 1);
+	assert_int_equal(R.last_est.type, PROTO_PIPE_ESTABLISH_TOKEN);
+	assert_int_equal(R.last_est.id, id);
+	assert_memory_equal(R.last_est.u.establish.token, tok, PROTO_TOKEN_LEN);
+	assert_true(ep_eq(&R.last_est.u.establish.client, &client_ep));
+	assert_int_equal(a.m.type, PROTO_PIPE_OK);
+	/* Down, it tells nothing. */
+	relay_drop();
+	WAIT_FOR(rlink_state(L) != RL_UP);
+	assert_null(rlink_observed(L));
 }
 
 static void
@@ -1023,6 +1075,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_trickled_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_answers_pending, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nothing_listening, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_observed_from_older_relay, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_observed_and_token, setup, teardown),
 	};
 
 	if (auth_init() == -1)
