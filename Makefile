@@ -205,7 +205,7 @@ check: deps
 # behind a home NAT (--nat).
 demo: deps
 	@$(MAKE) --no-print-directory $(BUILD_J) all
-	@SLOT_BUILD=$(abspath $(B)) /usr/bin/python3 scripts/demo.py $(if $(NAT),--nat) $(DEMO_FLAGS)
+	@SLOT_BUILD=$(abspath $(B)) /usr/bin/python3 scripts/demo.py$(if $(NAT), --nat)$(if $(DEMO_FLAGS), $(DEMO_FLAGS))
 
 bench: deps
 	@$(MAKE) --no-print-directory all
