@@ -101,17 +101,19 @@ struct sel_result {
 uint32_t sel_path_rtt(const struct sel_reply *r);
 
 /* Decides now, or says until when to wait. Call again on every new reply,
- * when the direct probe finishes, and at wake_us:
+ * when the direct probe finishes, and at wake_us. "Settled" below: all
+ * replies are in, or the best path in hand is no longer than half the time
+ * since the probes went out (a reply still due at t has a path above t/2:
+ * cr + rs > t), so the replies still due cannot change the choice.
  * - direct OK: relay replies count if they arrived by c_wait * RTT_direct;
- *   decide when all are in or at that deadline; take the best relay if
+ *   decide when settled or at that deadline; take the best relay if
  *   RTT_direct / path >= min_gain, else go direct.
- * - direct still pending at time t means RTT_direct > t: once all replies
- *   are in and t >= min_gain * best path, the relay wins whatever the direct
- *   RTT turns out to be (this also repairs a silently black-holed path).
+ * - direct still pending at time t means RTT_direct > t: once settled and
+ *   t >= min_gain * best path, the relay wins whatever the direct RTT turns
+ *   out to be (this also repairs a silently black-holed path).
  * - direct failed (or pending at repair_timeout): path repair, the best
- *   relay that reached the server once all replies are in or at
- *   repair_timeout; none: direct, so the application sees what it would
- *   have seen without slot.
+ *   relay that reached the server once settled or at repair_timeout; none:
+ *   direct, so the application sees what it would have seen without slot.
  * - direct refused: direct (the server refuses that port). */
 void sel_decide(const struct sel_params *p, const struct sel_state *s,
     struct sel_result *out);

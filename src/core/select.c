@@ -197,11 +197,33 @@ wait_until(struct sel_result *o, uint64_t t)
 	o->why = "waiting";
 }
 
+/* A reply still due at time t cannot beat a path of t/2: it comes back
+ * after the client-relay round trip plus the relay's probe of the server
+ * (cr + rs > t, so max(cr, rs) > t/2), or after cr alone when the relay
+ * has the server's RTT cached (cr > t). So once the best path in hand is no
+ * longer than t/2, the replies still due cannot change the choice: this is
+ * when waiting for them stops. Without it a decision
+ * waited for the slowest relay probed, often one that could never win. */
+static uint64_t
+settled_at(const struct sel_reply *best, bool all_in)
+{
+	if (all_in)
+		return 0;
+	return best ? 2 * (uint64_t)sel_path_rtt(best) : UINT64_MAX;
+}
+
+static uint64_t
+min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
 void
 sel_decide(const struct sel_params *p, const struct sel_state *s, struct sel_result *o)
 {
 	bool all_in = s->nreplies >= s->nprobed;
 	const struct sel_reply *best;
+	uint64_t settled;
 
 	switch (s->direct) {
 	case SEL_DIRECT_REFUSED:
@@ -209,11 +231,12 @@ sel_decide(const struct sel_params *p, const struct sel_state *s, struct sel_res
 		return;
 	case SEL_DIRECT_OK: {
 		uint64_t deadline = (uint64_t)(p->c_wait * s->rtt_direct_us);
-		if (!all_in && s->now_us < deadline) {
-			wait_until(o, deadline);
+		best = best_reply(s, true, deadline);
+		settled = settled_at(best, all_in);
+		if (s->now_us < settled && s->now_us < deadline) {
+			wait_until(o, min_u64(settled, deadline));
 			return;
 		}
-		best = best_reply(s, true, deadline);
 		if (best && (double)s->rtt_direct_us >= p->min_gain * sel_path_rtt(best))
 			go(o, SEL_GO_RELAY, best, "relay beats direct");
 		else
@@ -226,22 +249,24 @@ sel_decide(const struct sel_params *p, const struct sel_state *s, struct sel_res
 			best = best_reply(s, false, 0);
 			uint64_t sure = best ?
 			    (uint64_t)(p->min_gain * sel_path_rtt(best)) : UINT64_MAX;
-			if (all_in && best && s->now_us >= sure) {
+			settled = settled_at(best, all_in);
+			uint64_t when = sure > settled ? sure : settled;
+			if (best && s->now_us >= when) {
 				go(o, SEL_GO_RELAY, best, "relay beats a slower direct path");
 				return;
 			}
-			wait_until(o, all_in && best && sure < p->repair_timeout_us ?
-			    sure : p->repair_timeout_us);
+			wait_until(o, min_u64(when, p->repair_timeout_us));
 			return;
 		}
 		/* Silent past repair_timeout: treat as failed. */
 		/* FALLTHROUGH */
 	case SEL_DIRECT_FAILED:
-		if (!all_in && s->now_us < p->repair_timeout_us) {
-			wait_until(o, p->repair_timeout_us);
+		best = best_reply(s, false, 0);
+		settled = settled_at(best, all_in);
+		if (s->now_us < settled && s->now_us < p->repair_timeout_us) {
+			wait_until(o, min_u64(settled, p->repair_timeout_us));
 			return;
 		}
-		best = best_reply(s, false, 0);
 		if (best)
 			go(o, SEL_GO_RELAY, best, "path repaired by a relay");
 		else

@@ -61,11 +61,14 @@ stats_init(struct eval_stats *st, enum eval_kind kind, unsigned k, size_t npairs
 	else
 		snprintf(st->label, sizeof(st->label), "%s-%u", kind_label(kind), k);
 	st->gain = malloc((npairs > 0 ? npairs : 1) * sizeof(*st->gain));
+	if (kind != EVAL_OPTIMAL)
+		st->wait_ratio = malloc((npairs > 0 ? npairs : 1) * sizeof(*st->wait_ratio));
 	if (keep_paths)
 		st->path_us = malloc((npairs > 0 ? npairs : 1) * sizeof(*st->path_us));
 	if (keep_via)
 		st->via = malloc((npairs > 0 ? npairs : 1) * sizeof(*st->via));
-	if (st->gain == NULL || (keep_paths && st->path_us == NULL) ||
+	if (st->gain == NULL || (kind != EVAL_OPTIMAL && st->wait_ratio == NULL) ||
+	    (keep_paths && st->path_us == NULL) ||
 	    (keep_via && st->via == NULL)) {
 		eval_stats_free(st);
 		return -1;
@@ -99,9 +102,11 @@ void
 eval_stats_free(struct eval_stats *st)
 {
 	free(st->gain);
+	free(st->wait_ratio);
 	free(st->path_us);
 	free(st->via);
 	st->gain = NULL;
+	st->wait_ratio = NULL;
 	st->path_us = NULL;
 	st->via = NULL;
 }
@@ -313,6 +318,9 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 		if (decide_pair(&model, &probe, &sc, &res, err, errlen) < 0)
 			goto out;
 		account(st, i, probe.direct, res.path_us);
+		if (isfinite(probe.direct))
+			st->wait_ratio[st->ndirect - 1] =
+			    (float)((double)res.at_us / (double)probe.direct);
 		if (st->via != NULL) {
 			uint32_t col = kind == EVAL_SELECT_ALL ? res.relay : idx[res.relay];
 
@@ -324,6 +332,7 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 		st->ndecided++;
 	}
 	qsort(st->gain, st->ndirect, sizeof(*st->gain), cmp_float);
+	qsort(st->wait_ratio, st->ndirect, sizeof(*st->wait_ratio), cmp_float);
 	rc = 0;
 out:
 	if (rc < 0)

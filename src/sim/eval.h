@@ -57,6 +57,8 @@ struct eval_stats {
 	double sum_decide_us;		/* decision times, summed */
 	size_t ndecided;		/* decisions (0 for Optimal) */
 	float *gain;			/* ndirect gain ratios D/P, increasing */
+	float *wait_ratio;		/* ndirect decision times / D, increasing (not
+					 * for Optimal) */
 	uint32_t *path_us;		/* per pair; DECIDE_NO_PATH: none; NULL unless asked */
 	uint32_t *via;			/* per pair: relay node, or UINT32_MAX; with path_us */
 };

@@ -26,6 +26,8 @@ report_row_of(const struct eval_stats *st, struct report_row *r)
 	r->probes = st->ndecided > 0 ? st->sum_probes / (double)st->ndecided : NAN;
 	r->decide_ms = st->ndecided > 0 ?
 	    st->sum_decide_us / (double)st->ndecided / 1000.0 : NAN;
+	r->wait_ratio_median = st->wait_ratio != NULL && st->ndecided > 0 ?
+	    eval_quantile(st->wait_ratio, st->ndirect, 0.5) : NAN;
 }
 
 /* A number in a table cell: "-" when there is none. */
@@ -44,9 +46,9 @@ cell(FILE *f, int width, int prec, double v, const char *unit)
 void
 report_table(FILE *f, const struct eval_stats *st, size_t n)
 {
-	fprintf(f, "%-14s %7s %8s %8s %8s %7s %7s %6s %11s %8s\n", "strategy",
+	fprintf(f, "%-14s %7s %8s %8s %8s %7s %7s %6s %11s %8s %7s\n", "strategy",
 	    "probes", "benefit", ">25%", "avg red", "median", "p90", "worse",
-	    "repaired", "wait ms");
+	    "repaired", "wait ms", "wait/D");
 	for (size_t i = 0; i < n; i++) {
 		struct report_row r;
 		char rep[48];
@@ -63,6 +65,7 @@ report_table(FILE *f, const struct eval_stats *st, size_t n)
 		snprintf(rep, sizeof(rep), "%zu/%zu", st[i].nrepaired, st[i].nmissing);
 		fprintf(f, " %11s", rep);
 		cell(f, 8, 1, r.decide_ms, "");
+		cell(f, 7, 3, r.wait_ratio_median, "");
 		fputc('\n', f);
 	}
 }
@@ -88,6 +91,7 @@ report_sweep_table(FILE *f, const struct eval_stats *st, size_t n,
 		cell(f, 12, 1, 100.0 * r.reduction_pct / rr.reduction_pct, "%");
 		cell(f, 12, 1, 100.0 * r.benefit_pct / rr.benefit_pct, "%");
 		cell(f, 8, 1, r.decide_ms, "");
+		cell(f, 7, 3, r.wait_ratio_median, "");
 		fputc('\n', f);
 	}
 }
@@ -171,7 +175,8 @@ report_summary_csv(const char *path, const struct eval_stats *st, size_t n,
 	fprintf(f, "label,kind,k,pairs,direct_pairs,benefit_pct,gt25_pct,"
 	    "avg_reduction_pct,worse_pct,median_gain,p90_gain,missing_direct,"
 	    "repaired,repaired_pct,probes_per_decision,mean_decision_ms,"
-	    "frac_select_all_reduction,frac_select_all_benefit\n");
+	    "frac_select_all_reduction,frac_select_all_benefit,"
+	    "median_wait_over_direct\n");
 	for (size_t i = 0; i < n; i++) {
 		struct report_row r;
 
@@ -199,6 +204,8 @@ report_summary_csv(const char *path, const struct eval_stats *st, size_t n,
 		num(f, 4, ref != NULL ? r.reduction_pct / rr.reduction_pct : NAN);
 		fputc(',', f);
 		num(f, 4, ref != NULL ? r.benefit_pct / rr.benefit_pct : NAN);
+		fputc(',', f);
+		num(f, 4, r.wait_ratio_median);
 		fputc('\n', f);
 	}
 	return csv_close(f, path, err, errlen);

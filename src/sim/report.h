@@ -25,6 +25,7 @@ struct report_row {
 	double median_gain, p90_gain;
 	double probes;			/* relay probes per decision */
 	double decide_ms;		/* mean decision time */
+	double wait_ratio_median;	/* median of decision time / direct RTT */
 };
 
 void report_row_of(const struct eval_stats *st, struct report_row *r);

@@ -364,16 +364,59 @@ test_triangle_violation(void **state)
 static void
 test_waits_until_deadline(void **state)
 {
-	struct sel_reply r[] = { reply(1, 40, 40, 41) };
+	struct sel_reply r[] = { reply(1, 55, 30, 86) };
 	(void)state;
 
-	/* 2 probed, 1 in, before 1.25 * 80 = 100 ms: wait until 100 ms. */
-	struct sel_result o = decide(SEL_DIRECT_OK, 80, r, 1, 2, 85);
+	/* 2 probed, 1 in (path 55), before 1.25 * 80 = 100 ms: the other could
+	 * still be better until 2 * 55 = 110 ms, past the deadline: wait until
+	 * 100 ms. */
+	struct sel_result o = decide(SEL_DIRECT_OK, 80, r, 1, 2, 90);
 	assert_int_equal(o.verdict, SEL_WAIT);
 	assert_int_equal(o.wake_us, 100 * MS);
 	/* At the deadline: decide with what came in. */
 	o = decide(SEL_DIRECT_OK, 80, r, 1, 2, 100);
 	assert_int_equal(o.verdict, SEL_GO_RELAY);
+}
+
+static void
+test_settled_before_the_rest(void **state)
+{
+	/* Direct 200 ms (deadline 250). Relay 1 (30 + 30) answered at 60 ms;
+	 * 3 more probed. A reply still due at t has cr + rs > t, so a path
+	 * above t/2: at 59 ms one could still beat 30 ms, from 60 ms none. */
+	struct sel_reply r[] = { reply(1, 30, 30, 60) };
+	struct sel_result o;
+	(void)state;
+
+	o = decide(SEL_DIRECT_OK, 200, r, 1, 4, 59);
+	assert_int_equal(o.verdict, SEL_WAIT);
+	assert_int_equal(o.wake_us, 60 * MS);
+	o = decide(SEL_DIRECT_OK, 200, r, 1, 4, 60);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+	assert_int_equal(o.relay, 1);
+	/* Direct still out at 60 ms (so RTT_direct > 60 >= 1.1 * 30): the relay
+	 * wins now too, instead of waiting for the three stragglers. */
+	o = decide(SEL_DIRECT_PENDING, 0, r, 1, 4, 60);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+	/* A better relay that answered later is still taken while unsettled:
+	 * relay 2 (20 + 25) at 45 ms; relay 1 not yet in. */
+	struct sel_reply r2[] = { reply(2, 20, 25, 45), reply(1, 30, 30, 60) };
+	o = decide(SEL_DIRECT_OK, 200, r2, 1, 4, 45);
+	assert_int_equal(o.verdict, SEL_WAIT);
+	assert_int_equal(o.wake_us, 50 * MS);
+	o = decide(SEL_DIRECT_OK, 200, r2, 2, 4, 60);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+	assert_int_equal(o.relay, 2);
+	/* Settled on a relay that does not gain enough: direct, at once. */
+	struct sel_reply r3[] = { reply(3, 95, 10, 105) };
+	o = decide(SEL_DIRECT_OK, 100, r3, 1, 4, 106);
+	assert_int_equal(o.verdict, SEL_WAIT);	/* settles at 190, deadline 125 */
+	assert_int_equal(o.wake_us, 125 * MS);
+	/* No reply reached the server: nothing settles before the deadline. */
+	r3[0].reached = false;
+	o = decide(SEL_DIRECT_OK, 100, r3, 1, 4, 106);
+	assert_int_equal(o.verdict, SEL_WAIT);
+	assert_int_equal(o.wake_us, 125 * MS);
 }
 
 static void
@@ -437,8 +480,15 @@ test_repair_when_direct_fails(void **state)
 	struct sel_result o;
 	(void)state;
 
-	/* Direct unreachable, one reply still due: wait (repair_timeout 3 s). */
+	/* Direct unreachable, one reply still due: wait until the one in hand
+	 * (path 70) is settled, 140 ms (repair_timeout 3 s is later). */
 	o = decide(SEL_DIRECT_FAILED, 0, r, 1, 2, 70);
+	assert_int_equal(o.verdict, SEL_WAIT);
+	assert_int_equal(o.wake_us, 140 * MS);
+	o = decide(SEL_DIRECT_FAILED, 0, r, 1, 2, 140);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+	assert_int_equal(o.relay, 1);
+	o = decide(SEL_DIRECT_FAILED, 0, NULL, 0, 2, 140);
 	assert_int_equal(o.verdict, SEL_WAIT);
 	assert_int_equal(o.wake_us, 3000 * MS);
 	/* All in: the best relay that reached the server. */
@@ -465,8 +515,14 @@ test_direct_pending_relay_sure_to_win(void **state)
 	assert_int_equal(o.wake_us, 22 * MS);
 	o = decide(SEL_DIRECT_PENDING, 0, r, 1, 1, 22);
 	assert_int_equal(o.verdict, SEL_GO_RELAY);
-	/* Replies still due: wait for them, or the repair timeout. */
+	/* Replies still due: wait until they cannot win (2 * 20 ms). */
 	o = decide(SEL_DIRECT_PENDING, 0, r, 1, 2, 30);
+	assert_int_equal(o.verdict, SEL_WAIT);
+	assert_int_equal(o.wake_us, 40 * MS);
+	o = decide(SEL_DIRECT_PENDING, 0, r, 1, 2, 40);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+	/* Nothing in hand: the repair timeout. */
+	o = decide(SEL_DIRECT_PENDING, 0, NULL, 0, 2, 30);
 	assert_int_equal(o.verdict, SEL_WAIT);
 	assert_int_equal(o.wake_us, 3000 * MS);
 	/* Silent direct path at repair_timeout: repaired. */
@@ -492,6 +548,7 @@ main(void)
 		cmocka_unit_test(test_min_max_not_sum),
 		cmocka_unit_test(test_triangle_violation),
 		cmocka_unit_test(test_waits_until_deadline),
+		cmocka_unit_test(test_settled_before_the_rest),
 		cmocka_unit_test(test_late_reply_ignored),
 		cmocka_unit_test(test_all_in_decides_early),
 		cmocka_unit_test(test_no_relay_reached),

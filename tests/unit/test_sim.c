@@ -149,12 +149,13 @@ test_missing_direct_repaired(void **state)
 	sim_of(&d, 4, ms);
 	decide_model_default(&m);
 	decide_both(&m, &d, 0, 1, &r);
-	/* Relay 3 cannot reach the server: its reply says so at 20 ms + the
-	 * 2 s probe timeout, and then all are in. Relay 2 repairs the path. */
+	/* Relay 3 cannot reach the server: its reply would say so at 20 ms +
+	 * the 2 s probe timeout. Relay 2 (30 + 40, in at 70 ms) repairs the
+	 * path once no reply still due can beat its 40 ms: at 2 * 40 ms. */
 	assert_int_equal(r.verdict, SEL_GO_RELAY);
 	assert_int_equal(r.relay, 2);
 	assert_int_equal(r.path_us, 40 * MS);
-	assert_int_equal(r.at_us, 2020 * MS);
+	assert_int_equal(r.at_us, 80 * MS);
 	/* No relay reaches the server either: no path. */
 	static const double none[] = {
 		0, X, 30,
@@ -168,8 +169,8 @@ test_missing_direct_repaired(void **state)
 	assert_int_equal(r.verdict, SEL_GO_DIRECT);
 	assert_int_equal(r.path_us, DECIDE_NO_PATH);
 	simmat_free(&d2);
-	/* A black-holed direct path: sel_decide takes the relay once all are
-	 * in and t >= min_gain * path, here at the 2020 ms of the last reply. */
+	/* A black-holed direct path: sel_decide takes the relay once the
+	 * replies still due cannot beat it and t >= min_gain * path. */
 	m.silent_direct = true;
 	decide_both(&m, &d, 0, 1, &r);
 	assert_int_equal(r.verdict, SEL_GO_RELAY);
@@ -264,8 +265,9 @@ test_wait_rule_excludes_slow_probe(void **state)
 static void
 test_lost_probe_waits_for_deadline(void **state)
 {
-	/* RTT(0, 3) missing: relay 3's probe is lost, so "all in" never comes
-	 * and the decision waits for 1.25 * 100 ms. */
+	/* RTT(0, 3) missing: relay 3's probe is lost, so "all in" never comes;
+	 * relay 2's 40 ms path (in at 70 ms) settles the choice at 80 ms,
+	 * before the 1.25 * 100 ms deadline. */
 	static const double ms[] = {
 		0, 100, 30, X,
 		100, 0, 40, 60,
@@ -281,7 +283,7 @@ test_lost_probe_waits_for_deadline(void **state)
 	decide_model_default(&m);
 	decide_both(&m, &d, 0, 1, &r);
 	assert_int_equal(r.relay, 2);
-	assert_int_equal(r.at_us, 125 * MS);
+	assert_int_equal(r.at_us, 80 * MS);
 	assert_int_equal(r.nprobed, 2);
 	simmat_free(&d);
 }
