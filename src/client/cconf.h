@@ -84,6 +84,9 @@ struct cconf {
 	uint64_t cache_size;
 	bool cache_early;		/* a hit on a port its relay reached: verdict
 					 * without waiting for PIPE_OK */
+	bool synack_hold;		/* a decision that waits for PIPE_OK releases
+					 * the SYN at once and holds the relay's
+					 * SYN-ACK instead */
 	uint64_t max_held;		/* connections held at once; more go direct */
 	uint64_t seed;			/* 0: from the system's random source */
 

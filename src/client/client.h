@@ -41,6 +41,13 @@ struct client_counters {
 	unsigned long long early_verdicts;	/* cache_early: released before PIPE_OK */
 	unsigned long long early_failures;	/* ...and the pipe then failed */
 	unsigned long long early_unreached;	/* hits that waited: the relay had not reached the port */
+	unsigned long long synack_waits;	/* SYNs sent with PIPE_ESTABLISH, PIPE_OK awaited
+						 * at the relay's SYN-ACK (synack_hold) */
+	unsigned long long synack_holds;	/* relays' SYN-ACKs held until PIPE_OK */
+	unsigned long long synack_passed;	/* relays' SYN-ACKs that nothing waited for */
+	unsigned long long synack_failures;	/* ...waits whose pipe failed: SYN-ACK dropped,
+						 * conntrack entry forgotten, next SYN direct */
+	unsigned long long ct_delete_errors;	/* conntrack entries that could not be forgotten */
 	unsigned long long hold_timeouts;	/* released direct when hold_timeout passed */
 	unsigned long long held_overflow;	/* released direct: max_held reached */
 	unsigned long long token_pipes;		/* pipes requested with a token (NAT) */
@@ -102,6 +109,7 @@ struct slotd {
 
 	struct synq *q;
 	ev_io q_io;
+	struct ctdel *ct;		/* synack_hold's way back to direct; NULL: off */
 
 	struct crelay **relays;		/* the set: static relays in config order,
 					 * then the directory's */

@@ -85,6 +85,18 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	C("early_unreached", c->early_unreached, CTL_COUNTER,
 	    "Cache hits that waited for PIPE_OK although cache_early is on: the relay "
 	    "had not reached that server port in the entry's lifetime.");
+	C("synack_waits", c->synack_waits, CTL_COUNTER,
+	    "SYNs sent to the relay with PIPE_ESTABLISH, PIPE_OK awaited at the relay's "
+	    "SYN-ACK (synack_hold).");
+	C("synack_holds", c->synack_holds, CTL_COUNTER,
+	    "Relays' SYN-ACKs held until PIPE_OK.");
+	C("synack_passed", c->synack_passed, CTL_COUNTER,
+	    "Relays' SYN-ACKs passed at once: no connection waited for them.");
+	C("synack_failures", c->synack_failures, CTL_COUNTER,
+	    "Waits at the SYN-ACK whose pipe failed: the SYN-ACK dropped, the conntrack "
+	    "entry forgotten, the next SYN direct.");
+	C("ct_delete_errors", c->ct_delete_errors, CTL_COUNTER,
+	    "Conntrack entries that could not be forgotten after a failed pipe.");
 	C("hold_timeouts", c->hold_timeouts, CTL_COUNTER, "SYNs released direct at hold_timeout.");
 	C("token_pipes", c->token_pipes, CTL_COUNTER,
 	    "Pipes requested with a token in the SYN (behind NAT, or [nat] mode on).");

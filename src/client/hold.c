@@ -12,6 +12,7 @@
 #include "slot/sock.h"
 #include "slot/synprobe.h"
 #include "slot/syntok.h"
+#include "ctdel.h"
 #include "hold.h"
 #include "relays.h"
 
@@ -71,6 +72,11 @@ struct hconn {
 	bool cached;
 	bool repair;
 	bool early;			/* released before the relay's answer (cache_early) */
+	/* synack_hold: the SYN went to the relay with PIPE_ESTABLISH; the
+	 * relay's SYN-ACK waits here for PIPE_OK instead */
+	bool syn_out;
+	bool synack_held;
+	uint32_t synack_id;		/* its queue id, while held */
 
 	/* through a NAT: the relay matches the pipe by this token in the SYN */
 	bool tokened;
@@ -198,6 +204,48 @@ verdict_tokened(struct slotd *d, const struct hconn *c, uint32_t id, uint32_t ma
 	synq_verdict(d->q, id, true, true, mark);
 }
 
+/* The SYN goes to relay via: marked for its DNAT rule, with c's token. */
+static void
+syn_to_relay(struct hconn *c, struct crelay *via)
+{
+	struct slotd *d = c->d;
+
+	c->mark = (c->pkt_mark & ~d->conf.relay_mask) | via->mark;
+	if (c->tokened)
+		verdict_tokened(d, c, c->pkt_id, c->mark, c->pkt, c->pktlen);
+	else
+		synq_verdict(d->q, c->pkt_id, true, true, c->mark);
+}
+
+/* The end of a wait at the SYN-ACK (synack_hold): on PIPE_OK the held
+ * SYN-ACK goes on and connect() returns. Otherwise it is dropped and the
+ * connection's conntrack entry forgotten, so that the application's next
+ * SYN is a new connection, which the rules queue again and the linger
+ * entry sends direct: the failure costs the application one SYN timeout
+ * (1 s) instead of the connection. */
+static void
+synack_settle(struct hconn *c, bool ok)
+{
+	struct slotd *d = c->d;
+	char cb[EP_STRLEN], sb[EP_STRLEN];
+
+	if (c->synack_held)
+		synq_verdict(d->q, c->synack_id, ok, false, 0);
+	c->synack_held = false;
+	if (ok)
+		return;
+	d->ctr.synack_failures++;
+	if (d->ct == NULL || ctdel_tcp(d->ct, &c->client, &c->server) == -1) {
+		if (d->ct == NULL || errno != ENOENT) {
+			d->ctr.ct_delete_errors++;
+			log_warnx("%s -> %s: cannot forget the connection's conntrack entry "
+			    "(%s): its next SYN goes to the relay, which resets it",
+			    ep_fmt(&c->client, cb), ep_fmt(&c->server, sb),
+			    d->ct ? strerror(errno) : "no conntrack socket");
+		}
+	}
+}
+
 /* The verdict: the SYN goes on, through relay via (marked) or direct. */
 static void
 conn_release(struct hconn *c, struct crelay *via, const char *why)
@@ -212,12 +260,11 @@ conn_release(struct hconn *c, struct crelay *via, const char *why)
 	c->relayed = via != NULL;
 	c->via = via;
 	c->why = why;
+	if (c->syn_out)
+		synack_settle(c, via != NULL);
 	if (via) {
-		c->mark = (c->pkt_mark & ~d->conf.relay_mask) | via->mark;
-		if (c->tokened)
-			verdict_tokened(d, c, c->pkt_id, c->mark, c->pkt, c->pktlen);
-		else
-			synq_verdict(d->q, c->pkt_id, true, true, c->mark);
+		if (!c->syn_out)
+			syn_to_relay(c, via);
 		d->ctr.decisions_relay++;
 		char direct[48];
 		if (c->direct == SEL_DIRECT_OK)
@@ -232,7 +279,8 @@ conn_release(struct hconn *c, struct crelay *via, const char *why)
 		    ep_fmt(&via->conf.control, rb), c->tokened ? " with a token" : "",
 		    c->path_rtt_us / 1000., direct, why);
 	} else {
-		synq_verdict(d->q, c->pkt_id, true, false, 0);
+		if (!c->syn_out)
+			synq_verdict(d->q, c->pkt_id, true, false, 0);
 		d->ctr.decisions_direct++;
 		log_debug("%s -> %s: direct (%s)", ep_fmt(&c->client, cb),
 		    ep_fmt(&c->server, sb), why);
@@ -474,6 +522,24 @@ token_new(struct hconn *c)
 	return syntok_insert(buf, c->pktlen, sizeof(buf), c->token, &nl) == SYNTOK_OK;
 }
 
+/* synack_hold: a connection that waits for PIPE_OK sends its SYN now, with
+ * PIPE_ESTABLISH, and waits at the relay's SYN-ACK instead (hold_synack):
+ * connect() still returns only once the relay has connected to the server,
+ * one client-relay round trip sooner. Off when slotd has no conntrack
+ * socket to undo it with (d->ct), and then the rules queue no SYN-ACK. */
+static void
+synack_wait(struct hconn *c)
+{
+	struct slotd *d = c->d;
+
+	if (!d->conf.synack_hold || d->ct == NULL || c->state != HC_ESTABLISHING ||
+	    c->syn_out || c->early)
+		return;
+	syn_to_relay(c, c->via);
+	c->syn_out = true;
+	d->ctr.synack_waits++;
+}
+
 static void
 establish(struct hconn *c, struct crelay *via, uint32_t path_rtt_us, const char *why)
 {
@@ -505,6 +571,9 @@ establish(struct hconn *c, struct crelay *via, uint32_t path_rtt_us, const char 
 	ev_timer_init(&c->timer, establish_timeout_cb, d->conf.establish_timeout_ms / 1000., 0.);
 	c->timer.data = c;
 	ev_timer_start(d->loop, &c->timer);
+	/* A hit may still go early (hold_start), and then does not wait. */
+	if (!c->cached)
+		synack_wait(c);
 }
 
 static void
@@ -922,12 +991,15 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 			d->ctr.cache_hits++;
 			c->cached = true;
 			establish(c, r, e.path_rtt_us, "cached decision");
-			if (!d->conf.cache_early || c->state != HC_ESTABLISHING)
+			if (!d->conf.cache_early || c->state != HC_ESTABLISHING) {
+				synack_wait(c);
 				return;
+			}
 			if (!selc_reached(&e, c->server.port)) {
 				/* connect() keeps its meaning until this relay
 				 * has connected to this port of the server. */
 				d->ctr.early_unreached++;
+				synack_wait(c);
 				return;
 			}
 			/* The request stays outstanding past the verdict: the
@@ -948,6 +1020,31 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 	start_probing(d, c);
 }
 
+/* A SYN-ACK from a relay's data port (the rules' SLOT_SYNACK): held while
+ * its connection waits for PIPE_OK (synack_wait), else passed at once. Only
+ * the answer to the SYN slotd sent (its ISN + 1) is held; a second copy (the
+ * relay's retransmission) is dropped, the first one still being here. */
+static void
+hold_synack(struct slotd *d, uint32_t id, const struct syn_info *si)
+{
+	struct hconn *c = conn_find(d, &si->dst);
+
+	if (c == NULL || !c->syn_out || c->state != HC_ESTABLISHING ||
+	    si->ack != c->seq + 1 || c->via == NULL ||
+	    !addr_eq(&si->src.addr, &c->via->conf.control.addr)) {
+		d->ctr.synack_passed++;
+		synq_verdict(d->q, id, true, false, 0);
+		return;
+	}
+	if (c->synack_held) {
+		synq_verdict(d->q, id, false, false, 0);
+		return;
+	}
+	c->synack_held = true;
+	c->synack_id = id;
+	d->ctr.synack_holds++;
+}
+
 void
 hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t caplen,
     size_t wirelen)
@@ -955,9 +1052,13 @@ hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t c
 	struct slotd *d = user;
 	struct syn_info si;
 	struct hconn *c;
-	enum syn_parse r;
+	enum syn_parse r = SYN_MALFORMED;
 
-	if (pkt == NULL || (r = syn_parse(pkt, caplen, wirelen, &si)) != SYN_OK) {
+	if (pkt != NULL && (r = syn_parse(pkt, caplen, wirelen, &si)) == SYN_SYNACK) {
+		hold_synack(d, id, &si);
+		return;
+	}
+	if (pkt == NULL || r != SYN_OK) {
 		/* Not ours to judge: a sysadmin's rule queued it. */
 		d->ctr.syn_malformed++;
 		synq_verdict(d->q, id, true, false, 0);
@@ -966,18 +1067,19 @@ hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t c
 	d->ctr.syn_received++;
 	if ((c = conn_find(d, &si.src)) != NULL) {
 		if (ep_eq(&c->server, &si.dst) && c->seq == si.seq) {
-			if (c->state != HC_LINGER) {
+			bool to_relay = c->state == HC_LINGER ? c->relayed : c->syn_out;
+			if (c->state != HC_LINGER && !c->syn_out) {
 				/* The application's retransmission: the first
 				 * SYN still waits for its verdict. */
 				d->ctr.syn_retransmits_dropped++;
 				synq_verdict(d->q, id, false, false, 0);
-			} else if (c->relayed && c->tokened) {
+			} else if (to_relay && c->tokened) {
 				/* The same token: the kernel retransmits the
 				 * SYN it built, not the one we handed back. */
 				verdict_tokened(d, c, id, c->mark, pkt,
 				    caplen == wirelen ? caplen : 0);
 			} else {
-				synq_verdict(d->q, id, true, c->relayed, c->mark);
+				synq_verdict(d->q, id, true, to_relay, c->mark);
 			}
 			return;
 		}

@@ -158,6 +158,7 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 		.mode = conf->mode,
 		.lan = conf->lan,
 		.nlan = conf->nlan,
+		.synack = d->ct != NULL,
 	};
 	if (d->rsync == NULL) {
 		/* Start-up: nothing is hijacked before these rules exist. */

@@ -196,6 +196,14 @@ rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 		for (size_t i = 0; i < c->nlan; i++)
 			put(&o, "-A %s -i %s -j %s\n", RULES_GW, c->lan[i], RULES_HIJACK);
 	}
+	put(&o, ":%s - [0:0]\n-F %s\n", RULES_SYNACK, RULES_SYNACK);
+	for (size_t i = 0; c->synack && i < n; i++) {
+		if (r[i].data.addr.family != c->family)
+			continue;
+		put(&o, "-A %s -s %s -p tcp --sport %u --tcp-flags SYN,ACK,RST,FIN SYN,ACK "
+		    "-j NFQUEUE --queue-num %u --queue-bypass\n", RULES_SYNACK,
+		    addr_fmt(&r[i].data.addr, ab), r[i].data.port, c->queue);
+	}
 	put(&o, "COMMIT\n*nat\n:%s - [0:0]\n-F %s\n", RULES_DNAT, RULES_DNAT);
 	for (size_t i = 0; i < n; i++) {
 		if (r[i].data.addr.family != c->family)
@@ -347,7 +355,24 @@ rules_render_nft(const struct rules_conf *c, const struct rules_relay *r, size_t
 		    "meta mark & 0x%x == 0x%x counter dnat ip to %s:%u\n", c->relay_mask,
 		    r[i].mark, ab, r[i].data.port);
 	}
+	put(&o, "\t}\n\tchain synack {\n");
+	for (size_t i = 0; c->synack && i < n; i++) {
+		int v6 = r[i].data.addr.family == AF_INET6;
+		if (r[i].data.addr.family != AF_INET && !v6)
+			continue;
+		put(&o, "\t\t%s saddr %s tcp sport %u tcp flags & (fin | syn | rst | ack) == "
+		    "syn | ack counter queue num %u bypass\n", v6 ? "ip6" : "ip",
+		    addr_fmt(&r[i].data.addr, ab), r[i].data.port, c->queue);
+	}
 	put(&o, "\t}\n");
+	if (mode & RULES_LOCAL) {
+		put(&o, "\tchain in_synack {\n\t\ttype filter hook input priority mangle; "
+		    "policy accept;\n\t\tjump synack\n\t}\n");
+	}
+	if (mode & RULES_GATEWAY) {
+		put(&o, "\tchain fwd_synack {\n\t\ttype filter hook forward priority mangle; "
+		    "policy accept;\n\t\tjump synack\n\t}\n");
+	}
 	if (mode & RULES_LOCAL) {
 		put(&o, "\tchain out_queue {\n\t\ttype filter hook output priority mangle; "
 		    "policy accept;\n\t\tjump hijack\n\t}\n");
@@ -705,6 +730,8 @@ static const struct hook_jump hook_jumps[] = {
 	{ "nat", "OUTPUT", RULES_DNAT, RULES_LOCAL },
 	{ "mangle", "PREROUTING", RULES_GW, RULES_GATEWAY },
 	{ "nat", "PREROUTING", RULES_DNAT, RULES_GATEWAY },
+	{ "mangle", "INPUT", RULES_SYNACK, RULES_LOCAL },
+	{ "mangle", "FORWARD", RULES_SYNACK, RULES_GATEWAY },
 };
 #define NJUMPS (sizeof(hook_jumps) / sizeof(hook_jumps[0]))
 
@@ -905,7 +932,7 @@ remove_family(int family, const struct rules_exec *x, char *err, size_t errlen)
 {
 	/* SLOT_GW refers to SLOT_HIJACK: it goes first. */
 	static const char *const chains[][2] = { { "mangle", RULES_GW },
-	    { "mangle", RULES_HIJACK }, { "nat", RULES_DNAT } };
+	    { "mangle", RULES_HIJACK }, { "mangle", RULES_SYNACK }, { "nat", RULES_DNAT } };
 	char msg[512], ipt[RULES_TOOL_MAX], w[16];
 	int fail = 0, rc = 0;
 
@@ -1006,10 +1033,13 @@ rules_parse_saved(const char *table, const char *text, struct rules_entry **v, s
 		char *text_rule = rule ? strndup(rule, len - (size_t)(rule - line)) : NULL;
 		if (text_rule == NULL)
 			return -1;
-		bool hook = strcmp(chain, "OUTPUT") == 0 || strcmp(chain, "PREROUTING") == 0;
+		bool hook = strcmp(chain, "OUTPUT") == 0 || strcmp(chain, "PREROUTING") == 0 ||
+		    strcmp(chain, "INPUT") == 0 || strcmp(chain, "FORWARD") == 0;
 		if (strcmp(chain, RULES_HIJACK) != 0 && strcmp(chain, RULES_DNAT) != 0 &&
-		    strcmp(chain, RULES_GW) != 0 && !(hook && (jumps_to(text_rule, RULES_HIJACK) ||
-		    jumps_to(text_rule, RULES_DNAT) || jumps_to(text_rule, RULES_GW)))) {
+		    strcmp(chain, RULES_GW) != 0 && strcmp(chain, RULES_SYNACK) != 0 &&
+		    !(hook && (jumps_to(text_rule, RULES_HIJACK) ||
+		    jumps_to(text_rule, RULES_DNAT) || jumps_to(text_rule, RULES_GW) ||
+		    jumps_to(text_rule, RULES_SYNACK)))) {
 			free(text_rule);
 			continue;
 		}

@@ -17,17 +17,24 @@
  *   relay's mark in the verdict goes to that relay's data port;
  * - gateway mode: mangle chain SLOT_GW, jumped to from PREROUTING, sends the
  *   SYNs that come in on a LAN interface to SLOT_HIJACK, and nat PREROUTING
- *   jumps to SLOT_DNAT.
+ *   jumps to SLOT_DNAT;
+ * - mangle chain SLOT_SYNACK, jumped to from INPUT (and FORWARD on a
+ *   gateway): with synack set, queues the SYN-ACKs that come from a relay's
+ *   data port, so that slotd can hold a cold connection's SYN-ACK until the
+ *   relay has connected to the server (before the reverse DNAT, which comes
+ *   after mangle, so they still come from the relay).
  * The chains are replaced atomically (iptables-restore --noflush, one
  * COMMIT per table); the jumps are added once. Nothing else is touched.
  * nft: the table inet RULES_NFT_TABLE, both families, the same rules in
  * chains of its own hooked at output and prerouting (mangle priority for
- * the queue, dstnat for the DNAT), replaced whole in one nft -f
+ * the queue, dstnat for the DNAT; input and forward for the SYN-ACKs),
+ * replaced whole in one nft -f
  * transaction; nothing outside the table is touched. */
 
 #define RULES_HIJACK "SLOT_HIJACK"
 #define RULES_DNAT "SLOT_DNAT"
 #define RULES_GW "SLOT_GW"
+#define RULES_SYNACK "SLOT_SYNACK"
 #define RULES_NFT_TABLE "slot"
 
 enum rules_backend { RULES_IPTABLES, RULES_NFT };
@@ -51,6 +58,7 @@ struct rules_conf {
 	unsigned mode;			/* RULES_LOCAL | RULES_GATEWAY; 0: local */
 	const char (*lan)[RULES_IFNAME_MAX];	/* gateway: the LAN interfaces */
 	size_t nlan;
+	bool synack;			/* queue the relays' SYN-ACKs too */
 };
 
 /* Whether name may be a LAN interface of the rules: 1 to 15 characters of
@@ -76,8 +84,9 @@ struct rules_exec {
 
 #define RULES_WAIT_DEFAULT 10
 #define RULES_TOOL_MAX 256
-/* The rendered text of the largest relay set (4095 relays) fits. */
-#define RULES_TEXT_MAX (1u << 20)
+/* The rendered text of the largest relay set (4095 relays, a DNAT and a
+ * SYN-ACK rule each) fits. */
+#define RULES_TEXT_MAX (2u << 20)
 /* run status of a tool killed at its deadline */
 #define RULES_KILLED 1000
 /* The legacy tools' default; XTABLES_LOCKFILE overrides it for them. */

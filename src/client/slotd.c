@@ -26,6 +26,7 @@
 #include "slot/synprobe.h"
 #include "caps.h"
 #include "cstats.h"
+#include "ctdel.h"
 #include "dirsync.h"
 #include "hold.h"
 #include "rank.h"
@@ -229,6 +230,11 @@ reload(struct slotd *d)
 			memcpy(nc.lan, d->conf.lan, sizeof(nc.lan));
 			nc.nlan = d->conf.nlan;
 		}
+	}
+	if (nc.synack_hold != d->conf.synack_hold) {
+		log_warnx("reload: synack_hold changes only on restart; keeping %s",
+		    d->conf.synack_hold ? "yes" : "no");
+		nc.synack_hold = d->conf.synack_hold;
 	}
 	if (strcmp(nc.user, d->conf.user) != 0) {
 		log_warnx("reload: user needs a restart; keeping %s", d->conf.user);
@@ -507,6 +513,10 @@ main(int argc, char **argv)
 	}
 	if (hold_init(d, err, sizeof(err)) == -1)
 		fatalx("%s", err);
+	/* Before the rules: they queue the relays' SYN-ACKs only with it. */
+	if (d->conf.synack_hold && (d->ct = ctdel_open(err, sizeof(err))) == NULL)
+		log_warnx("synack_hold off, connections wait for PIPE_OK at their SYN: %s",
+		    err);
 	/* The raw socket needs CAP_NET_RAW, which slotd does not keep. */
 	if ((d->synp = synp_open(d->loop, d->conf.bypass_mark, err, sizeof(err))) == NULL)
 		log_warnx("direct probes by TCP connect, which servers' applications "
@@ -580,6 +590,8 @@ main(int argc, char **argv)
 	rank_stop(d);
 	dirsync_stop(d);
 	hold_fini(d);
+	ctdel_close(d->ct);
+	d->ct = NULL;
 	synp_close(d->synp);
 	d->synp = NULL;
 	synq_close(d->q);

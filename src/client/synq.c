@@ -87,15 +87,19 @@ syn_parse(const uint8_t *pkt, size_t len, size_t wirelen, struct syn_info *out)
 	if (tlen - ihl < 20 || ihl + 20 > len || (size_t)(tcp[12] >> 4) * 4 < 20 ||
 	    (size_t)(tcp[12] >> 4) * 4 > tlen - ihl)
 		return SYN_MALFORMED;
-	/* SYN without ACK, RST or FIN: the first segment of a connection. */
-	if ((tcp[13] & 0x17) != 0x02)
+	/* SYN without ACK, RST or FIN: the first segment of a connection;
+	 * SYN and ACK alone: its answer. */
+	if ((tcp[13] & 0x17) != 0x02 && (tcp[13] & 0x17) != 0x12)
 		return SYN_NOT_SYN;
 	out->src.port = get16(tcp);
 	out->dst.port = get16(tcp + 2);
 	if (out->src.port == 0 || out->dst.port == 0)
 		return SYN_MALFORMED;
-	out->seq = (uint32_t)tcp[4] << 24 | (uint32_t)tcp[5] << 16 |
-	    (uint32_t)tcp[6] << 8 | tcp[7];
+	out->seq = get32(tcp + 4);
+	if ((tcp[13] & 0x17) == 0x12) {
+		out->ack = get32(tcp + 8);
+		return SYN_SYNACK;
+	}
 	return SYN_OK;
 }
 
@@ -106,6 +110,7 @@ syn_parse_str(enum syn_parse r)
 	case SYN_OK: return "ok";
 	case SYN_NOT_TCP: return "not TCP";
 	case SYN_NOT_SYN: return "not a SYN";
+	case SYN_SYNACK: return "a SYN-ACK";
 	case SYN_MALFORMED: return "malformed";
 	}
 	return "?";

@@ -19,16 +19,18 @@
 struct syn_info {
 	struct endpoint src, dst;
 	uint32_t seq;		/* the ISN: a retransmitted SYN repeats it */
+	uint32_t ack;		/* SYN_SYNACK: the ISN of the SYN it answers + 1 */
 };
 
 enum syn_parse {
 	SYN_OK = 0,
 	SYN_NOT_TCP,		/* another protocol, or IPv6 extension headers */
 	SYN_NOT_SYN,		/* a TCP segment other than a first SYN */
+	SYN_SYNACK,		/* a SYN-ACK: a relay answering a released SYN */
 	SYN_MALFORMED,		/* truncated or inconsistent headers */
 };
 
-/* Parses an IPv4 or IPv6 packet that should be a TCP SYN, of wirelen bytes
+/* Parses an IPv4 or IPv6 packet that should be a TCP SYN (or SYN-ACK), of wirelen bytes
  * of which the first caplen are in pkt (the queue copies headers only: a
  * SYN carrying data, as with TCP Fast Open, is longer). The headers must be
  * captured whole. Pure. */

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -402,8 +403,67 @@ def test_pipe_fail_goes_direct(sb, slotd, tags):
         c1, p1 = s.counters(), r1.counters()
         assert c1["pipes_failed"] - c0["pipes_failed"] == 1, slotbed.deltas(c0, c1)
         assert p1["pipes_failed"] - p0["pipes_failed"] == 1, (p0, p1)
+        # synack_hold (the default): the SYN had gone to relay1 with
+        # PIPE_ESTABLISH; slotd dropped relay1's SYN-ACK and forgot the
+        # conntrack entry, so curl's next SYN went direct
+        assert c1["synack_waits"] - c0["synack_waits"] == 1, slotbed.deltas(c0, c1)
+        assert c1["synack_failures"] - c0["synack_failures"] == 1, slotbed.deltas(c0, c1)
+        assert c1["ct_delete_errors"] == c0["ct_delete_errors"], slotbed.deltas(c0, c1)
     finally:
         sb.bed.run("relay1", "iptables", "-w", "-D", *rule, check=False)
+
+
+@pytest.mark.parametrize("hold", ["yes", "no"])
+def test_cold_connect_returns_only_once_the_relay_connected(sb, slotd, tags, hold):
+    """The paper's connect() meaning on a cold decision, with the SYN sent
+    to the relay at once and its SYN-ACK held (synack_hold = yes, the
+    default) or the SYN itself held (no): while relay1 cannot connect to the
+    server (its kernel's SYNs dropped; its probe's bare SYN, 52 bytes, still
+    passes), curl's socket stays in SYN-SENT; once relay1 connects, the
+    download completes through it, byte-exact."""
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"], {"select": {"cache_ttl": 0, "synack_hold": hold,
+                                      "establish_timeout": "20s", "hold_timeout": "30s"}})
+    m = sb.iptables_save("mangle")
+    assert ("SYN,ACK -j NFQUEUE" in m) == (hold == "yes"), m
+    rule = ["OUTPUT", "-p", "tcp", "--syn", "-d", sb.ip("server"), "--dport", "80",
+            "-m", "length", "--length", "60:65535", "-j", "DROP"]
+    tag = tags()
+    out = os.path.join(sb.dir, "cold-connect.out")
+    p = None
+    # relay1's connect outlives its kernel's SYN retransmission at 3 s
+    r1.reload({"limits": {"connect_timeout": "10s"}})
+    sb.bed.run("relay1", "iptables", "-w", "-I", *rule)
+    try:
+        c0 = s.counters()
+        p = sb.curl_popen(sb.nginx.url("small", query="id=" + tag), out)
+        # the decision is made and PIPE_ESTABLISH sent; relay1 is stuck
+        r1.wait_counter("pipes_pending", lambda v: v >= 1, timeout=10)
+        if hold == "yes":
+            slotbed.wait_for(lambda: s.counters()["synack_holds"] > c0["synack_holds"], 10,
+                             "relay1's SYN-ACK held")
+        for _ in range(3):
+            # past the client's first SYN retransmission (1 s) as well
+            ss = sb.bed.run("client", "ss", "-Htn", "state", "syn-sent",
+                            "dst", sb.ip("server")).stdout
+            assert "%s:80" % sb.ip("server") in ss, ss
+            assert "%s:80" % sb.ip("server") not in sb.bed.run(
+                "client", "ss", "-Htn", "state", "established", "dst", sb.ip("server")).stdout
+            assert p.poll() is None
+            time.sleep(0.5)
+    finally:
+        sb.bed.run("relay1", "iptables", "-w", "-D", *rule, check=False)
+        res = sb.finish_curl(p, out, timeout=60) if p else None
+        r1.reload({"limits": {"connect_timeout": "2s"}})   # the bed's
+    size, sha = sb.nginx.files["small"]
+    assert res.rc == 0 and res.status == 200 and res.size == size and res.sha == sha, res
+    assert sb.nginx.peer_of("id=%s " % tag) == r1.ip
+    d = s.decision(client="%s:%d" % (sb.ip("client"), res.local_port))
+    assert d["verdict"] == "relay" and not d["early"], d
+    c1 = s.counters()
+    waits = c1["synack_waits"] - c0["synack_waits"]
+    assert waits == (1 if hold == "yes" else 0), slotbed.deltas(c0, c1)
+    assert c1["synack_failures"] == c0["synack_failures"], slotbed.deltas(c0, c1)
 
 
 def test_relay_down_goes_direct(sb, slotd, tags):
@@ -458,7 +518,9 @@ def test_sigkill_during_a_transfer(sb, slotd, tags):
     m, nat = sb.iptables_save("mangle"), sb.iptables_save("nat")
     assert m.count("-A OUTPUT -j SLOT_HIJACK") == 1, m
     assert nat.count("-A OUTPUT -j SLOT_DNAT") == 1, nat
-    assert m.count("NFQUEUE") == 1, m
+    assert m.count("-A INPUT -j SLOT_SYNACK") == 1, m
+    # the SYNs' rule, and relay1's SYN-ACKs' (synack_hold)
+    assert m.count("NFQUEUE") == 2 and m.count("SYN,ACK -j NFQUEUE") == 1, m
     assert nat.count("-j DNAT") == 1, nat
     assert s2.counters()["rules_applied"] >= 1
     r = fetch(sb, tags(), "small")

@@ -95,6 +95,7 @@ test_defaults(void **state)
 	assert_int_equal(c.cache_ttl_ms, 600000);
 	assert_int_equal(c.cache_size, 65536);
 	assert_true(c.cache_early);
+	assert_true(c.synack_hold);
 	assert_int_equal(c.max_held, 4096);
 	assert_int_equal(c.seed, 0);
 	assert_int_equal(c.keepalive_interval_ms, 30000);

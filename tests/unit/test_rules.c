@@ -57,6 +57,8 @@ test_ipv4_full(void **state)
 	    "-A SLOT_HIJACK -m mark --mark 0x1000000/0x1000000 -j RETURN\n"
 	    "-A SLOT_HIJACK -d 10.0.0.0/8 -j RETURN\n"
 	    "-A SLOT_HIJACK -p tcp --syn -m multiport --dports 80,443,8000:8099 -j NFQUEUE --queue-num 7 --queue-bypass\n"
+	    ":SLOT_SYNACK - [0:0]\n"
+	    "-F SLOT_SYNACK\n"
 	    "COMMIT\n"
 	    "*nat\n"
 	    ":SLOT_DNAT - [0:0]\n"
@@ -65,6 +67,17 @@ test_ipv4_full(void **state)
 	    "-A SLOT_DNAT -p tcp -m mark --mark 0x2/0xffff -j DNAT --to-destination 203.0.113.9:7601\n"
 	    "COMMIT\n");
 	assert_int_equal(n, (int)strlen(buf));
+	/* synack_hold: the SYN-ACKs from each relay's data port of the family
+	 * are queued too. */
+	c.synack = true;
+	assert_true(rules_render(&c, r, 3, buf, sizeof(buf)) > 0);
+	assert_non_null(strstr(buf,
+	    ":SLOT_SYNACK - [0:0]\n"
+	    "-F SLOT_SYNACK\n"
+	    "-A SLOT_SYNACK -s 198.51.100.7 -p tcp --sport 7601 --tcp-flags SYN,ACK,RST,FIN SYN,ACK -j NFQUEUE --queue-num 7 --queue-bypass\n"
+	    "-A SLOT_SYNACK -s 203.0.113.9 -p tcp --sport 7601 --tcp-flags SYN,ACK,RST,FIN SYN,ACK -j NFQUEUE --queue-num 7 --queue-bypass\n"
+	    "COMMIT\n*nat\n"));
+	assert_null(strstr(buf, "2001:db8::1"));
 }
 
 static void
@@ -78,6 +91,8 @@ test_ipv6_and_includes(void **state)
 	assert_non_null(strstr(buf,
 	    "-A SLOT_HIJACK -p tcp --syn -d 2001:db8:1::/48 -j NFQUEUE --queue-num 7 --queue-bypass\n"
 	    "-A SLOT_HIJACK -p tcp --syn -d 2001:db8:2::/48 -j NFQUEUE --queue-num 7 --queue-bypass\n"
+	    ":SLOT_SYNACK - [0:0]\n"
+	    "-F SLOT_SYNACK\n"
 	    "COMMIT\n"));
 	assert_null(strstr(buf, "192.0.2.0"));	/* the other family */
 	assert_non_null(strstr(buf,
@@ -204,6 +219,7 @@ test_iptables_gateway(void **state)
 	c.mode = RULES_GATEWAY;
 	c.lan = lan;
 	c.nlan = 2;
+	c.synack = true;
 	assert_true(rules_render(&c, r, 1, buf, sizeof(buf)) > 0);
 	assert_string_equal(buf,
 	    "*mangle\n"
@@ -216,6 +232,9 @@ test_iptables_gateway(void **state)
 	    "-F SLOT_GW\n"
 	    "-A SLOT_GW -i lan0 -j SLOT_HIJACK\n"
 	    "-A SLOT_GW -i wlan.7 -j SLOT_HIJACK\n"
+	    ":SLOT_SYNACK - [0:0]\n"
+	    "-F SLOT_SYNACK\n"
+	    "-A SLOT_SYNACK -s 2001:db8::1 -p tcp --sport 7601 --tcp-flags SYN,ACK,RST,FIN SYN,ACK -j NFQUEUE --queue-num 7 --queue-bypass\n"
 	    "COMMIT\n"
 	    "*nat\n"
 	    ":SLOT_DNAT - [0:0]\n"
@@ -237,6 +256,7 @@ test_nft_full(void **state)
 	c.mode = RULES_LOCAL | RULES_GATEWAY;
 	c.lan = lan;
 	c.nlan = 2;
+	c.synack = true;
 	int n = rules_render_nft(&c, r, 2, buf, sizeof(buf));
 	assert_true(n > 0);
 	assert_string_equal(buf,
@@ -253,6 +273,18 @@ test_nft_full(void **state)
 	    "\tchain to_relay {\n"
 	    "\t\tmeta nfproto ipv4 meta l4proto tcp meta mark & 0xffff == 0x1 counter dnat ip to 198.51.100.7:7601\n"
 	    "\t\tmeta nfproto ipv6 meta l4proto tcp meta mark & 0xffff == 0x3 counter dnat ip6 to [2001:db8::1]:7601\n"
+	    "\t}\n"
+	    "\tchain synack {\n"
+	    "\t\tip saddr 198.51.100.7 tcp sport 7601 tcp flags & (fin | syn | rst | ack) == syn | ack counter queue num 7 bypass\n"
+	    "\t\tip6 saddr 2001:db8::1 tcp sport 7601 tcp flags & (fin | syn | rst | ack) == syn | ack counter queue num 7 bypass\n"
+	    "\t}\n"
+	    "\tchain in_synack {\n"
+	    "\t\ttype filter hook input priority mangle; policy accept;\n"
+	    "\t\tjump synack\n"
+	    "\t}\n"
+	    "\tchain fwd_synack {\n"
+	    "\t\ttype filter hook forward priority mangle; policy accept;\n"
+	    "\t\tjump synack\n"
 	    "\t}\n"
 	    "\tchain out_queue {\n"
 	    "\t\ttype filter hook output priority mangle; policy accept;\n"
@@ -294,12 +326,17 @@ test_nft_all_ports_local(void **state)
 	assert_true(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)) > 0);
 	assert_null(strstr(buf, "ip daddr"));
 	assert_non_null(strstr(buf, "ip6 daddr { 2001:db8::/32 } tcp flags"));
+	assert_non_null(strstr(buf, "chain in_synack"));
+	assert_null(strstr(buf, "chain fwd_synack"));
+	assert_null(strstr(buf, "saddr"));	/* synack off: the chain is empty */
 	/* Gateway alone: no output chains. */
 	c.mode = RULES_GATEWAY;
 	c.lan = lan;
 	c.nlan = 1;
 	assert_true(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)) > 0);
 	assert_null(strstr(buf, "chain out_"));
+	assert_null(strstr(buf, "chain in_synack"));
+	assert_non_null(strstr(buf, "chain fwd_synack"));
 	assert_non_null(strstr(buf, "iifname { \"lan0\" } jump hijack"));
 }
 

@@ -337,7 +337,6 @@ static void
 test_not_a_first_syn(void **state)
 {
 	static const uint8_t flags[] = {
-		0x12,	/* SYN+ACK */
 		0x04,	/* RST */
 		0x06,	/* SYN+RST */
 		0x03,	/* SYN+FIN */
@@ -359,6 +358,40 @@ test_not_a_first_syn(void **state)
 		assert_int_equal(parse_exact(p, n, &si), SYN_NOT_SYN);
 		n = build6(p, 0);
 		p[53] = flags[i];
+		assert_int_equal(parse_exact(p, n, &si), SYN_NOT_SYN);
+	}
+}
+
+/* A SYN-ACK (PSH and the other flags outside SYN, ACK, RST and FIN do not
+ * matter): its own ISN and the ack of the SYN it answers; a SYN-ACK with
+ * RST or FIN is not one. */
+static void
+test_synack(void **state)
+{
+	static const uint8_t flags[] = { 0x12, 0x1a, 0x52 };
+	static const uint8_t not_flags[] = { 0x13, 0x16, 0x17 };
+	uint8_t p[128] = { 0 };
+	struct syn_info si;
+	size_t n;
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(flags); i++) {
+		n = build4(p, 0, 0);
+		p[33] = flags[i];
+		p[28] = 0xde, p[29] = 0xad, p[30] = 0xbe, p[31] = 0xef;
+		assert_int_equal(parse_exact(p, n, &si), SYN_SYNACK);
+		assert_int_equal(si.ack, 0xdeadbeef);
+		assert_int_equal(si.src.addr.family, AF_INET);
+		n = build6(p, 0);
+		p[53] = flags[i];
+		p[48] = 0x01, p[49] = 0x02, p[50] = 0x03, p[51] = 0x04;
+		assert_int_equal(parse_exact(p, n, &si), SYN_SYNACK);
+		assert_int_equal(si.ack, 0x01020304);
+		assert_int_equal(si.src.addr.family, AF_INET6);
+	}
+	for (size_t i = 0; i < sizeof(not_flags); i++) {
+		n = build4(p, 0, 0);
+		p[33] = not_flags[i];
 		assert_int_equal(parse_exact(p, n, &si), SYN_NOT_SYN);
 	}
 }
@@ -473,7 +506,8 @@ test_every_byte_corrupted(void **state)
 static void
 test_parse_str(void **state)
 {
-	const enum syn_parse all[] = { SYN_OK, SYN_NOT_TCP, SYN_NOT_SYN, SYN_MALFORMED };
+	const enum syn_parse all[] = { SYN_OK, SYN_NOT_TCP, SYN_NOT_SYN, SYN_SYNACK,
+	    SYN_MALFORMED };
 	(void)state;
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
@@ -525,6 +559,7 @@ main(void)
 		cmocka_unit_test(test_ipv4_not_tcp),
 		cmocka_unit_test(test_bad_tcp_header),
 		cmocka_unit_test(test_not_a_first_syn),
+		cmocka_unit_test(test_synack),
 		cmocka_unit_test(test_port_zero),
 		cmocka_unit_test(test_ipv6_bad),
 		cmocka_unit_test(test_every_truncation),
