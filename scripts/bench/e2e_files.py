@@ -25,7 +25,11 @@ order in every repetition, for every size:
               pays the whole probing: slotd's direct probe and relay probe
               (the relay measures its own RTT to the server afresh), then
               PIPE_ESTABLISH (a cold decision waits for PIPE_OK whatever
-              cache_early says); default config
+              cache_early says: with synack_hold, the default, the SYN goes
+              with PIPE_ESTABLISH and the relay's SYN-ACK waits); default
+              config
+  slot-cold-syn  the same with [select] synack_hold = no: the SYN itself
+              waits for PIPE_OK
   slot-warm   curl server:80 with slotd's cached decision from the connection
               before, default config (cache_early on: the relay has reached
               port 80 under the entry, so the SYN goes to the relay together
@@ -68,16 +72,17 @@ RTT_DIRECT, RTT_CR, RTT_RS = 80, 40, 40
 RATE = 100
 RMEM = "4096 131072 262144"
 HAPROXY_PORT = 8081
-METHODS = ["direct", "slot-cold", "slot-warm", "slot-wait", "haproxy", "ideal"]
-SLOT_METHODS = ["slot-cold", "slot-warm", "slot-wait"]
+METHODS = ["direct", "slot-cold", "slot-cold-syn", "slot-warm", "slot-wait", "haproxy", "ideal"]
+SLOT_METHODS = ["slot-cold", "slot-cold-syn", "slot-warm", "slot-wait"]
 LABEL = {"direct": "direct", "slot-cold": "slot, cold cache",
+         "slot-cold-syn": "slot, cold, synack_hold = no",
          "slot-warm": "slot, warm cache (default: early)",
          "slot-wait": "slot, warm, cache_early = no", "haproxy": "HAProxy (static relay)",
          "ideal": "ideal (40 ms sub-hop alone)"}
 # slotd's counters read around every slot download (deltas per method)
 COUNTERS = ["early_verdicts", "early_unreached", "early_failures", "cache_hits",
             "cache_misses", "pipes_ok", "direct_probes", "direct_probes_connect",
-            "syn_retransmits"]
+            "syn_retransmits", "synack_waits", "synack_holds", "synack_failures"]
 WGET_METHODS = ["direct", "slot-cold", "slot-warm"]
 
 
@@ -102,6 +107,7 @@ class Bench:
         self.slotd = None
         self.ttl_toggle = 0             # which of two cache_ttl values is in force
         self.early = True               # cache_early: the default (on) or "no"
+        self.hold = True                # synack_hold: the default (on) or "no"
         self.cache_warm = False
         self.n = 0
         self.res = {}                   # (tool, method, size) -> [seconds]
@@ -156,18 +162,22 @@ class Bench:
     def write_conf(self):
         sel = self.slotd.conf["select"]
         sel.pop("cache_early", None)
+        sel.pop("synack_hold", None)
         over = self.conf()
         if not self.early:
             over["select"]["cache_early"] = "no"
+        if not self.hold:
+            over["select"]["synack_hold"] = "no"
         self.slotd.update(over)
 
-    def set_slotd(self, early, flush):
-        """Puts cache_early in force (True: the default); flush empties
-        slotd's selection cache (a reload with another cache_ttl replaces the
-        cache)."""
-        if early == self.early and not flush:
+    def set_slotd(self, early, flush, hold=True):
+        """Puts cache_early and synack_hold in force (True: the defaults);
+        flush empties slotd's selection cache (a reload with another
+        cache_ttl replaces the cache)."""
+        if early == self.early and hold == self.hold and not flush:
             return
         self.early = early
+        self.hold = hold
         if flush:
             self.ttl_toggle ^= 1
             self.cache_warm = False
@@ -207,8 +217,8 @@ class Bench:
                                                                   self.expected_peer(method)))
 
     def prepare(self, method):
-        if method == "slot-cold":
-            self.set_slotd(True, flush=True)
+        if method in ("slot-cold", "slot-cold-syn"):
+            self.set_slotd(True, flush=True, hold=method == "slot-cold")
         elif method in ("slot-warm", "slot-wait"):
             self.set_slotd(method == "slot-warm", flush=False)
             if not self.cache_warm:
@@ -297,7 +307,7 @@ class Bench:
         key = "%s%s%s" % (d["verdict"], ", cached" if d["cached"] else "",
                           ", early" if d.get("early") else "")
         v[key] = v.get(key, 0) + 1
-        want_cached = method != "slot-cold"
+        want_cached = not method.startswith("slot-cold")
         want_early = method == "slot-warm"
         if d["verdict"] != "relay" or d["cached"] != want_cached or \
                 bool(d.get("early")) != want_early:
@@ -335,6 +345,7 @@ class Bench:
         xs = [s for _, s, _ in self.sizes]
         names = [n for n, _, _ in self.sizes]
         style = {"direct": ("k", "o", "-"), "slot-cold": ("tab:blue", "s", "--"),
+                 "slot-cold-syn": ("tab:purple", "s", ":"),
                  "slot-warm": ("tab:blue", "D", "-"), "slot-wait": ("tab:cyan", "^", "-"),
                  "haproxy": ("tab:orange", "v", "-."), "ideal": ("tab:green", "x", ":")}
         fig, ax = plt.subplots(figsize=(7.5, 5.2))
@@ -439,11 +450,15 @@ class Bench:
             "connect fallback, below), and `[select] cache_early` on: a cache hit whose "
             "relay has already reached that port of the server (a PIPE_OK under the entry) "
             "goes to the relay at once, together with PIPE_ESTABLISH; cold decisions wait for "
-            "PIPE_OK whatever cache_early says. Methods: `direct` (server port 8080, never "
+            "PIPE_OK whatever cache_early says, and `[select] synack_hold` on: they wait at the "
+            "relay's SYN-ACK, the SYN having gone with PIPE_ESTABLISH. Methods: `direct` "
+            "(server port 8080, never "
             "hijacked); `slot cold`: slotd's selection cache emptied just before (SIGHUP with "
             "another cache_ttl, which replaces the cache) and the relay's RTT cache off "
             "(rtt_cache_ttl = 0), so the download includes slotd's direct probe, the relay's "
-            "probe of the server and PIPE_ESTABLISH; `slot warm`: slotd's decision cached by "
+            "probe of the server and PIPE_ESTABLISH; `slot, cold, synack_hold = no`: the same "
+            "with the SYN itself held until PIPE_OK (the default before); `slot warm`: slotd's "
+            "decision cached by "
             "the connection before (default config: the relay reached port 80 in that "
             "connection, so this one goes early); `slot warm, cache_early = no`: the same "
             "with `[select] cache_early = no`, connect() waits for PIPE_OK (the paper's "
@@ -480,22 +495,25 @@ class Bench:
             fmt_ms([v for n in names for v in self.first[(m, n)]]) for m in METHODS))
         out.append("")
         out.append("slotd's decisions (from its `json` command: verdict, cached, early; "
-                   "select_us = SYN to the choice, decide_us = SYN to the verdict that releases "
-                   "the SYN) and its counters, summed over the deltas read just before and "
+                   "select_us = SYN to the choice, decide_us = SYN to the verdict that lets "
+                   "the connection on: the SYN's, or with synack_hold the relay's SYN-ACK's) "
+                   "and its counters, summed over the deltas read just before and "
                    "after each curl download of the method (wget and priming downloads not "
                    "counted), ms:\n")
         out.append("| method | decisions | early_verdicts | early_unreached | early_failures "
                    "| cache hits / misses | pipes_ok | direct_probes (connect fallback) "
-                   "| select | decide |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|")
+                   "| synack waits / holds / failures | select | decide |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for m in SLOT_METHODS:
             sel, dec = self.decision_stats(m)
             v = ", ".join("%d %s" % (c, k) for k, c in sorted(self.verdicts.get(m, {}).items()))
             c = self.ctr.get(m, {k: 0 for k in COUNTERS})
-            out.append("| %s | %s | %d | %d | %d | %d / %d | %d | %d (%d) | %s | %s |"
+            out.append("| %s | %s | %d | %d | %d | %d / %d | %d | %d (%d) | %d / %d / %d "
+                       "| %s | %s |"
                        % (LABEL[m], v, c["early_verdicts"], c["early_unreached"],
                           c["early_failures"], c["cache_hits"], c["cache_misses"],
                           c["pipes_ok"], c["direct_probes"], c["direct_probes_connect"],
+                          c["synack_waits"], c["synack_holds"], c["synack_failures"],
                           fmt(sel, "%.2f"), fmt(dec, "%.2f")))
         out.append("")
         if self.odd:
@@ -507,11 +525,20 @@ class Bench:
             out.append("Every `slot warm` download went early (its decision: relay, cached, "
                        "early), no `slot warm, cache_early = no` or `slot cold` one did, and "
                        "no early connection failed.\n")
+        c = self.ctr.get("slot-cold", {})
+        out.append("Every `slot cold` download waits at the relay's SYN-ACK: %d synack waits "
+                   "and %d SYN-ACKs held for %d downloads, %d failed; `slot, cold, "
+                   "synack_hold = no`: %d waits.\n"
+                   % (c.get("synack_waits", 0), c.get("synack_holds", 0),
+                      len(self.decisions.get("slot-cold", [])), c.get("synack_failures", 0),
+                      self.ctr.get("slot-cold-syn", {}).get("synack_waits", 0)))
         for n in [x for x in ("10K", "1M") if x in names]:
             out.append("Where the time of a %s download goes (ms, median per phase over the "
                        "repetitions; select = SYN to slotd's choice, wait = choice to the "
-                       "release of the SYN (PIPE_ESTABLISH to PIPE_OK where it waits), "
-                       "handshake = release to connect() returning, request = connect to the "
+                       "verdict that lets the connection on (PIPE_ESTABLISH to PIPE_OK where "
+                       "it waits: the SYN's release, or with synack_hold the relay's "
+                       "SYN-ACK's), handshake = that verdict to connect() returning, request = "
+                       "connect to the "
                        "first byte, body = first to last byte):\n" % label[n])
             out.append("| method | select | wait | handshake | request | body | total |")
             out.append("|---|---|---|---|---|---|---|")
@@ -621,9 +648,13 @@ class Bench:
             "%.0f ms, %s in %.0f ms. Cold, slotd holds the SYN while it probes: its bare-SYN "
             "probe of the server (%d ms) and the relay's answer (%d ms to the relay plus the "
             "relay's own %d ms SYN probe, its RTT cache being off) both take about %d ms "
-            "(select_us %.0f ms median); then PIPE_ESTABLISH costs the client-relay round trip "
-            "plus the relay's connect to the server (decide_us %.0f ms), and the SYN's own "
-            "handshake with the relay another %d ms: connect %.0f ms, %.1f direct RTTs, first "
+            "(select_us %.0f ms median). With synack_hold (the default) the SYN then goes to "
+            "the relay together with PIPE_ESTABLISH, so its handshake with the relay overlaps "
+            "the relay's connect to the server, and slotd holds the relay's SYN-ACK until "
+            "PIPE_OK (decide_us %.0f ms, the client-relay round trip plus the relay's "
+            "connect): connect %.0f ms, %.1f direct RTTs, first byte %.0f ms. With "
+            "synack_hold = no the SYN itself waits for PIPE_OK (decide_us %.0f ms) and then "
+            "makes its own handshake with the relay, another %d ms: connect %.0f ms, first "
             "byte %.0f ms."
             % (RTT_DIRECT, RTT_CR, spd("ideal", big), bl, spd("slot-cold", big),
                spd("slot-warm", big), spd("slot-wait", big), con("direct"), fb("direct"),
@@ -631,8 +662,9 @@ class Bench:
                med("slot-warm", small), cmp(med("slot-warm", small), med("direct", small)),
                med("direct", small), ddec("slot-wait"), con("slot-wait"), fb("slot-wait"), sl,
                med("slot-wait", small), RTT_DIRECT, RTT_CR, RTT_RS, RTT_CR + RTT_RS,
-               dsel("slot-cold"), ddec("slot-cold"), RTT_CR, con("slot-cold"),
-               con("slot-cold") / RTT_DIRECT, fb("slot-cold")))
+               dsel("slot-cold"), ddec("slot-cold"), con("slot-cold"),
+               con("slot-cold") / RTT_DIRECT, fb("slot-cold"), ddec("slot-cold-syn"), RTT_CR,
+               con("slot-cold-syn"), fb("slot-cold-syn")))
         if "1M" in names:
             mib = "1M"
             d = med("direct", mib)
@@ -660,16 +692,17 @@ class Bench:
                 "is %.2fx at best: the 1.5x cold target cannot be met with the paper's "
                 "connect() meaning on a cold decision, which puts the choice (select %.0f ms: "
                 "the direct probe is a full direct RTT, and slotd needs it to know whether a "
-                "relay is worth it) and then a PIPE_ESTABLISH round trip (client-relay RTT "
-                "plus the relay's connect to the server, %.0f ms) before the SYN may go, "
-                "%.1f direct RTTs before the client's own handshake even starts. For 1.5x the "
-                "cold first byte would have to come by %.0f ms; releasing a cold SYN to the "
-                "relay at once when its probe has seen the server answer (the PIPE_ESTABLISH "
-                "wait gone, as on a warm hit) would put it near %.0f ms (select plus the early "
-                "path's first byte), %.2fx with the ideal body: a change of connect()'s "
-                "meaning for cold decisions, which issue 13 rules out. It is not a matter of "
-                "slotd's speed: its select is %.1f ms over the direct RTT (%.1f ms by ping) "
-                "its probe has to wait for."
+                "relay is worth it) and then the relay's connect to the server (PIPE_ESTABLISH "
+                "to PIPE_OK, the client-relay RTT plus the relay's connect, %.0f ms) before "
+                "connect() may return, %.1f direct RTTs, and only then may the request leave "
+                "and cross both hops. synack_hold already overlaps the client's own handshake "
+                "with that wait (the one client-relay round trip it can save). For 1.5x the "
+                "cold first byte would have to come by %.0f ms; releasing a cold connection "
+                "as a warm hit goes (connect() returning before the relay has connected) "
+                "would put it near %.0f ms (select plus the early path's first byte), %.2fx "
+                "with the ideal body: a change of connect()'s meaning for cold decisions, "
+                "which issue 13 rules out. It is not a matter of slotd's speed: its select "
+                "is %.1f ms over the direct RTT (%.1f ms by ping) its probe has to wait for."
                 % (d / 1.8, d, d / 1.5, ideal_t, fb1("ideal"), ideal_b, fb1("slot-warm"),
                    fb1("slot-warm") - fb1("ideal"), body("slot-warm"),
                    body("slot-warm") - ideal_b, d / 1.8 - ideal_t, warm_t, d / 1.8,

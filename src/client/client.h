@@ -109,7 +109,8 @@ struct slotd {
 
 	struct synq *q;
 	ev_io q_io;
-	struct ctdel *ct;		/* synack_hold's way back to direct; NULL: off */
+	struct ctdel *ct;		/* synack_hold's way back to direct; NULL:
+					 * unavailable */
 
 	struct crelay **relays;		/* the set: static relays in config order,
 					 * then the directory's */
@@ -119,6 +120,8 @@ struct slotd {
 	struct rulesync *rsync;		/* rule sets off the loop; NULL: at start-up,
 					 * when rules_apply runs them in place */
 	uint64_t rules_gen;		/* the newest rule set's generation */
+	uint64_t synack_gen;		/* the first rule set that queues the relays'
+					 * SYN-ACKs (synack_hold); 0: the newest does not */
 	struct rules_exec rules_exec;	/* from conf: tools, wait */
 
 	struct htab conns;		/* held and lingering, by client endpoint */

@@ -15,6 +15,7 @@
 #include "ctdel.h"
 #include "hold.h"
 #include "relays.h"
+#include "rulesync.h"
 
 /* A decided entry answers retransmissions of its SYN this long: Linux
  * retransmits a SYN after 1, 3, 7, 15, 31 and 63 s by default. */
@@ -526,14 +527,16 @@ token_new(struct hconn *c)
  * PIPE_ESTABLISH, and waits at the relay's SYN-ACK instead (hold_synack):
  * connect() still returns only once the relay has connected to the server,
  * one client-relay round trip sooner. Off when slotd has no conntrack
- * socket to undo it with (d->ct), and then the rules queue no SYN-ACK. */
+ * socket to undo it with (d->ct), and then the rules queue no SYN-ACK, and
+ * until a rule set that queues them is in the kernel. */
 static void
 synack_wait(struct hconn *c)
 {
 	struct slotd *d = c->d;
 
-	if (!d->conf.synack_hold || d->ct == NULL || c->state != HC_ESTABLISHING ||
-	    c->syn_out || c->early)
+	if (!d->conf.synack_hold || d->ct == NULL || d->synack_gen == 0 ||
+	    (d->rsync != NULL && rsync_installed(d->rsync) < d->synack_gen) ||
+	    c->state != HC_ESTABLISHING || c->syn_out || c->early)
 		return;
 	syn_to_relay(c, c->via);
 	c->syn_out = true;

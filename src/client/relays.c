@@ -158,8 +158,13 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 		.mode = conf->mode,
 		.lan = conf->lan,
 		.nlan = conf->nlan,
-		.synack = d->ct != NULL,
+		.synack = d->ct != NULL && conf->synack_hold,
 	};
+	/* synack_hold waits until the SYN-ACKs are queued (hold.c). */
+	if (!rc_.synack)
+		d->synack_gen = 0;
+	else if (d->synack_gen == 0)
+		d->synack_gen = d->rules_gen + 1;
 	if (d->rsync == NULL) {
 		/* Start-up: nothing is hijacked before these rules exist. */
 		if (rules_apply(&rc_, rr, n, &d->rules_exec, err, errlen) == -1)

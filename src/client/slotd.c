@@ -231,11 +231,6 @@ reload(struct slotd *d)
 			nc.nlan = d->conf.nlan;
 		}
 	}
-	if (nc.synack_hold != d->conf.synack_hold) {
-		log_warnx("reload: synack_hold changes only on restart; keeping %s",
-		    d->conf.synack_hold ? "yes" : "no");
-		nc.synack_hold = d->conf.synack_hold;
-	}
 	if (strcmp(nc.user, d->conf.user) != 0) {
 		log_warnx("reload: user needs a restart; keeping %s", d->conf.user);
 		memcpy(nc.user, d->conf.user, sizeof(nc.user));
@@ -513,10 +508,11 @@ main(int argc, char **argv)
 	}
 	if (hold_init(d, err, sizeof(err)) == -1)
 		fatalx("%s", err);
-	/* Before the rules: they queue the relays' SYN-ACKs only with it. */
-	if (d->conf.synack_hold && (d->ct = ctdel_open(err, sizeof(err))) == NULL)
-		log_warnx("synack_hold off, connections wait for PIPE_OK at their SYN: %s",
-		    err);
+	/* Before the rules: they queue the relays' SYN-ACKs only with it.
+	 * Opened whatever synack_hold says, so that a reload may turn it on. */
+	if ((d->ct = ctdel_open(err, sizeof(err))) == NULL)
+		log_warnx("synack_hold unavailable, connections wait for PIPE_OK at their "
+		    "SYN: %s", err);
 	/* The raw socket needs CAP_NET_RAW, which slotd does not keep. */
 	if ((d->synp = synp_open(d->loop, d->conf.bypass_mark, err, sizeof(err))) == NULL)
 		log_warnx("direct probes by TCP connect, which servers' applications "
