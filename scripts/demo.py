@@ -312,11 +312,12 @@ def make_bed_class(slotbed):
 
 def curl(sb, host, url, out, timeout):
     """Unmodified curl in the client host (the Step around it prints the dots).
-    Returns {rc, status, local_port, size, seconds, sha, err}."""
+    Returns {rc, status, local_port, size, seconds, connect_s, sha, err}."""
     if os.path.exists(out):
         os.unlink(out)
     p = sb.bed.popen(host, ["curl", "-sS", "--max-time", str(timeout), "-o", out, "-w",
-                                "%{http_code} %{local_port} %{size_download} %{time_total}",
+                                "%{http_code} %{local_port} %{size_download} %{time_total} "
+                                "%{time_connect}",
                                 url],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -329,11 +330,12 @@ def curl(sb, host, url, out, timeout):
         p.wait()
         raise
     res = {"rc": p.returncode, "err": se.decode(errors="replace").strip(), "status": None,
-           "local_port": None, "size": 0, "seconds": None, "sha": None}
+           "local_port": None, "size": 0, "seconds": None, "connect_s": None, "sha": None}
     parts = so.decode(errors="replace").split()
-    if len(parts) == 4:
+    if len(parts) == 5:
         res["status"], res["local_port"] = int(parts[0]), int(parts[1])
         res["size"], res["seconds"] = int(parts[2]), float(parts[3])
+        res["connect_s"] = float(parts[4])
     if os.path.exists(out):
         res["sha"] = slotbed_mod.sha256_file(out)
         os.unlink(out)
@@ -483,7 +485,12 @@ def run(args, plan, sb, results):
         best_rtt, best = plan.best_path(c)
         rows.append({
             "server": plan.title[c],
-            "rtt_direct_ms": dec["rtt_direct_us"] / 1000.0,
+            # slotd's direct probe, or, when slotd chose the relay before
+            # that probe answered (no answer still due could beat the
+            # relay), the direct download's own handshake
+            "rtt_direct_ms": (dec["rtt_direct_us"] / 1000.0 if dec["rtt_direct_us"] else
+                              rd["connect_s"] * 1000.0),
+            "rtt_direct_by": "slotd" if dec["rtt_direct_us"] else "curl",
             "rtt_direct_configured_ms": rtt,
             "relay": plan.title[relay] if relay else None,
             "nginx_peer": ip_city.get(peer, "client" if peer == public_ip else peer),

@@ -42,7 +42,10 @@ def rules(*args, check=True):
 
 
 def saved(table):
-    return ns("iptables-save", "-t", table).stdout
+    """The table's rules, without iptables-save's comments (their time
+    stamps differ between two calls)."""
+    return "".join(l for l in ns("iptables-save", "-t", table).stdout.splitlines(True)
+                   if not l.startswith("#"))
 
 
 def sweep():
