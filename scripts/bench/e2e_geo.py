@@ -619,7 +619,9 @@ def report(g, res, decs, args, info):
         "first; %s of the %d relays ranked, %s of them by the landmarks, when the transfers "
         "began), and for every new server it probes the direct path and the first k usable "
         "relays of that ranking, the same set whatever the server, waits for the answers until "
-        "all are in or c_wait 1.25 x the direct RTT, and takes the best path if the direct RTT "
+        "all are in, or the answers still due cannot win (one due t after the probes left has "
+        "a path above t/2), or c_wait 1.25 x the direct RTT, and takes the best path if the "
+        "direct RTT "
         "is at least min_gain 1.1 x it. Its cache TTL is %g s so that every repetition gets a "
         "fresh choice. Peer: HAProxy (mode tcp, splice) in the best relay for each server by "
         "the data (min over the %d relays of max(RTT(client, r), RTT(r, server))), statically "
@@ -937,11 +939,12 @@ def meaning(g, res, decs, info):
         slow = max(pr0, key=lambda r: g.rtt(CLIENT, r))
         parts.append("The wait: slotd chose in a median %.0f ms (%.0f - %.0f) from the SYN "
                      "in the transfers, before its direct probe answered in %d of %d choices "
-                     "(with the direct probe pending, a relay wins once every probed relay "
-                     "has answered and min_gain x its path has passed), so the choice waits "
-                     "for the slowest of the k probed relays: %s, %.0f ms from the client, "
-                     "ranked %s." % (med(sel), min(sel), max(sel), early, n, slow,
-                                     g.rtt(CLIENT, slow), rank_of(decs[0]["_snap"], slow)))
+                     "(with the direct probe pending, a relay wins once min_gain x its path "
+                     "has passed and no answer still due can beat it: at twice its path), "
+                     "without waiting for the slowest of the k probed relays (%s, %.0f ms from "
+                     "the client, ranked %s), which the choice waited for before (262 ms)."
+                     % (med(sel), min(sel), max(sel), early, n, slow,
+                        g.rtt(CLIENT, slow), rank_of(decs[0]["_snap"], slow)))
     parts.append("HAProxy's column is an oracle's static choice of the best relay, so slot's "
                  "ratio to it is 1 at best where slotd took the same relay (up to the noise of "
                  "loss-limited transfers, wide at these rates: min-max columns) and below 1 "

@@ -49,6 +49,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--out", help="write the section of docs/benchmarks.md here too")
     args = ap.parse_args()
     import slotbed
 
@@ -108,16 +109,30 @@ def main():
 
     def ratio(a, b):
         return [x / y for x, y in zip(res[a], res[b])]
-    print("| path | Mbit/s, median [min-max] | slot / direct, same host |")
-    print("|---|---|---|")
+    out = ["## Scenario 1 through a LAN gateway (issue 15)", "",
+           "Scenario 1's window-limited triangle (client-server 80 ms, client-relay1 and "
+           "relay1-server 40 ms each, a decoy relay2 at 60 + 60 ms, %d Mbit/s, cubic, "
+           "tcp_rmem max 262144 on every host) with a routed LAN behind the client host: pc1, "
+           "with nothing of slot installed, downloads through slotd on its gateway (`[hijack] "
+           "mode = both`, `lan_interfaces` the LAN's bridge). One iperf3 -R download (%g s) "
+           "per path and repetition, %d repetitions in rotating order; pc1 also fetches 2 MiB "
+           "with curl through relay1 before and after (sha256 checked, nginx saw relay1). "
+           "Rules backend: %s." % (RATE, args.seconds, args.reps, backend), "",
+           "| path | Mbit/s, median [min-max] | slot / direct, same host |",
+           "|---|---|---|"]
     for p in PATHS:
         host, how = p.split()
         r = mr(ratio("%s slot" % host, "%s direct" % host), "%.2f") if how == "slot" else ""
-        print("| %s | %s | %s |" % (p, mr(res[p]), r))
-    print()
-    print("pc1 slot / client slot: %s; %d repetitions of %g s, rules backend %s, %.0f s in all."
-          % (mr(ratio("pc1 slot", "client slot"), "%.2f"), args.reps, args.seconds, backend,
-             time.monotonic() - t0))
+        out.append("| %s | %s | %s |" % (p, mr(res[p]), r))
+    out += ["", "pc1 through the gateway / the client itself, both through slot: %s. "
+            "Reproduce: `/usr/bin/python3 scripts/bench/gateway_throughput.py --reps %d` "
+            "(root, after `make all`; %.0f s)." % (mr(ratio("pc1 slot", "client slot"), "%.2f"),
+                                                  args.reps, time.monotonic() - t0), ""]
+    text = "\n".join(out)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
 
 
 if __name__ == "__main__":
