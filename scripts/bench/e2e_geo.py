@@ -139,6 +139,7 @@ class Geo:
         self.dird = None
         self.slotd = None
         self.ttl_ms = int(1000 * max(4.0, min(10.0, args.seconds / 3)))
+        self.select_extra = dict(kv.split("=", 1) for kv in args.select)
         self.seen = set()
 
     def rtt(self, a, b):
@@ -242,7 +243,7 @@ class Geo:
             "hijack": {"ports": str(PORT_SLOT)},
             # A fresh choice in every repetition (the TTL is shorter than a
             # repetition): probes and the ranking as they are then.
-            "select": {"cache_ttl": "%dms" % self.ttl_ms},
+            "select": dict({"cache_ttl": "%dms" % self.ttl_ms}, **self.select_extra),
             "directory": {"urls": self.dird.url, "refresh": "2s", "retry": "500ms",
                           "cache_file": os.path.join(self.sb.dir, "slotd.relays")}})
         self.slotd.start(wait=False)
@@ -964,6 +965,8 @@ def main():
                     help="more choices of slotd per server after the transfers (0: none)")
     ap.add_argument("--build", default=os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build")))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench", "e2e_geo.md"))
+    ap.add_argument("--select", action="append", default=[], metavar="KEY=VALUE",
+                    help="a [select] setting of slotd's other than the default (A/B runs)")
     args = ap.parse_args()
     if args.quick:
         args.reps, args.seconds, args.sample = min(args.reps, 2), 8, min(args.sample, 5)
