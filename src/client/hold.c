@@ -32,6 +32,8 @@ struct hprobe {
 	uint32_t id;
 	struct hconn *c;
 	uint32_t idx;		/* in c->cand */
+	uint64_t sent_us;	/* when it left, monotonic: RTT(client, relay) counts
+				 * from here, not from the first probe */
 	bool answered;
 };
 
@@ -652,12 +654,23 @@ evaluate(struct hconn *c)
 	}
 }
 
+static void probe_read(struct slotd *d, int fd);
+
 static void
 decide_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
+	struct hconn *c = w->data;
+	struct slotd *d = c->d;
 	(void)loop;
 	(void)revents;
-	evaluate(w->data);
+
+	/* Answers that arrived before the deadline count, even when slotd was
+	 * too busy to read them: read them first (each may decide c). */
+	for (int i = 0; i < 2; i++)
+		if (d->probe_fd[i] >= 0)
+			probe_read(d, d->probe_fd[i]);
+	if (c->state == HC_PROBING)
+		evaluate(c);
 }
 
 static void
@@ -775,6 +788,7 @@ probe_send(struct slotd *d, struct hconn *c, size_t i)
 	    sizeof(buf))) < 0)
 		return;		/* counts as a relay that never answers */
 	sl = ep_to_sockaddr(&r->conf.control, &ss);
+	c->pr[i].sent_us = clock_mono_us();
 	if (sendto(fd, buf, (size_t)n, MSG_DONTWAIT, (struct sockaddr *)&ss, sl) == n) {
 		d->ctr.probes_sent++;
 		c->nprobes++;
@@ -885,26 +899,51 @@ reply_key_fn(void *arg, const struct proto_hdr *h)
 	return NULL;
 }
 
-static void
-probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
+/* When the datagram of mh reached the host (the kernel's SO_TIMESTAMPNS), on
+ * the monotonic clock; now if it does not say. A reply counts from its
+ * arrival, not from when a busy slotd got round to it. */
+static uint64_t
+rx_mono_us(struct msghdr *mh, uint64_t now)
 {
-	struct slotd *d = w->data;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS ||
+		    cm->cmsg_len < CMSG_LEN(sizeof(struct timespec)))
+			continue;
+		struct timespec ts;
+		memcpy(&ts, CMSG_DATA(cm), sizeof(ts));
+		uint64_t at = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+		uint64_t real = clock_real_us();
+		/* Only a plausible age: a clock step makes it nonsense. */
+		if (at <= real && real - at < 10000000 && real - at <= now)
+			return now - (real - at);
+	}
+	return now;
+}
+
+/* Reads the relays' answers waiting on fd. */
+static void
+probe_read(struct slotd *d, int fd)
+{
 	struct sockaddr_storage ss;
 	struct proto_msg m;
 	struct endpoint from;
 	enum proto_err why;
 	uint8_t buf[PROTO_MAX_LEN + 1];
+	union {
+		char b[CMSG_SPACE(sizeof(struct timespec))];
+		struct cmsghdr align;
+	} ctl;
 	size_t used;
-	(void)loop;
-	(void)revents;
 
 	for (int budget = 0; budget < 256; budget++) {
-		socklen_t sl = sizeof(ss);
-		ssize_t n = recvfrom(w->fd, buf, sizeof(buf), MSG_DONTWAIT,
-		    (struct sockaddr *)&ss, &sl);
+		struct iovec iov = { buf, sizeof(buf) };
+		struct msghdr mh = { .msg_name = &ss, .msg_namelen = sizeof(ss), .msg_iov = &iov,
+		    .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
+		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
 		if (n < 0)
 			return;
-		uint64_t now = clock_mono_us();
+		socklen_t sl = mh.msg_namelen;
+		uint64_t now = rx_mono_us(&mh, clock_mono_us());
 		if (ep_from_sockaddr((struct sockaddr *)&ss, sl, &from) == -1 ||
 		    (d->env.id == NULL ?
 		    proto_decode(buf, (size_t)n, &d->key, &m, &used, &why) :
@@ -930,7 +969,7 @@ probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 			continue;
 		}
 		struct hconn *c = p->c;
-		uint64_t elapsed = now - c->dstart_us;
+		uint64_t elapsed = now > p->sent_us ? now - p->sent_us : 0;
 		struct sel_reply *r = &c->rep[c->nrep++];
 		p->answered = true;
 		d->ctr.probe_replies++;
@@ -939,10 +978,18 @@ probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 		r->rtt_cr_us = elapsed > m.u.probe_reply.hold_us ?
 		    (uint32_t)(elapsed - m.u.probe_reply.hold_us) : 1;
 		r->rtt_rs_us = m.u.probe_reply.rtt_us;
-		r->at_us = now - c->t0_us;
+		r->at_us = now > c->t0_us ? now - c->t0_us : 0;
 		c->cand[p->idx]->rtt_us = r->rtt_cr_us;		/* for "slotctl relays" */
 		evaluate(c);
 	}
+}
+
+static void
+probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	probe_read(w->data, w->fd);
 }
 
 static void
@@ -1154,6 +1201,8 @@ probe_socket(int family, uint32_t mark)
 		close(fd);
 		return -1;
 	}
+	/* Arrival times of the answers (rx_mono_us); without them, read times. */
+	(void)setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &(int){ 1 }, sizeof(int));
 	return fd;
 }
 
