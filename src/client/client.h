@@ -45,6 +45,7 @@ struct client_counters {
 						 * at the relay's SYN-ACK (synack_hold) */
 	unsigned long long synack_holds;	/* relays' SYN-ACKs held until PIPE_OK */
 	unsigned long long synack_passed;	/* relays' SYN-ACKs that nothing waited for */
+	unsigned long long synack_dropped;	/* ...that answered a SYN whose pipe had failed */
 	unsigned long long synack_failures;	/* ...waits whose pipe failed: SYN-ACK dropped,
 						 * conntrack entry forgotten, next SYN direct */
 	unsigned long long ct_delete_errors;	/* conntrack entries that could not be forgotten */

@@ -92,6 +92,8 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	    "Relays' SYN-ACKs held until PIPE_OK.");
 	C("synack_passed", c->synack_passed, CTL_COUNTER,
 	    "Relays' SYN-ACKs passed at once: no connection waited for them.");
+	C("synack_dropped", c->synack_dropped, CTL_COUNTER,
+	    "Relays' SYN-ACKs dropped: they answered a SYN whose pipe had failed.");
 	C("synack_failures", c->synack_failures, CTL_COUNTER,
 	    "Waits at the SYN-ACK whose pipe failed: the SYN-ACK dropped, the conntrack "
 	    "entry forgotten, the next SYN direct.");

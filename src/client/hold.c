@@ -26,6 +26,9 @@
  * long enough to spare the relay a burst of retries, short enough for a
  * service that is starting to be relayed soon. */
 #define REFUSAL_TTL_US (30ull * 1000000)
+/* A relay's SYN-ACK queued before slotd gave up on its pipe is read within
+ * this long; the relay retransmits its own after 1 s. */
+#define SYNACK_LATE_US (500ull * 1000)
 
 struct hprobe {
 	struct hnode node;	/* in d->probes by id */
@@ -80,6 +83,7 @@ struct hconn {
 	bool syn_out;
 	bool synack_held;
 	uint32_t synack_id;		/* its queue id, while held */
+	uint64_t synack_failed_us;	/* when its pipe failed, monotonic */
 
 	/* through a NAT: the relay matches the pipe by this token in the SYN */
 	bool tokened;
@@ -237,6 +241,7 @@ synack_settle(struct hconn *c, bool ok)
 	c->synack_held = false;
 	if (ok)
 		return;
+	c->synack_failed_us = clock_mono_us();
 	d->ctr.synack_failures++;
 	if (d->ct == NULL || ctdel_tcp(d->ct, &c->client, &c->server) == -1) {
 		if (d->ct == NULL || errno != ENOENT) {
@@ -1079,6 +1084,19 @@ hold_synack(struct slotd *d, uint32_t id, const struct syn_info *si)
 {
 	struct hconn *c = conn_find(d, &si->dst);
 
+	if (c != NULL && c->syn_out && c->state == HC_LINGER && !c->relayed &&
+	    si->ack == c->seq + 1 && clock_mono_us() - c->synack_failed_us < SYNACK_LATE_US) {
+		/* The answer to a SYN whose pipe has just failed, queued before
+		 * its conntrack entry went (it still holds it): let through, it
+		 * would complete a handshake that the direct path's server
+		 * knows nothing of. The application's next SYN goes direct.
+		 * The relay's retransmissions, later, hold no entry: the
+		 * client's kernel answers them with a reset, which frees the
+		 * relay's half-open connection. */
+		d->ctr.synack_dropped++;
+		synq_verdict(d->q, id, false, false, 0);
+		return;
+	}
 	if (c == NULL || !c->syn_out || c->state != HC_ESTABLISHING ||
 	    si->ack != c->seq + 1 || c->via == NULL ||
 	    !addr_eq(&si->src.addr, &c->via->conf.control.addr)) {
