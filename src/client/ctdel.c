@@ -37,7 +37,7 @@ ctdel_open(char *err, size_t errlen)
 		return NULL;
 	}
 	c->portid = mnl_socket_get_portid(c->nl);
-	c->seq = (uint32_t)random();
+	c->seq = arc4random();
 	return c;
 }
 
@@ -60,9 +60,9 @@ ctdel_build(void *buf, size_t cap, uint32_t seq, const struct endpoint *client,
 	struct nfgenmsg *nfg;
 	struct nlattr *tuple, *ip, *proto;
 
+	/* libmnl zeroes headers and padding as it puts them. */
 	if (fam != server->addr.family || (fam != AF_INET && fam != AF_INET6) || cap < 256)
 		return 0;
-	memset(buf, 0, 256);
 	nlh = mnl_nlmsg_put_header(buf);
 	nlh->nlmsg_type = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE;
 	nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;

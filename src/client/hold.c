@@ -1083,22 +1083,23 @@ static void
 hold_synack(struct slotd *d, uint32_t id, const struct syn_info *si)
 {
 	struct hconn *c = conn_find(d, &si->dst);
+	/* The answer to the SYN slotd sent with PIPE_ESTABLISH. */
+	bool ours = c != NULL && c->syn_out && si->ack == c->seq + 1;
 
-	if (c != NULL && c->syn_out && c->state == HC_LINGER && !c->relayed &&
-	    si->ack == c->seq + 1 && clock_mono_us() - c->synack_failed_us < SYNACK_LATE_US) {
-		/* The answer to a SYN whose pipe has just failed, queued before
-		 * its conntrack entry went (it still holds it): let through, it
-		 * would complete a handshake that the direct path's server
-		 * knows nothing of. The application's next SYN goes direct.
-		 * The relay's retransmissions, later, hold no entry: the
-		 * client's kernel answers them with a reset, which frees the
-		 * relay's half-open connection. */
+	if (ours && c->state == HC_LINGER && !c->relayed &&
+	    clock_mono_us() - c->synack_failed_us < SYNACK_LATE_US) {
+		/* Its pipe has just failed, and it was queued before its
+		 * conntrack entry went (it still holds it): passed, it would
+		 * complete a handshake that the direct path's server knows
+		 * nothing of. The application's next SYN goes direct. The
+		 * relay's retransmissions, later, hold no entry: the client's
+		 * kernel answers them with a reset, which frees the relay's
+		 * half-open connection. */
 		d->ctr.synack_dropped++;
 		synq_verdict(d->q, id, false, false, 0);
 		return;
 	}
-	if (c == NULL || !c->syn_out || c->state != HC_ESTABLISHING ||
-	    si->ack != c->seq + 1 || c->via == NULL ||
+	if (!ours || c->state != HC_ESTABLISHING || c->via == NULL ||
 	    !addr_eq(&si->src.addr, &c->via->conf.control.addr)) {
 		d->ctr.synack_passed++;
 		synq_verdict(d->q, id, true, false, 0);

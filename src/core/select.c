@@ -202,8 +202,8 @@ wait_until(struct sel_result *o, uint64_t t)
  * (cr + rs > t, so max(cr, rs) > t/2), or after cr alone when the relay
  * has the server's RTT cached (cr > t). So once the best path in hand is no
  * longer than t/2, the replies still due cannot change the choice: this is
- * when waiting for them stops. Without it a decision
- * waited for the slowest relay probed, often one that could never win. */
+ * when waiting for them stops. Without it a decision waited for the slowest
+ * relay probed, often one that could never win. */
 static uint64_t
 settled_at(const struct sel_reply *best, bool all_in)
 {
