@@ -70,6 +70,11 @@ cconf_defaults(struct cconf *c)
 	c->reconnect_max_ms = 30000;
 	c->failure_quarantine_ms = 30000;
 
+	snprintf(c->lib_socket, sizeof(c->lib_socket), "/run/slot/slotd-lib.sock");
+	c->lib_socket_mode = 0666;
+	c->lib_mark = 0x20000000;
+	snprintf(c->run_cgroup, sizeof(c->run_cgroup), "slot.run");
+
 	c->dir_refresh_ms = 2 * HOUR_MS;
 	c->dir_retry_ms = 30000;
 	c->dir_timeout_ms = 5000;
@@ -255,7 +260,7 @@ struct key_spec {
 	enum {
 		K_STR, K_LEVEL, K_UINT, K_MS, K_US, K_DOUBLE, K_BIT, K_MASK,
 		K_STRATEGY, K_PORTS, K_CIDRS, K_RELAY, K_URLS, K_BOOL, K_EP_OPT,
-		K_AUTHMODE, K_BACKEND, K_HMODE, K_IFACES, K_NATMODE,
+		K_AUTHMODE, K_BACKEND, K_HMODE, K_IFACES, K_NATMODE, K_FMODE,
 	} kind;
 	size_t off, size;	/* of the member; K_UINT stores 2, 4 or 8 bytes */
 	uint64_t min, max;	/* K_UINT, K_DOUBLE; K_MS and K_US in ms */
@@ -306,6 +311,10 @@ static const struct key_spec keys[] = {
 	{ "relays", "failure_quarantine", K_MS, F(failure_quarantine_ms), 0, HOUR_MS },
 	{ "relays", "relay", K_RELAY, F(relays), 0, 0 },
 	{ "nat", "mode", K_NATMODE, F(nat_mode), 0, 0 },
+	{ "lib", "socket", K_STR, F(lib_socket), 0, 0 },
+	{ "lib", "socket_mode", K_FMODE, F(lib_socket_mode), 0, 0 },
+	{ "lib", "mark", K_BIT, F(lib_mark), 0, 0 },
+	{ "lib", "cgroup", K_STR, F(run_cgroup), 0, 0 },
 	{ "directory", "urls", K_URLS, F(dir_urls), 0, 0 },
 	{ "directory", "refresh", K_MS, F(dir_refresh_ms), 100, 7 * DAY_MS },
 	{ "directory", "retry", K_MS, F(dir_retry_ms), 100, 7 * DAY_MS },
@@ -429,6 +438,18 @@ set_key(void *user, const char *section, const char *name, const char *value,
 		rc = conf_double(value, (double)k->min, (double)k->max, dst,
 		    sub, sizeof(sub));
 		break;
+	case K_FMODE: {
+		char *end;
+		errno = 0;
+		unsigned long fm = strtoul(value, &end, 8);
+		if (value[0] < '0' || value[0] > '7' || *end != '\0' || errno || fm > 0777) {
+			snprintf(sub, sizeof(sub), "expected an octal file mode, 0600 to 0777");
+			rc = -1;
+		} else {
+			*(uint32_t *)dst = (uint32_t)fm;
+		}
+		break;
+	}
 	case K_BIT:
 		rc = parse_mark(value, &m, sub, sizeof(sub));
 		if (rc == 0 && (m == 0 || (m & (m - 1)) != 0)) {
@@ -542,6 +563,22 @@ cconf_load(struct cconf *c, const char *path, char *err, size_t errlen)
 	if ((c->bypass_mark & c->relay_mask) != 0) {
 		snprintf(err, errlen, "%s: [slotd] bypass_mark 0x%08x overlaps "
 		    "relay_mask 0x%08x", path, c->bypass_mark, c->relay_mask);
+		goto fail;
+	}
+	if (c->lib_socket[0] && (c->lib_mark & (c->bypass_mark | c->relay_mask)) != 0) {
+		snprintf(err, errlen, "%s: [lib] mark 0x%08x overlaps [slotd] bypass_mark or "
+		    "relay_mask: choose another bit (or socket = , no lib socket)", path, c->lib_mark);
+		goto fail;
+	}
+	if (c->lib_socket[0] && (c->lib_socket_mode & 0600) != 0600) {
+		snprintf(err, errlen, "%s: [lib] socket_mode 0%o: slotd's own user needs "
+		    "read and write (at least 0600)", path, c->lib_socket_mode);
+		goto fail;
+	}
+	if (c->run_cgroup[0] && !rules_cgroup_ok(c->run_cgroup)) {
+		snprintf(err, errlen, "%s: [lib] cgroup '%s': expected a relative cgroup v2 path "
+		    "of letters, digits and ._-, its parts separated by single '/', or empty "
+		    "(off)", path, c->run_cgroup);
 		goto fail;
 	}
 	/* Relay i gets mark (i + 1) << shift. */

@@ -102,6 +102,12 @@ struct cconf {
 	/* [nat] */
 	int nat_mode;			/* enum cconf_nat */
 
+	/* [lib]: libslot's socket and slotctl run (libsrv.h); start-up only */
+	char lib_socket[CCONF_PATH_MAX];	/* "": neither */
+	uint32_t lib_socket_mode;
+	uint32_t lib_mark;		/* one bit: sockets offered to slotd, any port */
+	char run_cgroup[CCONF_PATH_MAX];	/* cgroup v2 path of slotctl run; "": off */
+
 	/* [directory] */
 	struct conf_urls dir_urls;	/* none: no directory */
 	uint64_t dir_refresh_ms;

@@ -54,6 +54,11 @@ struct client_counters {
 	unsigned long long token_pipes;		/* pipes requested with a token (NAT) */
 	unsigned long long token_no_room;	/* released direct: no room in the SYN for it */
 	unsigned long long token_unsupported;	/* wanted, but the relay takes none: by endpoint */
+	unsigned long long lib_requests;	/* on the lib socket */
+	unsigned long long lib_errors;		/* ...answered with an error */
+	unsigned long long lib_offered;		/* sockets offered by programs (libslot) */
+	unsigned long long lib_matched;		/* ...whose SYN came with their options */
+	unsigned long long lib_attached;	/* processes moved into the run cgroup */
 	unsigned long long reloads, reload_failures, rules_applied;
 	unsigned long long decide_us_max;
 };
@@ -92,6 +97,7 @@ struct synp_sock;
 TAILQ_HEAD(hconn_list, hconn);
 struct dirsync;
 struct rulesync;
+struct libsrv;
 
 struct slotd {
 	struct ev_loop *loop;
@@ -140,6 +146,7 @@ struct slotd {
 	size_t nrecent, recent_next;
 
 	struct ctlsrv *ctl;
+	struct libsrv *lib;		/* the lib socket and run cgroup; NULL: none */
 	struct ctlsrv *metrics;		/* HTTP; NULL: no metrics_listen */
 	ev_signal sig_hup, sig_term, sig_int;
 	bool stopping;

@@ -106,6 +106,14 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	    "SYNs sent direct: a token was wanted and their options left no room for it.");
 	C("token_unsupported", c->token_unsupported, CTL_COUNTER,
 	    "Pipes that wanted a token through a relay that takes none: matched by endpoint.");
+	C("lib_requests", c->lib_requests, CTL_COUNTER, "Requests on the lib socket.");
+	C("lib_errors", c->lib_errors, CTL_COUNTER, "Lib socket requests answered with an error.");
+	C("lib_offered", c->lib_offered, CTL_COUNTER,
+	    "Sockets offered by their programs (libslot), any port.");
+	C("lib_matched", c->lib_matched, CTL_COUNTER,
+	    "SYNs of offered sockets that came with their program's options.");
+	C("lib_attached", c->lib_attached, CTL_COUNTER,
+	    "Processes moved into the run cgroup (slotctl run).");
 	C("held_overflow", c->held_overflow, CTL_COUNTER,
 	    "SYNs sent direct because max_held were held.");
 	C("relays_configured", d->nrelays, CTL_GAUGE, "Relays in the set.");
@@ -162,7 +170,7 @@ relay_source(const struct crelay *x)
 static void
 json(struct slotd *d, struct ctl_out *o)
 {
-	struct ctl_counter v[64];
+	struct ctl_counter v[CSTATS_MAX];
 	size_t n = cstats_counters(d, v, sizeof(v) / sizeof(v[0]));
 	uint64_t now = clock_mono_us();
 	char a[EP_STRLEN], b[EP_STRLEN], r[EP_STRLEN];
@@ -474,7 +482,7 @@ void
 cstats_handle(void *user, const char *line, struct ctl_out *out)
 {
 	struct slotd *d = user;
-	struct ctl_counter v[64];
+	struct ctl_counter v[CSTATS_MAX];
 	struct ctl_req q;
 	size_t n;
 

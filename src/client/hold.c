@@ -14,6 +14,7 @@
 #include "slot/syntok.h"
 #include "ctdel.h"
 #include "hold.h"
+#include "libsrv.h"
 #include "relays.h"
 #include "rulesync.h"
 
@@ -84,6 +85,9 @@ struct hconn {
 	bool synack_held;
 	uint32_t synack_id;		/* its queue id, while held */
 	uint64_t synack_failed_us;	/* when its pipe failed, monotonic */
+
+	/* offered by its program (libslot), with these wishes; NULL: none */
+	struct lib_opts *lib;
 
 	/* through a NAT: the relay matches the pipe by this token in the SYN */
 	bool tokened;
@@ -160,6 +164,7 @@ conn_free(struct hconn *c)
 		TAILQ_REMOVE(&d->held, c, link);
 		d->nheld--;
 	}
+	free(c->lib);
 	free(c);
 }
 
@@ -297,6 +302,8 @@ conn_release(struct hconn *c, struct crelay *via, const char *why)
 	conn_stop_probing(c);
 	ev_timer_stop(d->loop, &c->timer);
 	ev_timer_stop(d->loop, &c->hold);
+	free(c->lib);		/* wishes for the verdict only */
+	c->lib = NULL;
 	TAILQ_REMOVE(&d->held, c, link);
 	d->nheld--;
 	c->state = HC_LINGER;
@@ -686,7 +693,9 @@ hold_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)revents;
 
 	c->d->ctr.hold_timeouts++;
-	conn_release(c, NULL, "hold_timeout");
+	conn_release(c, NULL, c->lib && c->lib->deadline_ms &&
+	    c->lib->deadline_ms < c->d->conf.hold_timeout_ms ? "the application's deadline" :
+	    "hold_timeout");
 }
 
 static void
@@ -817,7 +826,8 @@ start_probing(struct slotd *d, struct hconn *c)
 			goto oom;
 		for (size_t i = 0; i < n; i++) {
 			cands[i].group = d->relays[i]->conf.group;
-			cands[i].usable = relay_usable(d, d->relays[i], now);
+			cands[i].usable = relay_usable(d, d->relays[i], now) &&
+			    !lib_opts_avoids(c->lib, &d->relays[i]->conf.control);
 			cands[i].rank = d->relays[i]->rank;
 			/* The data endpoint is the control address's. */
 			cands[i].family = d->relays[i]->conf.control.addr.family;
@@ -997,6 +1007,28 @@ probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 	probe_read(w->data, w->fd);
 }
 
+/* The program named the relay (libslot): no probe, no cache; the pipe is
+ * still set up as any other, and a failure still goes direct. */
+static void
+forced(struct slotd *d, struct hconn *c, uint64_t now)
+{
+	struct crelay *r = relay_find(d, &c->lib->relay);
+	char rb[EP_STRLEN];
+
+	if (r == NULL || !relay_usable(d, r, now)) {
+		log_info("forced relay %s: %s", ep_fmt(&c->lib->relay, rb),
+		    r ? "not usable now" : "not in the set");
+		conn_release(c, NULL, r ? "the forced relay is not usable now" :
+		    "the forced relay is not in the set");
+		return;
+	}
+	if (r->conf.control.addr.family != c->server.addr.family) {
+		conn_release(c, NULL, "the forced relay has no data endpoint of the server's family");
+		return;
+	}
+	establish(c, r, 0, "forced by the application");
+}
+
 static void
 hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *si,
     const uint8_t *pkt, size_t caplen, size_t wirelen)
@@ -1025,13 +1057,26 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 	htab_insert(&d->conns, &c->node, ep_hash(&c->client, d->hkey));
 	TAILQ_INSERT_TAIL(&d->held, c, link);
 	d->nheld++;
-	ev_timer_init(&c->hold, hold_timeout_cb, d->conf.hold_timeout_ms / 1000., 0.);
+	uint64_t hold_ms = d->conf.hold_timeout_ms;
+	struct lib_opts lo;
+	if ((mark & d->conf.lib_mark) && libsrv_take(d, &c->client, &c->server, &lo) &&
+	    (c->lib = malloc(sizeof(*c->lib))) != NULL) {
+		*c->lib = lo;
+		if (lo.deadline_ms && lo.deadline_ms < hold_ms)
+			hold_ms = lo.deadline_ms;
+	}
+	ev_timer_init(&c->hold, hold_timeout_cb, hold_ms / 1000., 0.);
 	c->hold.data = c;
 	ev_timer_start(d->loop, &c->hold);
 	ev_init(&c->timer, decide_timer_cb);
 	c->timer.data = c;
 
-	if (cache_on(d) && selc_get(d->cache, &c->server, now, &e)) {
+	if (c->lib && c->lib->has_relay) {
+		forced(d, c, now);
+		return;
+	}
+	if (cache_on(d) && selc_get(d->cache, &c->server, now, &e) &&
+	    !(e.choice == SELC_RELAY && lib_opts_avoids(c->lib, &e.relay))) {
 		if (e.choice == SELC_DIRECT) {
 			d->ctr.cache_hits++;
 			c->cached = true;
@@ -1164,6 +1209,46 @@ hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t c
 		return;
 	}
 	hold_start(d, id, mark, &si, pkt, caplen, wirelen);
+}
+
+bool
+hold_answer(struct slotd *d, const struct endpoint *client, const struct endpoint *server,
+    struct hold_answer *out)
+{
+	struct hconn *c = conn_find(d, client);
+
+	memset(out, 0, sizeof(*out));
+	if (c != NULL && ep_eq(&c->server, server)) {
+		out->cached = c->cached;
+		out->why = c->why;
+		if (c->state != HC_LINGER) {
+			out->state = "pending";
+			return true;
+		}
+		out->state = c->relayed ? "relayed" : "direct";
+		out->has_relay = c->relayed && c->via != NULL;
+		if (out->has_relay)
+			out->relay = c->via->conf.control;
+		out->path_rtt_us = c->relayed ? c->path_rtt_us : 0;
+		out->direct_rtt_us = c->direct == SEL_DIRECT_OK ? c->rtt_direct_us : 0;
+		return true;
+	}
+	/* Gone from the table (70 s): the recent decisions, newest first. */
+	for (size_t k = 0; k < d->nrecent; k++) {
+		const struct decision *x = &d->recent[(d->recent_next + RECENT_MAX - 1 - k) %
+		    RECENT_MAX];
+		if (!ep_eq(&x->client, client) || !ep_eq(&x->server, server))
+			continue;
+		out->state = x->relayed ? "relayed" : "direct";
+		out->has_relay = x->relayed;
+		out->relay = x->relay;
+		out->path_rtt_us = x->relayed ? x->path_rtt_us : 0;
+		out->direct_rtt_us = x->rtt_direct_us;
+		out->cached = x->cached;
+		out->why = x->why;
+		return true;
+	}
+	return false;
 }
 
 void

@@ -34,6 +34,21 @@ struct hold_view {
 	uint64_t age_us;		/* since the SYN */
 };
 
+/* How the connection client -> server went, for the program that made it
+ * (the lib socket's "decision"). */
+struct hold_answer {
+	const char *state;		/* "pending", "relayed", "direct" */
+	bool has_relay;
+	struct endpoint relay;		/* its control endpoint */
+	uint32_t path_rtt_us, direct_rtt_us;	/* 0: not known */
+	bool cached;
+	const char *why;
+};
+
+/* False: slotd knows no such connection (any more). */
+bool hold_answer(struct slotd *d, const struct endpoint *client, const struct endpoint *server,
+    struct hold_answer *out);
+
 /* Calls fn for each held connection, then each relayed one that lingers
  * (oldest first); decisions to go direct are left out. */
 void hold_view(struct slotd *d, void (*fn)(void *arg, const struct hold_view *v), void *arg);

@@ -8,6 +8,7 @@
 #include "slot/select.h"
 #include "hold.h"
 #include "rank.h"
+#include "libsrv.h"
 #include "relays.h"
 #include "rules.h"
 #include "rulesync.h"
@@ -159,6 +160,8 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 		.lan = conf->lan,
 		.nlan = conf->nlan,
 		.synack = d->ct != NULL && conf->synack_hold,
+		.lib_mark = conf->lib_socket[0] ? conf->lib_mark : 0,
+		.run_cgroup = conf->lib_socket[0] ? libsrv_cgroup(d) : NULL,
 	};
 	/* synack_hold waits until the SYN-ACKs are queued (hold.c). */
 	if (!rc_.synack)

@@ -123,6 +123,39 @@ mode_of(const struct rules_conf *c)
 	return c->mode ? c->mode : RULES_LOCAL;
 }
 
+bool
+rules_cgroup_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > 200)
+		return false;
+	for (const char *p = s; *p;) {
+		size_t part = strcspn(p, "/");
+		if (part == 0 || (part == 1 && p[0] == '.') || (part == 2 && p[0] == '.' &&
+		    p[1] == '.'))
+			return false;
+		for (size_t i = 0; i < part; i++)
+			if (!isalnum((unsigned char)p[i]) && strchr("._-", p[i]) == NULL)
+				return false;
+		p += part;
+		if (*p == '/' && *++p == '\0')
+			return false;	/* a trailing '/' */
+	}
+	return true;
+}
+
+/* nft's socket cgroupv2 needs the path's depth. */
+static unsigned
+cgroup_level(const char *s)
+{
+	unsigned n = 1;
+
+	for (; *s; s++)
+		n += *s == '/';
+	return n;
+}
+
 /* What both renderers refuse: marks that overlap or name no relay, a mode
  * outside the two, a gateway without (valid) LAN interfaces. */
 static int
@@ -130,6 +163,11 @@ check_conf(const struct rules_conf *c, const struct rules_relay *r, size_t n)
 {
 	if (c->bypass_mark == 0 || (c->bypass_mark & c->relay_mask) != 0 ||
 	    (c->mode & ~(RULES_LOCAL | RULES_GATEWAY)) != 0)
+		return -1;
+	if ((c->lib_mark & (c->lib_mark - 1)) != 0 ||
+	    (c->lib_mark & (c->bypass_mark | c->relay_mask)) != 0)
+		return -1;
+	if (c->run_cgroup && (c->lib_mark == 0 || !rules_cgroup_ok(c->run_cgroup)))
 		return -1;
 	if ((c->mode & RULES_GATEWAY) && (c->nlan == 0 || c->nlan > RULES_LAN_MAX))
 		return -1;
@@ -174,6 +212,10 @@ rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 		if (c->exclude->v[i].addr.family == c->family)
 			put(&o, "-A %s -d %s -j RETURN\n", RULES_HIJACK,
 			    cidr_fmt(&c->exclude->v[i], cb));
+	/* Offered by their program: any port, any destination not excluded. */
+	if (c->lib_mark)
+		put(&o, "-A %s -p tcp --syn -m mark --mark 0x%x/0x%x -j NFQUEUE --queue-num %u "
+		    "--queue-bypass\n", RULES_HIJACK, c->lib_mark, c->lib_mark, c->queue);
 	size_t ninc = c->include ? c->include->n : 0;
 	for (size_t i = 0; i < (ninc ? ninc : 1); i++) {
 		const char *dst = "";
@@ -196,6 +238,10 @@ rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 		for (size_t i = 0; i < c->nlan; i++)
 			put(&o, "-A %s -i %s -j %s\n", RULES_GW, c->lan[i], RULES_HIJACK);
 	}
+	put(&o, ":%s - [0:0]\n-F %s\n", RULES_RUN, RULES_RUN);
+	if (c->run_cgroup)
+		put(&o, "-A %s -p tcp --syn -m cgroup --path %s -j MARK --or-mark 0x%x\n",
+		    RULES_RUN, c->run_cgroup, c->lib_mark);
 	put(&o, ":%s - [0:0]\n-F %s\n", RULES_SYNACK, RULES_SYNACK);
 	for (size_t i = 0; c->synack && i < n; i++) {
 		if (r[i].data.addr.family != c->family)
@@ -329,6 +375,13 @@ rules_render_nft(const struct rules_conf *c, const struct rules_relay *r, size_t
 		nft_daddrs(c->exclude, fams[f], &o);
 		put(&o, " counter return\n");
 	}
+	if (c->lib_mark)
+		put(&o, "\t\tmeta mark & 0x%x == 0x%x tcp flags & (fin | syn | rst | ack) == syn "
+		    "counter queue num %u bypass\n", c->lib_mark, c->lib_mark, c->queue);
+	if (c->run_cgroup)
+		put(&o, "\t\tsocket cgroupv2 level %u \"%s\" tcp flags & (fin | syn | rst | ack) "
+		    "== syn counter queue num %u bypass\n", cgroup_level(c->run_cgroup),
+		    c->run_cgroup, c->queue);
 	size_t ninc = c->include ? c->include->n : 0;
 	for (size_t f = 0; f < (ninc ? 2 : 1); f++) {
 		if (ninc && !has_family(c->include, fams[f]))
@@ -727,6 +780,8 @@ struct hook_jump {
 };
 static const struct hook_jump hook_jumps[] = {
 	{ "mangle", "OUTPUT", RULES_HIJACK, RULES_LOCAL },
+	/* After SLOT_HIJACK's, so inserted before it (both at the top). */
+	{ "mangle", "OUTPUT", RULES_RUN, RULES_LOCAL },
 	{ "nat", "OUTPUT", RULES_DNAT, RULES_LOCAL },
 	{ "mangle", "PREROUTING", RULES_GW, RULES_GATEWAY },
 	{ "nat", "PREROUTING", RULES_DNAT, RULES_GATEWAY },
@@ -932,7 +987,8 @@ remove_family(int family, const struct rules_exec *x, char *err, size_t errlen)
 {
 	/* SLOT_GW refers to SLOT_HIJACK: it goes first. */
 	static const char *const chains[][2] = { { "mangle", RULES_GW },
-	    { "mangle", RULES_HIJACK }, { "mangle", RULES_SYNACK }, { "nat", RULES_DNAT } };
+	    { "mangle", RULES_HIJACK }, { "mangle", RULES_RUN }, { "mangle", RULES_SYNACK },
+	    { "nat", RULES_DNAT } };
 	char msg[512], ipt[RULES_TOOL_MAX], w[16];
 	int fail = 0, rc = 0;
 
@@ -1037,9 +1093,10 @@ rules_parse_saved(const char *table, const char *text, struct rules_entry **v, s
 		    strcmp(chain, "INPUT") == 0 || strcmp(chain, "FORWARD") == 0;
 		if (strcmp(chain, RULES_HIJACK) != 0 && strcmp(chain, RULES_DNAT) != 0 &&
 		    strcmp(chain, RULES_GW) != 0 && strcmp(chain, RULES_SYNACK) != 0 &&
+		    strcmp(chain, RULES_RUN) != 0 &&
 		    !(hook && (jumps_to(text_rule, RULES_HIJACK) ||
 		    jumps_to(text_rule, RULES_DNAT) || jumps_to(text_rule, RULES_GW) ||
-		    jumps_to(text_rule, RULES_SYNACK)))) {
+		    jumps_to(text_rule, RULES_SYNACK) || jumps_to(text_rule, RULES_RUN)))) {
 			free(text_rule);
 			continue;
 		}

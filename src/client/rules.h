@@ -18,6 +18,11 @@
  * - gateway mode: mangle chain SLOT_GW, jumped to from PREROUTING, sends the
  *   SYNs that come in on a LAN interface to SLOT_HIJACK, and nat PREROUTING
  *   jumps to SLOT_DNAT;
+ * - sockets offered to slotd whatever their port (libslot) carry lib_mark:
+ *   SLOT_HIJACK queues their SYNs after the exclusions; mangle chain
+ *   SLOT_RUN, jumped to from OUTPUT before SLOT_HIJACK, gives that mark to
+ *   the SYNs of run_cgroup's processes (slotctl run): the cgroup match is
+ *   not allowed in PREROUTING, which reaches SLOT_HIJACK on a gateway;
  * - mangle chain SLOT_SYNACK, jumped to from INPUT (and FORWARD on a
  *   gateway): with synack set, queues the SYN-ACKs that come from a relay's
  *   data port, so that slotd can hold a cold connection's SYN-ACK until the
@@ -35,6 +40,7 @@
 #define RULES_DNAT "SLOT_DNAT"
 #define RULES_GW "SLOT_GW"
 #define RULES_SYNACK "SLOT_SYNACK"
+#define RULES_RUN "SLOT_RUN"
 #define RULES_NFT_TABLE "slot"
 
 enum rules_backend { RULES_IPTABLES, RULES_NFT };
@@ -59,11 +65,18 @@ struct rules_conf {
 	const char (*lan)[RULES_IFNAME_MAX];	/* gateway: the LAN interfaces */
 	size_t nlan;
 	bool synack;			/* queue the relays' SYN-ACKs too */
+	uint32_t lib_mark;		/* one bit; 0: no socket is offered by mark */
+	const char *run_cgroup;		/* cgroup v2 path (slotctl run); NULL: none */
 };
 
 /* Whether name may be a LAN interface of the rules: 1 to 15 characters of
  * letters, digits and ".-_@" (what the tools quote safely). */
 bool rules_ifname_ok(const char *name);
+
+/* Whether s may be run_cgroup: a relative cgroup v2 path of letters,
+ * digits and ._-, parts separated by single '/', no "..". It goes into the
+ * rules as it is. */
+bool rules_cgroup_ok(const char *s);
 
 struct rules_relay {
 	uint32_t mark;			/* non-zero, within relay_mask */

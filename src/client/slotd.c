@@ -29,6 +29,7 @@
 #include "ctdel.h"
 #include "dirsync.h"
 #include "hold.h"
+#include "libsrv.h"
 #include "rank.h"
 #include "relays.h"
 #include "rules.h"
@@ -235,6 +236,16 @@ reload(struct slotd *d)
 		log_warnx("reload: user needs a restart; keeping %s", d->conf.user);
 		memcpy(nc.user, d->conf.user, sizeof(nc.user));
 	}
+	/* Made or opened with root's privileges; sockets already marked. */
+	if (strcmp(nc.lib_socket, d->conf.lib_socket) != 0 ||
+	    nc.lib_socket_mode != d->conf.lib_socket_mode || nc.lib_mark != d->conf.lib_mark ||
+	    strcmp(nc.run_cgroup, d->conf.run_cgroup) != 0) {
+		log_warnx("reload: [lib] changes only on restart; keeping the running one");
+		memcpy(nc.lib_socket, d->conf.lib_socket, sizeof(nc.lib_socket));
+		memcpy(nc.run_cgroup, d->conf.run_cgroup, sizeof(nc.run_cgroup));
+		nc.lib_socket_mode = d->conf.lib_socket_mode;
+		nc.lib_mark = d->conf.lib_mark;
+	}
 	dirsync_reload_conf(d, &nc);
 	(void)rsync_set_exec(d->rsync, &(struct rules_exec){ nc.iptables, wait_s(&nc),
 	    d->rules_exec.backend, nc.nft });
@@ -355,14 +366,14 @@ drop_privileges(struct slotd *d, uid_t uid, gid_t gid, int legacy, char *err, si
 }
 
 static int
-control_socket(const char *path, char *err, size_t errlen)
+unix_socket(const char *what, const char *path, mode_t mode, char *err, size_t errlen)
 {
 	char dir[CCONF_PATH_MAX];
 	size_t n = strlen(path);
 	int fd;
 
 	if (n >= sizeof(dir)) {
-		errbuf_set(err, errlen, "control socket path too long");
+		errbuf_set(err, errlen, "%s path too long", what);
 		return -1;
 	}
 	/* /run/slot may not exist outside systemd's RuntimeDirectory. */
@@ -371,8 +382,8 @@ control_socket(const char *path, char *err, size_t errlen)
 		errbuf_set(err, errlen, "creating %s: %s", dir, strerror(errno));
 		return -1;
 	}
-	if ((fd = sock_listen_unix(path, 0660, 16)) == -1) {
-		errbuf_set(err, errlen, "control socket %s: %s", path, strerror(errno));
+	if ((fd = sock_listen_unix(path, mode, 16)) == -1) {
+		errbuf_set(err, errlen, "%s %s: %s", what, path, strerror(errno));
 		return -1;
 	}
 	return fd;
@@ -492,7 +503,8 @@ main(int argc, char **argv)
 	ev_io_init(&d->q_io, queue_cb, synq_fd(d->q), EV_READ);
 	d->q_io.data = d;
 	ev_io_start(d->loop, &d->q_io);
-	if ((ctl_fd = control_socket(d->conf.control_socket, err, sizeof(err))) == -1)
+	if ((ctl_fd = unix_socket("control socket", d->conf.control_socket, 0660, err,
+	    sizeof(err))) == -1)
 		fatalx("%s", err);
 	if ((d->ctl = ctlsrv_start(d->loop, ctl_fd, cstats_handle, d)) == NULL)
 		fatalx("out of memory");
@@ -508,6 +520,18 @@ main(int argc, char **argv)
 	}
 	if (hold_init(d, err, sizeof(err)) == -1)
 		fatalx("%s", err);
+	/* libslot and slotctl run: the socket, and the cgroup the rules name. */
+	if (d->conf.lib_socket[0]) {
+		int lib_fd = unix_socket("lib socket", d->conf.lib_socket, d->conf.lib_socket_mode,
+		    err, sizeof(err));
+		if (lib_fd == -1) {
+			(void)unlink(d->conf.control_socket);
+			fatalx("%s", err);
+		}
+		libsrv_cgroup_open(d);
+		if (libsrv_start(d, lib_fd) == -1)
+			fatalx("out of memory");
+	}
 	/* Before the rules: they queue the relays' SYN-ACKs only with it.
 	 * Opened whatever synack_hold says, so that a reload may turn it on. */
 	if ((d->ct = ctdel_open(err, sizeof(err))) == NULL)
@@ -595,7 +619,10 @@ main(int argc, char **argv)
 	relays_free(d);
 	ctlsrv_stop(d->ctl);
 	ctlsrv_stop(d->metrics);
+	libsrv_stop(d);
 	(void)unlink(d->conf.control_socket);
+	if (d->conf.lib_socket[0])
+		(void)unlink(d->conf.lib_socket);
 	log_info("exiting: %llu SYNs, %llu via relays, %llu direct",
 	    d->ctr.syn_received, d->ctr.decisions_relay, d->ctr.decisions_direct);
 	selc_free(d->cache);

@@ -35,6 +35,17 @@ import topo  # noqa: E402
 from topo import kill_ns_pids, pid_alive, sh  # noqa: E402,F401
 
 
+def cgroup2_mounts():
+    """Where cgroup v2 is mounted (from /proc/self/mountinfo)."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            head, _, tail = line.partition(" - ")
+            if tail.startswith("cgroup2 "):
+                out.append(head.split()[4])
+    return out
+
+
 def sweep():
     """Removes namespaces, root-namespace links and run directories of earlier
     runs whose process is gone. Only names of our own pattern are touched."""
@@ -57,6 +68,16 @@ def sweep():
         if m and not pid_alive(int(m.group(1))):
             sh("ip", "link", "del", name, check=False)
             removed.append(name)
+    # slotd's run cgroups ([lib] cgroup), left by a slotd that was killed
+    for mnt in cgroup2_mounts():
+        for d in os.listdir(mnt):
+            m = NAME_RE.match(d)
+            if m and not pid_alive(int(m.group(1))):
+                try:
+                    os.rmdir(os.path.join(mnt, d))
+                    removed.append(d)
+                except OSError:
+                    pass
     tmp = tempfile.gettempdir()
     for d in os.listdir(tmp):
         m = NAME_RE.match(d)

@@ -609,6 +609,9 @@ class Slotd:
         # one per host: slotds of several hosts (LAN hosts) run at once
         self.sock = os.path.join(sb.dir, "slotd.sock" if host == "client"
                                  else "slotd-%s.sock" % host)
+        # libslot's socket and slotctl run's cgroup, of this run alone
+        self.lib_sock = os.path.join(sb.dir, "slotd-lib%d.sock" % self.n)
+        self.cgroup = "sltit%d-slotd%d" % (os.getpid(), self.n)
         self.conf = self.default_conf()
         self.extra_relay_lines = []
         self.proc = None
@@ -623,6 +626,7 @@ class Slotd:
                       "log_level": "debug", "queue": 7600, "user": "root"},
             # the default exclude has 10.0.0.0/8, the test bed's network
             "hijack": {"ports": "80, 5201", "include": "", "exclude": ""},
+            "lib": {"socket": self.lib_sock, "cgroup": self.cgroup},
             "select": {"strategy": "cover", "k": 20, "c_wait": 1.25, "min_gain": 1.1,
                        "repair_timeout": "3s", "hold_timeout": "5s",
                        "establish_timeout": "3s", "cache_ttl": "10m", "max_held": 4096,
@@ -1038,6 +1042,14 @@ class SlotBed:
                 pass
         if self.bed:
             self.bed.down()
+        # slotd leaves its run cgroup (it may no longer remove it); its
+        # programs are gone with the namespaces
+        for s in self.slotds:
+            for mnt in netns.cgroup2_mounts():
+                try:
+                    os.rmdir(os.path.join(mnt, s.cgroup))
+                except OSError:
+                    pass
 
     def __enter__(self):
         return self.up()

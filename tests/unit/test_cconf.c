@@ -431,6 +431,42 @@ test_exclude_empty(void **state)
 	cconf_free(&c);
 }
 
+/* [lib]: the socket, its mode (octal), the mark, the run cgroup. */
+static void
+test_lib(void **state)
+{
+	struct cconf c;
+	char err[256];
+	(void)state;
+
+	assert_int_equal(load(&c, "", err, sizeof(err)), 0);
+	assert_string_equal(c.lib_socket, "/run/slot/slotd-lib.sock");
+	assert_int_equal(c.lib_socket_mode, 0666);
+	assert_int_equal(c.lib_mark, 0x20000000);
+	assert_string_equal(c.run_cgroup, "slot.run");
+	cconf_free(&c);
+	assert_int_equal(load(&c, "[lib]\nsocket = /tmp/x.sock\nsocket_mode = 0660\n"
+	    "mark = 0x40000000\ncgroup = system.slice/slot-run\n", err, sizeof(err)), 0);
+	assert_int_equal(c.lib_socket_mode, 0660);
+	assert_int_equal(c.lib_mark, 0x40000000);
+	assert_string_equal(c.run_cgroup, "system.slice/slot-run");
+	cconf_free(&c);
+	assert_int_equal(load(&c, "[lib]\ncgroup =\nsocket =\n", err, sizeof(err)), 0);
+	assert_string_equal(c.run_cgroup, "");
+	cconf_free(&c);
+
+	assert_int_equal(load(&c, "[lib]\nsocket_mode = 0999\n", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "expected an octal file mode"));
+	assert_int_equal(load(&c, "[lib]\nsocket_mode = 0400\n", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "at least 0600"));
+	assert_int_equal(load(&c, "[lib]\nmark = 0x30000000\n", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "exactly one bit"));
+	assert_int_equal(load(&c, "[lib]\nmark = 0x10000000\n", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "overlaps"));
+	assert_int_equal(load(&c, "[lib]\ncgroup = ../escape\n", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "expected a relative cgroup v2 path"));
+}
+
 static void
 test_marks(void **state)
 {
@@ -438,8 +474,12 @@ test_marks(void **state)
 	char err[256];
 	(void)state;
 
+	/* No bit left for [lib] mark: only without the lib socket. */
 	assert_int_equal(load(&c, "[slotd]\nbypass_mark = 0x80000000\n"
-	    "relay_mask = 0x7fffffff\n", err, sizeof(err)), 0);
+	    "relay_mask = 0x7fffffff\n", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "[lib] mark 0x20000000 overlaps"));
+	assert_int_equal(load(&c, "[slotd]\nbypass_mark = 0x80000000\n"
+	    "relay_mask = 0x7fffffff\n[lib]\nsocket =\n", err, sizeof(err)), 0);
 	assert_int_equal(c.bypass_mark, 0x80000000u);
 	assert_int_equal(c.relay_mask, 0x7fffffff);
 	cconf_free(&c);
@@ -602,6 +642,7 @@ main(void)
 		cmocka_unit_test(test_too_many_relays),
 		cmocka_unit_test(test_exclude_empty),
 		cmocka_unit_test(test_marks),
+		cmocka_unit_test(test_lib),
 		cmocka_unit_test(test_nat_mode),
 		cmocka_unit_test(test_errors_name_the_line),
 		cmocka_unit_test(test_checks_across_keys),

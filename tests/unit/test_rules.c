@@ -57,6 +57,8 @@ test_ipv4_full(void **state)
 	    "-A SLOT_HIJACK -m mark --mark 0x1000000/0x1000000 -j RETURN\n"
 	    "-A SLOT_HIJACK -d 10.0.0.0/8 -j RETURN\n"
 	    "-A SLOT_HIJACK -p tcp --syn -m multiport --dports 80,443,8000:8099 -j NFQUEUE --queue-num 7 --queue-bypass\n"
+	    ":SLOT_RUN - [0:0]\n"
+	    "-F SLOT_RUN\n"
 	    ":SLOT_SYNACK - [0:0]\n"
 	    "-F SLOT_SYNACK\n"
 	    "COMMIT\n"
@@ -72,6 +74,8 @@ test_ipv4_full(void **state)
 	c.synack = true;
 	assert_true(rules_render(&c, r, 3, buf, sizeof(buf)) > 0);
 	assert_non_null(strstr(buf,
+	    ":SLOT_RUN - [0:0]\n"
+	    "-F SLOT_RUN\n"
 	    ":SLOT_SYNACK - [0:0]\n"
 	    "-F SLOT_SYNACK\n"
 	    "-A SLOT_SYNACK -s 198.51.100.7 -p tcp --sport 7601 --tcp-flags SYN,ACK,RST,FIN SYN,ACK -j NFQUEUE --queue-num 7 --queue-bypass\n"
@@ -91,6 +95,8 @@ test_ipv6_and_includes(void **state)
 	assert_non_null(strstr(buf,
 	    "-A SLOT_HIJACK -p tcp --syn -d 2001:db8:1::/48 -j NFQUEUE --queue-num 7 --queue-bypass\n"
 	    "-A SLOT_HIJACK -p tcp --syn -d 2001:db8:2::/48 -j NFQUEUE --queue-num 7 --queue-bypass\n"
+	    ":SLOT_RUN - [0:0]\n"
+	    "-F SLOT_RUN\n"
 	    ":SLOT_SYNACK - [0:0]\n"
 	    "-F SLOT_SYNACK\n"
 	    "COMMIT\n"));
@@ -232,6 +238,8 @@ test_iptables_gateway(void **state)
 	    "-F SLOT_GW\n"
 	    "-A SLOT_GW -i lan0 -j SLOT_HIJACK\n"
 	    "-A SLOT_GW -i wlan.7 -j SLOT_HIJACK\n"
+	    ":SLOT_RUN - [0:0]\n"
+	    "-F SLOT_RUN\n"
 	    ":SLOT_SYNACK - [0:0]\n"
 	    "-F SLOT_SYNACK\n"
 	    "-A SLOT_SYNACK -s 2001:db8::1 -p tcp --sport 7601 --tcp-flags SYN,ACK,RST,FIN SYN,ACK -j NFQUEUE --queue-num 7 --queue-bypass\n"
@@ -433,6 +441,58 @@ test_set_render(void **state)
 }
 
 /* [hijack] backend = auto. */
+/* Sockets offered by their program (libslot) and slotctl run's cgroup: any
+ * port, after the exclusions; the cgroup only in SLOT_RUN (xt_cgroup is not
+ * allowed in PREROUTING, which reaches SLOT_HIJACK on a gateway). */
+static void
+test_lib_and_run(void **state)
+{
+	struct rules_conf c = conf(AF_INET, "80", "192.0.2.0/24", "10.0.0.0/8");
+	(void)state;
+
+	c.lib_mark = 0x20000000;
+	c.run_cgroup = "slot.run";
+	assert_true(rules_render(&c, NULL, 0, buf, sizeof(buf)) > 0);
+	assert_non_null(strstr(buf,
+	    "-A SLOT_HIJACK -d 10.0.0.0/8 -j RETURN\n"
+	    "-A SLOT_HIJACK -p tcp --syn -m mark --mark 0x20000000/0x20000000 -j NFQUEUE --queue-num 7 --queue-bypass\n"
+	    "-A SLOT_HIJACK -p tcp --syn -d 192.0.2.0/24 -m multiport --dports 80 -j NFQUEUE"));
+	assert_non_null(strstr(buf, ":SLOT_RUN - [0:0]\n-F SLOT_RUN\n"
+	    "-A SLOT_RUN -p tcp --syn -m cgroup --path slot.run -j MARK --or-mark 0x20000000\n"));
+	assert_true(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)) > 0);
+	assert_non_null(strstr(buf, "ip daddr { 10.0.0.0/8 } counter return\n"
+	    "\t\tmeta mark & 0x20000000 == 0x20000000 tcp flags & (fin | syn | rst | ack) == syn "
+	    "counter queue num 7 bypass\n"
+	    "\t\tsocket cgroupv2 level 1 \"slot.run\" tcp flags & (fin | syn | rst | ack) == syn "
+	    "counter queue num 7 bypass\n"));
+	c.run_cgroup = "a/b-c/d_e.f";
+	assert_true(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)) > 0);
+	assert_non_null(strstr(buf, "socket cgroupv2 level 3 \"a/b-c/d_e.f\""));
+
+	/* Nothing to render without them. */
+	c.lib_mark = 0;
+	c.run_cgroup = NULL;
+	assert_true(rules_render(&c, NULL, 0, buf, sizeof(buf)) > 0);
+	assert_null(strstr(buf, "0x20000000"));
+	assert_non_null(strstr(buf, ":SLOT_RUN - [0:0]\n-F SLOT_RUN\n:SLOT_SYNACK"));
+
+	/* Refused: a cgroup without the mark, a mark of two bits or one that
+	 * names relays, paths that would escape or break the rule. */
+	c.run_cgroup = "slot.run";
+	assert_int_equal(rules_render(&c, NULL, 0, buf, sizeof(buf)), -1);
+	c.lib_mark = 0x30000000;
+	assert_int_equal(rules_render(&c, NULL, 0, buf, sizeof(buf)), -1);
+	c.lib_mark = 0x1;
+	assert_int_equal(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)), -1);
+	static const char *const bad[] = { "", "/slot", "slot/", "a//b", "..", "a/../b",
+	    "a/.", "slot run", "slot\"", "a;b" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_false(rules_cgroup_ok(bad[i]));
+	assert_true(rules_cgroup_ok("slot.run"));
+	assert_true(rules_cgroup_ok("system.slice/slot-run"));
+	assert_true(rules_cgroup_ok("..a/b.."));
+}
+
 static void
 test_backend_auto(void **state)
 {
@@ -519,6 +579,7 @@ main(void)
 		cmocka_unit_test(test_nft_all_ports_local),
 		cmocka_unit_test(test_nft_bad_input),
 		cmocka_unit_test(test_set_render),
+		cmocka_unit_test(test_lib_and_run),
 		cmocka_unit_test(test_backend_auto),
 		cmocka_unit_test(test_parse_nft),
 	};

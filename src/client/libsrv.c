@@ -1,0 +1,611 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "slot/clock.h"
+#include "slot/log.h"
+#include "client.h"
+#include "hold.h"
+#include "libsrv.h"
+#include "relays.h"
+
+#define REQ_MAX 512		/* a request line, '\n' included */
+#define CLIENTS_MAX 64		/* connections answered at once */
+#define PENDING_MAX 4096	/* offered sockets whose SYN has not come */
+#define CLIENT_TIMEOUT_S 2.
+/* An offered socket's options wait this long for its SYN. */
+#define PENDING_US (30ull * 1000000)
+
+struct pending {
+	uint16_t port;			/* the socket's local port */
+	struct endpoint server;
+	struct lib_opts o;
+	uint64_t expires_us;
+	TAILQ_ENTRY(pending) link;	/* oldest first */
+};
+TAILQ_HEAD(pending_list, pending);
+
+struct lclient {
+	struct libsrv *s;
+	int fd;
+	int passed;			/* the descriptor that came with the line; -1 */
+	ev_io io;
+	ev_timer timer;
+	char buf[REQ_MAX];
+	size_t len;
+	TAILQ_ENTRY(lclient) link;
+};
+TAILQ_HEAD(lclient_list, lclient);
+
+struct libsrv {
+	struct slotd *d;
+	int fd;
+	ev_io io;
+	struct lclient_list clients;
+	size_t nclients;
+	struct pending_list pending;
+	size_t npending;
+	char cgroup[CCONF_PATH_MAX];	/* as the rules name it */
+	char cgroup_dir[PATH_MAX];	/* "": no run cgroup */
+	int procs_fd;			/* its cgroup.procs, opened as root; -1 */
+};
+
+/* Where cgroup v2 is mounted ("/sys/fs/cgroup", or .../unified on a
+ * hybrid host). Returns 0, or -1. */
+static int
+cgroup2_mount(char *out, size_t len)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[1024];
+	int rc = -1;
+
+	if (f == NULL)
+		return -1;
+	while (rc == -1 && fgets(line, sizeof(line), f)) {
+		/* "id parent maj:min root mountpoint opts [optional...] - fstype ..." */
+		char mnt[512], *sep = strstr(line, " - ");
+		if (sep == NULL || strncmp(sep + 3, "cgroup2 ", 8) != 0)
+			continue;
+		if (sscanf(line, "%*s %*s %*s %*s %511s", mnt) == 1 &&
+		    (size_t)snprintf(out, len, "%s", mnt) < len)
+			rc = 0;
+	}
+	fclose(f);
+	return rc;
+}
+
+static struct libsrv *
+srv_of(struct slotd *d)
+{
+	if (d->lib == NULL && (d->lib = calloc(1, sizeof(*d->lib))) != NULL) {
+		d->lib->d = d;
+		d->lib->fd = -1;
+		d->lib->procs_fd = -1;
+		TAILQ_INIT(&d->lib->clients);
+		TAILQ_INIT(&d->lib->pending);
+	}
+	return d->lib;
+}
+
+void
+libsrv_cgroup_open(struct slotd *d)
+{
+	struct libsrv *s = srv_of(d);
+	char mnt[PATH_MAX], path[PATH_MAX];
+	const char *cg = d->conf.run_cgroup;
+
+	if (s == NULL || cg[0] == '\0' || d->conf.lib_socket[0] == '\0')
+		return;
+	if (cgroup2_mount(mnt, sizeof(mnt)) == -1) {
+		log_warnx("slotctl run unavailable: no cgroup v2 mounted");
+		return;
+	}
+	/* Each level in turn: [lib] cgroup may be nested. */
+	for (const char *p = cg; *p;) {
+		p += strcspn(p, "/");
+		if ((size_t)snprintf(path, sizeof(path), "%s/%.*s", mnt, (int)(p - cg), cg) >=
+		    sizeof(path))
+			return;
+		if (mkdir(path, 0755) == -1 && errno != EEXIST) {
+			log_warn("slotctl run unavailable: creating cgroup %s", path);
+			return;
+		}
+		if (*p == '/')
+			p++;
+	}
+	snprintf(s->cgroup_dir, sizeof(s->cgroup_dir), "%s", path);
+	snprintf(s->cgroup, sizeof(s->cgroup), "%s", cg);
+	if ((size_t)snprintf(path, sizeof(path), "%s/cgroup.procs", s->cgroup_dir) >= sizeof(path) ||
+	    (s->procs_fd = open(path, O_WRONLY | O_CLOEXEC)) == -1) {
+		log_warn("slotctl run unavailable: %s", path);
+		(void)rmdir(s->cgroup_dir);
+		s->cgroup_dir[0] = '\0';
+		return;
+	}
+	log_info("slotctl run: cgroup %s", s->cgroup_dir);
+}
+
+const char *
+libsrv_cgroup(const struct slotd *d)
+{
+	return d->lib && d->lib->procs_fd >= 0 ? d->lib->cgroup : NULL;
+}
+
+bool
+lib_opts_avoids(const struct lib_opts *o, const struct endpoint *relay)
+{
+	for (size_t i = 0; o && i < o->navoid; i++)
+		if (ep_eq(&o->avoid[i], relay))
+			return true;
+	return false;
+}
+
+int
+libsrv_parse_connect(const char *args, struct endpoint *server, struct lib_opts *o,
+    char *err, size_t errlen)
+{
+	char buf[REQ_MAX], *save = NULL, *t;
+	bool first = true;
+
+	memset(o, 0, sizeof(*o));
+	if (strlen(args) >= sizeof(buf)) {
+		snprintf(err, errlen, "request too long");
+		return -1;
+	}
+	strcpy(buf, args);
+	for (t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save), first = false) {
+		char *v = strchr(t, '=');
+		if (first) {
+			if (v != NULL || ep_parse(t, 0, server) == -1) {
+				snprintf(err, errlen, "'%s': expected the server's ADDRESS:PORT", t);
+				return -1;
+			}
+			continue;
+		}
+		if (v == NULL) {
+			snprintf(err, errlen, "'%s': expected KEY=VALUE", t);
+			return -1;
+		}
+		*v++ = '\0';
+		if (strcmp(t, "relay") == 0 || strcmp(t, "avoid") == 0) {
+			struct endpoint ep;
+			if (ep_parse(v, 0, &ep) == -1) {
+				snprintf(err, errlen, "%s=%s: expected a relay's ADDRESS:PORT", t, v);
+				return -1;
+			}
+			if (t[0] == 'r') {
+				o->has_relay = true;
+				o->relay = ep;
+			} else if (o->navoid == LIB_AVOID_MAX) {
+				snprintf(err, errlen, "at most %d avoid=", LIB_AVOID_MAX);
+				return -1;
+			} else {
+				o->avoid[o->navoid++] = ep;
+			}
+		} else if (strcmp(t, "deadline_ms") == 0) {
+			char *end;
+			errno = 0;
+			unsigned long ms = strtoul(v, &end, 10);
+			if (v[0] < '0' || v[0] > '9' || *end || errno || ms < 1 ||
+			    ms > LIB_DEADLINE_MAX_MS) {
+				snprintf(err, errlen, "deadline_ms=%s: expected 1 to %d", v,
+				    LIB_DEADLINE_MAX_MS);
+				return -1;
+			}
+			o->deadline_ms = (uint32_t)ms;
+		} else {
+			snprintf(err, errlen, "unknown option '%s'", t);
+			return -1;
+		}
+	}
+	if (first) {
+		snprintf(err, errlen, "expected the server's ADDRESS:PORT");
+		return -1;
+	}
+	if (o->has_relay && lib_opts_avoids(o, &o->relay)) {
+		snprintf(err, errlen, "relay= is also avoided");
+		return -1;
+	}
+	return 0;
+}
+
+static void
+pending_expire(struct libsrv *s, uint64_t now)
+{
+	struct pending *p;
+
+	while ((p = TAILQ_FIRST(&s->pending)) != NULL && p->expires_us <= now) {
+		TAILQ_REMOVE(&s->pending, p, link);
+		s->npending--;
+		free(p);
+	}
+}
+
+bool
+libsrv_take(struct slotd *d, const struct endpoint *client, const struct endpoint *server,
+    struct lib_opts *out)
+{
+	struct libsrv *s = d->lib;
+	struct pending *p;
+
+	if (s == NULL)
+		return false;
+	pending_expire(s, clock_mono_us());
+	TAILQ_FOREACH(p, &s->pending, link) {
+		if (p->port == client->port && ep_eq(&p->server, server)) {
+			*out = p->o;
+			TAILQ_REMOVE(&s->pending, p, link);
+			s->npending--;
+			free(p);
+			d->ctr.lib_matched++;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* "err NAME text": errno's name, for the library to map back. */
+static void
+answer(struct lclient *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void
+answer(struct lclient *c, const char *fmt, ...)
+{
+	char line[REQ_MAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n > sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	if (strncmp(line, "err ", 4) == 0)
+		c->s->d->ctr.lib_errors++;
+	/* A few hundred bytes on a fresh socket: a client that does not
+	 * read them loses them. */
+	(void)send(c->fd, line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static int
+sock_int(int fd, int level, int name)
+{
+	int v = -1;
+	socklen_t l = sizeof(v);
+
+	return getsockopt(fd, level, name, &v, &l) == -1 ? -1 : v;
+}
+
+/* The descriptor of a "connect": a TCP socket of the server's family (or a
+ * dual-stack one for an IPv4 server), not connected, with a local port.
+ * Returns the port, or 0 with an answer sent. */
+static uint16_t
+check_socket(struct lclient *c, const struct endpoint *server)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int fd = c->passed, dom;
+
+	if (fd < 0) {
+		answer(c, "err EINVAL connect needs the socket, passed with the request");
+		return 0;
+	}
+	if ((dom = sock_int(fd, SOL_SOCKET, SO_DOMAIN)) == -1) {
+		answer(c, "err ENOTSOCK not a socket");
+		return 0;
+	}
+	if ((dom != AF_INET && dom != AF_INET6) || sock_int(fd, SOL_SOCKET, SO_TYPE) != SOCK_STREAM ||
+	    sock_int(fd, SOL_SOCKET, SO_PROTOCOL) != IPPROTO_TCP) {
+		answer(c, "err ENOTSOCK not a TCP socket");
+		return 0;
+	}
+	if ((server->addr.family == AF_INET6 && dom != AF_INET6) ||
+	    (server->addr.family == AF_INET && dom == AF_INET6 &&
+	    sock_int(fd, IPPROTO_IPV6, IPV6_V6ONLY) == 1)) {
+		answer(c, "err EAFNOSUPPORT the socket cannot reach the server's family");
+		return 0;
+	}
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 || errno != ENOTCONN) {
+		answer(c, "err EISCONN the socket is connected (or connecting) already");
+		return 0;
+	}
+	sl = sizeof(ss);
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == -1) {
+		answer(c, "err EPROTO getsockname: %s", strerror(errno));
+		return 0;
+	}
+	uint16_t port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) :
+	    ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	if (port == 0)
+		answer(c, "err EINVAL bind the socket to a local port first (port 0 does)");
+	return port;
+}
+
+static void
+do_connect(struct lclient *c, const char *args)
+{
+	struct slotd *d = c->s->d;
+	struct libsrv *s = c->s;
+	struct endpoint server;
+	struct lib_opts o;
+	struct pending *p;
+	char why[160], rb[EP_STRLEN];
+	uint16_t port;
+	uint32_t mark;
+	socklen_t ml = sizeof(mark);
+
+	if (libsrv_parse_connect(args, &server, &o, why, sizeof(why)) == -1) {
+		answer(c, "err EINVAL %s", why);
+		return;
+	}
+	if (o.has_relay && relay_find(d, &o.relay) == NULL) {
+		answer(c, "err ENOENT no relay %s in slotd's set", ep_fmt(&o.relay, rb));
+		return;
+	}
+	if ((port = check_socket(c, &server)) == 0)
+		return;
+	pending_expire(s, clock_mono_us());
+	if (s->npending >= PENDING_MAX) {
+		answer(c, "err EAGAIN too many sockets offered and not connected yet");
+		return;
+	}
+	/* The program's own mark bits stay. */
+	if (getsockopt(c->passed, SOL_SOCKET, SO_MARK, &mark, &ml) == -1)
+		mark = 0;
+	mark |= d->conf.lib_mark;
+	if (setsockopt(c->passed, SOL_SOCKET, SO_MARK, &mark, sizeof(mark)) == -1) {
+		answer(c, "err EPERM cannot mark the socket: %s", strerror(errno));
+		return;
+	}
+	/* A socket offered again for the same server replaces its options. */
+	TAILQ_FOREACH(p, &s->pending, link)
+		if (p->port == port && ep_eq(&p->server, &server))
+			break;
+	if (p != NULL) {
+		TAILQ_REMOVE(&s->pending, p, link);
+		s->npending--;
+	} else if ((p = calloc(1, sizeof(*p))) == NULL) {
+		answer(c, "err EAGAIN out of memory");
+		return;
+	}
+	p->port = port;
+	p->server = server;
+	p->o = o;
+	p->expires_us = clock_mono_us() + PENDING_US;
+	TAILQ_INSERT_TAIL(&s->pending, p, link);
+	s->npending++;
+	d->ctr.lib_offered++;
+	answer(c, "ok");
+}
+
+static void
+do_decision(struct lclient *c, const char *args)
+{
+	struct endpoint client, server;
+	struct hold_answer a;
+	char cs[EP_STRLEN + 2], ss[EP_STRLEN + 2], rb[EP_STRLEN];
+
+	if (sscanf(args, "%57s %57s", cs, ss) != 2 || ep_parse(cs, 0, &client) == -1 ||
+	    ep_parse(ss, 0, &server) == -1) {
+		answer(c, "err EINVAL expected: decision CLIENT SERVER (ADDRESS:PORT each)");
+		return;
+	}
+	if (!hold_answer(c->s->d, &client, &server, &a)) {
+		answer(c, "err ENOENT slotd knows no connection %s -> %s (not offered to slotd, "
+		    "or decided too long ago)", cs, ss);
+		return;
+	}
+	answer(c, "decision state=%s relay=%s path_us=%u direct_us=%u cached=%d why=%s", a.state,
+	    a.has_relay ? ep_fmt(&a.relay, rb) : "-", a.path_rtt_us, a.direct_rtt_us,
+	    a.cached ? 1 : 0, a.why && a.why[0] ? a.why : "-");
+}
+
+/* The caller's own process into the run cgroup: by the pid the kernel
+ * gives for the socket's peer, never one named in the request. */
+static void
+do_attach(struct lclient *c)
+{
+	struct libsrv *s = c->s;
+	struct ucred cr;
+	socklen_t l = sizeof(cr);
+	char buf[32];
+	int n;
+
+	if (s->procs_fd < 0) {
+		answer(c, "err EOPNOTSUPP slotd has no run cgroup (no cgroup v2, or [lib] cgroup "
+		    "is empty); only the hijacked ports go through slot");
+		return;
+	}
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) == -1 || cr.pid <= 0) {
+		answer(c, "err EPROTO cannot tell the caller's process");
+		return;
+	}
+	n = snprintf(buf, sizeof(buf), "%d\n", (int)cr.pid);
+	if (write(s->procs_fd, buf, (size_t)n) != n) {
+		answer(c, "err EPERM moving process %d into %s: %s", (int)cr.pid, s->cgroup_dir,
+		    strerror(errno));
+		return;
+	}
+	s->d->ctr.lib_attached++;
+	log_info("process %d (uid %u) attached to %s", (int)cr.pid, (unsigned)cr.uid,
+	    s->cgroup_dir);
+	answer(c, "ok");
+}
+
+static void
+client_free(struct lclient *c)
+{
+	struct libsrv *s = c->s;
+
+	ev_io_stop(s->d->loop, &c->io);
+	ev_timer_stop(s->d->loop, &c->timer);
+	close(c->fd);
+	if (c->passed >= 0)
+		close(c->passed);
+	TAILQ_REMOVE(&s->clients, c, link);
+	s->nclients--;
+	free(c);
+}
+
+static void
+handle(struct lclient *c, char *line)
+{
+	c->s->d->ctr.lib_requests++;
+	if (strncmp(line, "connect ", 8) == 0)
+		do_connect(c, line + 8);
+	else if (strncmp(line, "decision ", 9) == 0)
+		do_decision(c, line + 9);
+	else if (strcmp(line, "attach") == 0)
+		do_attach(c);
+	else
+		answer(c, "err EINVAL unknown request (connect, decision, attach)");
+}
+
+/* Keeps one descriptor that came with the data; any other is closed. */
+static void
+take_fds(struct lclient *c, struct msghdr *mh)
+{
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < nfd; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (c->passed < 0)
+				c->passed = fd;
+			else
+				close(fd);
+		}
+	}
+}
+
+static void
+client_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct lclient *c = w->data;
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(4 * sizeof(int))];
+	} cbuf;
+	struct iovec iov = { c->buf + c->len, sizeof(c->buf) - 1 - c->len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.b,
+	    .msg_controllen = sizeof(cbuf.b) };
+	ssize_t n;
+	char *nl;
+	(void)loop;
+	(void)revents;
+
+	n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n == -1 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n > 0 || mh.msg_controllen > 0)
+		take_fds(c, &mh);
+	if (n <= 0) {
+		client_free(c);
+		return;
+	}
+	c->len += (size_t)n;
+	c->buf[c->len] = '\0';
+	if ((nl = memchr(c->buf, '\n', c->len)) == NULL) {
+		if (c->len == sizeof(c->buf) - 1) {
+			answer(c, "err EINVAL request longer than %d bytes", REQ_MAX - 1);
+			client_free(c);
+		}
+		return;
+	}
+	*nl = '\0';
+	if (mh.msg_flags & MSG_CTRUNC)
+		answer(c, "err EINVAL one descriptor at most");
+	else
+		handle(c, c->buf);
+	client_free(c);
+}
+
+static void
+client_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	client_free(w->data);
+}
+
+static void
+accept_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct libsrv *s = w->data;
+	struct lclient *c;
+	int fd;
+	(void)revents;
+
+	while ((fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+		if (s->nclients >= CLIENTS_MAX || (c = calloc(1, sizeof(*c))) == NULL) {
+			static const char busy[] = "err EAGAIN slotd is busy, try again\n";
+			(void)send(fd, busy, sizeof(busy) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+			close(fd);
+			continue;
+		}
+		c->s = s;
+		c->fd = fd;
+		c->passed = -1;
+		ev_io_init(&c->io, client_cb, fd, EV_READ);
+		c->io.data = c;
+		ev_io_start(loop, &c->io);
+		ev_timer_init(&c->timer, client_timeout_cb, CLIENT_TIMEOUT_S, 0.);
+		c->timer.data = c;
+		ev_timer_start(loop, &c->timer);
+		TAILQ_INSERT_TAIL(&s->clients, c, link);
+		s->nclients++;
+	}
+}
+
+int
+libsrv_start(struct slotd *d, int fd)
+{
+	struct libsrv *s = srv_of(d);
+
+	if (s == NULL)
+		return -1;
+	s->fd = fd;
+	ev_io_init(&s->io, accept_cb, fd, EV_READ);
+	s->io.data = s;
+	ev_io_start(d->loop, &s->io);
+	return 0;
+}
+
+void
+libsrv_stop(struct slotd *d)
+{
+	struct libsrv *s = d->lib;
+	struct pending *p;
+
+	if (s == NULL)
+		return;
+	while (!TAILQ_EMPTY(&s->clients))
+		client_free(TAILQ_FIRST(&s->clients));
+	while ((p = TAILQ_FIRST(&s->pending)) != NULL) {
+		TAILQ_REMOVE(&s->pending, p, link);
+		free(p);
+	}
+	if (s->fd >= 0) {
+		ev_io_stop(d->loop, &s->io);
+		close(s->fd);
+	}
+	/* The cgroup stays: slotd no longer may remove it, programs may
+	 * still run in it, and the next start takes it again. */
+	if (s->procs_fd >= 0)
+		close(s->procs_fd);
+	free(s);
+	d->lib = NULL;
+}

@@ -1,0 +1,58 @@
+#ifndef SLOT_CLIENT_LIBSRV_H
+#define SLOT_CLIENT_LIBSRV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "slot/addr.h"
+
+/* The lib socket ([lib] socket; docs/protocol.md, "The lib socket"):
+ * programs offer their own sockets to slotd whatever the port (libslot's
+ * slot_connect: slotd marks the socket with [lib] mark, which the rules
+ * queue, and keeps the program's options for its SYN), ask how a connection
+ * went (slot_decision), or move into the run cgroup, whose SYNs the rules
+ * mark the same way (slotctl run). One request per connection, one line
+ * each way. */
+
+struct slotd;
+
+#define LIB_AVOID_MAX 8
+#define LIB_DEADLINE_MAX_MS 60000
+
+/* What a program asked for one connection. */
+struct lib_opts {
+	bool has_relay;
+	struct endpoint relay;		/* forced: the relay's control endpoint */
+	struct endpoint avoid[LIB_AVOID_MAX];	/* never these */
+	size_t navoid;
+	uint32_t deadline_ms;		/* a verdict by then, else direct; 0: none */
+};
+
+/* The run cgroup, as root and before the rules that name it: created under
+ * the cgroup v2 mount, and its cgroup.procs opened now, so that moving a
+ * program into it later works as slotd's unprivileged user (the kernel
+ * checks the opener's credentials). Off, with a warning, where there is no
+ * cgroup v2. */
+void libsrv_cgroup_open(struct slotd *d);
+/* The cgroup for the rules; NULL: none. */
+const char *libsrv_cgroup(const struct slotd *d);
+
+/* Serves listening socket fd. Returns 0, or -1 (out of memory). */
+int libsrv_start(struct slotd *d, int fd);
+/* Closes the socket, its clients, the cgroup (removed if empty). */
+void libsrv_stop(struct slotd *d);
+
+/* The options a program gave for the SYN from client to server: copied to
+ * out and forgotten. False: none (or expired). */
+bool libsrv_take(struct slotd *d, const struct endpoint *client, const struct endpoint *server,
+    struct lib_opts *out);
+
+bool lib_opts_avoids(const struct lib_opts *o, const struct endpoint *relay);
+
+/* Parses a request's arguments after "connect " into server and o.
+ * Returns 0, or -1 with a reason in err. */
+int libsrv_parse_connect(const char *args, struct endpoint *server, struct lib_opts *o,
+    char *err, size_t errlen);
+
+#endif

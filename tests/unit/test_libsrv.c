@@ -1,0 +1,92 @@
+/* The lib socket's "connect" arguments (libsrv.h): what slotd takes from a
+ * program, and the clear refusals. The exchange itself runs against a real
+ * slotd in tests/integration/test_libslot.py. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+#include <sys/socket.h>
+
+#include "../../src/client/libsrv.h"
+
+static void
+test_parse_connect(void **state)
+{
+	struct endpoint server, ep;
+	struct lib_opts o;
+	char err[160];
+	(void)state;
+
+	assert_int_equal(libsrv_parse_connect("192.0.2.1:8080", &server, &o, err, sizeof(err)), 0);
+	assert_int_equal(ep_parse("192.0.2.1:8080", 0, &ep), 0);
+	assert_true(ep_eq(&server, &ep));
+	assert_false(o.has_relay);
+	assert_int_equal(o.navoid, 0);
+	assert_int_equal(o.deadline_ms, 0);
+
+	assert_int_equal(libsrv_parse_connect("[2001:db8::1]:22 relay=198.51.100.7:7600 "
+	    "avoid=203.0.113.9:7600 avoid=[2001:db8::9]:7600 deadline_ms=250", &server, &o, err,
+	    sizeof(err)), 0);
+	assert_int_equal(server.addr.family, AF_INET6);
+	assert_true(o.has_relay);
+	assert_int_equal(ep_parse("198.51.100.7:7600", 0, &ep), 0);
+	assert_true(ep_eq(&o.relay, &ep));
+	assert_int_equal(o.navoid, 2);
+	assert_int_equal(ep_parse("[2001:db8::9]:7600", 0, &ep), 0);
+	assert_true(lib_opts_avoids(&o, &ep));
+	assert_false(lib_opts_avoids(&o, &o.relay));
+	assert_false(lib_opts_avoids(NULL, &ep));
+	assert_int_equal(o.deadline_ms, 250);
+}
+
+static void
+test_parse_connect_refusals(void **state)
+{
+	static const struct {
+		const char *args, *says;
+	} bad[] = {
+		{ "", "expected the server's ADDRESS:PORT" },
+		{ "example.com:80", "expected the server's ADDRESS:PORT" },
+		{ "192.0.2.1", "expected the server's ADDRESS:PORT" },	/* no port */
+		{ "192.0.2.1:0", "expected the server's ADDRESS:PORT" },
+		{ "relay=192.0.2.1:1", "expected the server's ADDRESS:PORT" },
+		{ "192.0.2.1:80 relay", "expected KEY=VALUE" },
+		{ "192.0.2.1:80 relay=nowhere", "expected a relay's ADDRESS:PORT" },
+		{ "192.0.2.1:80 speed=fast", "unknown option 'speed'" },
+		{ "192.0.2.1:80 deadline_ms=0", "expected 1 to 60000" },
+		{ "192.0.2.1:80 deadline_ms=60001", "expected 1 to 60000" },
+		{ "192.0.2.1:80 deadline_ms=-5", "expected 1 to 60000" },
+		{ "192.0.2.1:80 deadline_ms=5x", "expected 1 to 60000" },
+		{ "192.0.2.1:80 relay=192.0.2.9:7600 avoid=192.0.2.9:7600", "also avoided" },
+		{ "192.0.2.1:80 avoid=192.0.2.1:1 avoid=192.0.2.1:2 avoid=192.0.2.1:3 "
+		  "avoid=192.0.2.1:4 avoid=192.0.2.1:5 avoid=192.0.2.1:6 avoid=192.0.2.1:7 "
+		  "avoid=192.0.2.1:8 avoid=192.0.2.1:9", "at most 8 avoid=" },
+	};
+	struct endpoint server;
+	struct lib_opts o;
+	char err[160], longreq[700];
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_int_equal(libsrv_parse_connect(bad[i].args, &server, &o, err, sizeof(err)), -1);
+		if (strstr(err, bad[i].says) == NULL)
+			fail_msg("'%s': said '%s', not '%s'", bad[i].args, err, bad[i].says);
+	}
+	memset(longreq, 'a', sizeof(longreq) - 1);
+	longreq[sizeof(longreq) - 1] = '\0';
+	assert_int_equal(libsrv_parse_connect(longreq, &server, &o, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "too long"));
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_connect),
+		cmocka_unit_test(test_parse_connect_refusals),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
