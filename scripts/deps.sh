@@ -9,7 +9,7 @@ libnetfilter-queue-dev libmnl-dev libev-dev libxmlrpc-core-c3-dev libcurl4-opens
 libcmocka-dev libsodium-dev libinih-dev
 iptables nftables iproute2 iputils-ping conntrack procps psmisc util-linux kmod
 python3 python3-pytest python3-pytest-xdist python3-matplotlib
-nginx curl wget iperf3 haproxy socat valgrind
+nginx curl wget iperf3 haproxy socat valgrind openssh-server openssh-client rsync
 ansible-core ansible-lint
 groff-base man-db mandoc
 clang libclang-rt-14-dev
@@ -35,7 +35,7 @@ fi
 echo "deps.sh: installing:$missing" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-# Daemons pulled in as test tools (nginx, haproxy) must not start on install.
+# Daemons pulled in as test tools (nginx, haproxy, sshd) must not start on install.
 policy=/usr/sbin/policy-rc.d
 created_policy=0
 if [ ! -e "$policy" ]; then

@@ -139,6 +139,11 @@ SYSADMIN_RULE = Ref("tests/integration/test_slotd.py::test_sysadmin_rule_queues_
                     "--queue-bypass", "0x10000000/0x10000000", "s.stop()")
 # The units under a real systemd booted in namespaces (skipped where it cannot).
 UNITS = Ref("tests/integration/test_install.py::test_units_run_the_daemons", "ActiveState")
+# slotctl run with these programs, on the emulated WAN (other addresses).
+RUN_IPERF3 = Ref("tests/integration/test_libslot.py::test_slotctl_run_iperf3",
+                 "run_under", '"iperf3"', '"-c"', '"-p"')
+RUN_RSYNC = Ref("tests/integration/test_libslot.py::test_slotctl_run_rsync_over_ssh",
+                "run_under", '"rsync"', '"-e"', "ssh")
 
 IPT_BACKUP = ("iptables -t mangle -A OUTPUT -p tcp --syn -d 203.0.113.0/24 -m owner "
               "--uid-owner backup -m mark ! --mark 0x10000000/0x10000000 -j NFQUEUE "
@@ -192,6 +197,8 @@ COVERAGE = {
     "iptables " + IPT_RANGE % "-A": [SANDBOX, SYSADMIN_RULE],
     "iptables -t mangle -S OUTPUT": [SANDBOX],
     "iptables " + IPT_RANGE % "-D": [SANDBOX],
+    "slotctl run -- iperf3 -c 203.0.113.7 -p 5301": [RUN_IPERF3],
+    "slotctl run -- rsync -e ssh backup@203.0.113.7:/srv/data/ /srv/data/": [RUN_RSYNC],
     # Troubleshooting
     "sudo iptables -t mangle -S SLOT_HIJACK": [SANDBOX],
     "sudo iptables -t nat -S SLOT_DNAT": [SANDBOX],
