@@ -109,6 +109,13 @@ libsrv_cgroup_open(struct slotd *d)
 		log_warnx("slotctl run unavailable: no cgroup v2 mounted");
 		return;
 	}
+	/* nft resolves a rule's cgroup path under /sys/fs/cgroup alone: on a
+	 * hybrid host (v2 on .../unified) the whole table would fail. */
+	if (d->rules_exec.backend == RULES_NFT && strcmp(mnt, "/sys/fs/cgroup") != 0) {
+		log_warnx("slotctl run unavailable: cgroup v2 is mounted on %s, and nft looks "
+		    "for cgroups under /sys/fs/cgroup only", mnt);
+		return;
+	}
 	/* Each level in turn: [lib] cgroup may be nested. */
 	for (const char *p = cg; *p;) {
 		p += strcspn(p, "/");
