@@ -8,6 +8,8 @@ SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 DOCDIR     ?= $(PREFIX)/share/doc/slot
 MANDIR     ?= $(PREFIX)/share/man
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
 
 CC         ?= cc
 PKG_CONFIG ?= pkg-config
@@ -47,6 +49,7 @@ WANEM_MAIN := tests/testbed/slot-wanem.c
 WANEM_SRC  := $(filter-out $(WANEM_MAIN),$(sort $(wildcard tests/testbed/*.c)))
 UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
 FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+LIBSLOT_SRC := $(sort $(wildcard src/lib/*.c))
 TOOL_SRC   := $(sort $(wildcard tests/integration/*.c))
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
@@ -59,6 +62,13 @@ DIRD_LIB   := $(B)/libdird.a
 SIM_LIB    := $(B)/libsim.a
 BINS       := $(B)/slot-relayd $(B)/slotd $(B)/slotctl $(B)/slot-dird $(B)/slot-keygen
 BINS       += $(B)/slot-sim
+# libslot, the public library (include/slot/slot.h): its version is the
+# header's, its soname the major number.
+LIBSLOT_VERSION := $(shell sed -n 's/^\#define SLOT_LIB_VERSION[^"]*"\(.*\)"/\1/p' include/slot/slot.h)
+LIBSLOT_SONAME := libslot.so.$(firstword $(subst ., ,$(LIBSLOT_VERSION)))
+LIBSLOT_SO := $(B)/libslot.so.$(LIBSLOT_VERSION)
+LIBSLOT_A  := $(B)/libslot.a
+LIBSLOT    := $(LIBSLOT_SO) $(B)/$(LIBSLOT_SONAME) $(B)/libslot.so $(LIBSLOT_A)
 TESTBED    := $(if $(wildcard $(WANEM_MAIN)),$(B)/slot-wanem)
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 TOOL_BINS  := $(patsubst tests/integration/%.c,$(B)/tests/%,$(TOOL_SRC))
@@ -68,10 +78,10 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(B)/%,$(FUZZ_SRC))
 .PHONY: fuzz fuzz-smoke fuzz-build fuzz-bins
 .DELETE_ON_ERROR:
 
-all: $(BINS) $(TOOL_BINS) $(TESTBED)
+all: $(BINS) $(LIBSLOT) $(TOOL_BINS) $(TESTBED)
 
 help:
-	@echo "make               build daemons and test tools into $(B)/"
+	@echo "make               build daemons, libslot and test tools into $(B)/"
 	@echo "make demo          install missing packages, build, and show slot on an emulated WAN (root)"
 	@echo "make check         install missing packages, run unit, sanitizer, fuzz-smoke and integration tests"
 	@echo "make unit          unit tests only;  make asan-unit  the same under ASan+UBSan"
@@ -129,6 +139,21 @@ $(B)/slot-dird: $(call obj,$(DIRD_MAIN)) $(DIRD_LIB) $(CORE_LIB)
 $(B)/slot-sim: $(call obj,$(SIM_MAIN)) $(SIM_LIB) $(CORE_LIB)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(CORE_LIBS) -lm
 
+# libslot: position-independent, and nothing exported but slot.h's functions
+# (SLOT_API); the archive holds the same objects. Nothing of the daemons'
+# libraries goes in: it links against libc only.
+$(B)/obj/src/lib/%.o: ALL_CFLAGS += -fPIC -fvisibility=hidden
+
+$(LIBSLOT_A): $(call obj,$(LIBSLOT_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(LIBSLOT_SO): $(call obj,$(LIBSLOT_SRC))
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-soname,$(LIBSLOT_SONAME) -o $@ $^
+
+$(B)/$(LIBSLOT_SONAME) $(B)/libslot.so: $(LIBSLOT_SO)
+	ln -sf $(notdir $(LIBSLOT_SO)) $@
+
 $(B)/slotctl: $(call obj,src/ctl/slotctl.c)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^
 
@@ -143,12 +168,18 @@ $(B)/tests/test_%: $(call obj,tests/unit/test_%.c) $(CLIENT_LIB) $(RELAY_LIB) $(
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(NFQ_LIBS) $(XMLRPC_SERVER_LIBS) $(XMLRPC_CLIENT_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
+# The library's own test links its archive too (after the pattern rule's
+# prerequisites in $^: it needs libc alone).
+$(B)/tests/test_libslot: $(LIBSLOT_A)
+
 $(B)/tests/%: $(call obj,tests/integration/%.c) $(CLIENT_LIB) $(RELAY_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(XMLRPC_CLIENT_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
-unit: $(UNIT_BINS)
-	@./tests/unit/run.sh $(UNIT_BINS)
+# test_libslot.py: the Python binding over this build's libslot.
+unit: $(UNIT_BINS) $(LIBSLOT)
+	@SLOT_LIBSLOT=$(abspath $(B))/$(LIBSLOT_SONAME) ./tests/unit/run.sh $(UNIT_BINS) \
+	    tests/unit/test_libslot.py
 
 # The same unit tests built with AddressSanitizer and UBSan, in their own tree.
 asan-unit:
@@ -218,15 +249,23 @@ INST_SBIN  := slot-relayd slotd slot-dird slotctl slot-keygen
 INST_BIN   := slot-sim
 INST_UNITS := slot-relayd slotd slot-dird
 INST_CONFS := relayd slotd dird
-INST_MAN   := slotd.8 slot-relayd.8 slot-dird.8 slotctl.8 slot.conf.5 slot-sim.1 slot-keygen.1
+INST_MAN   := slotd.8 slot-relayd.8 slot-dird.8 slotctl.8 slot.conf.5 slot-sim.1 slot-keygen.1 \
+              libslot.3
 INST_DOCS  := README.md $(wildcard docs/*.md)
 INST_SUBST := sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
               -e 's|@UNITDIR@|$(UNITDIR)|g'
+# libslot: the shared library with its soname and development links, the
+# archive, the one public header, and slot.pc for pkg-config --libs slot.
+INST_LIBS  := $(notdir $(LIBSLOT_SO)) $(LIBSLOT_SONAME) libslot.so libslot.a
+INST_PC    := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+              -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(LIBSLOT_VERSION)|g'
 
-install: $(addprefix $(B)/,$(INST_SBIN) $(INST_BIN))
+install: $(addprefix $(B)/,$(INST_SBIN) $(INST_BIN)) $(LIBSLOT_SO) $(LIBSLOT_A)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) \
 	    $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/slot \
-	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	    $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/slot \
+	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 \
+	    $(DESTDIR)$(MANDIR)/man8
 	install -m 755 $(addprefix $(B)/,$(INST_SBIN)) $(DESTDIR)$(SBINDIR)/
 	install -m 755 $(addprefix $(B)/,$(INST_BIN)) $(DESTDIR)$(BINDIR)/
 	for u in $(INST_UNITS); do \
@@ -241,6 +280,12 @@ install: $(addprefix $(B)/,$(INST_SBIN) $(INST_BIN))
 	    install -m 644 etc/$$c.conf $(DESTDIR)$(SYSCONFDIR)/slot/$$c.conf.example || exit 1; \
 	done
 	install -m 644 $(INST_DOCS) $(DESTDIR)$(DOCDIR)/
+	install -m 644 $(LIBSLOT_SO) $(LIBSLOT_A) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(notdir $(LIBSLOT_SO)) $(DESTDIR)$(LIBDIR)/$(LIBSLOT_SONAME)
+	ln -sf $(notdir $(LIBSLOT_SO)) $(DESTDIR)$(LIBDIR)/libslot.so
+	install -m 644 include/slot/slot.h $(DESTDIR)$(INCLUDEDIR)/slot/slot.h
+	$(INST_PC) src/lib/slot.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/slot.pc
+	chmod 644 $(DESTDIR)$(LIBDIR)/pkgconfig/slot.pc
 
 # Leaves an operator's own files (/etc/slot/*.conf, the key) and shared
 # directories alone. $(SBINDIR)/slot-sim: where earlier versions put it.
@@ -249,9 +294,11 @@ uninstall:
 	    $(addprefix $(DESTDIR)$(BINDIR)/,$(INST_BIN)) $(DESTDIR)$(SBINDIR)/slot-sim \
 	    $(patsubst %,$(DESTDIR)$(UNITDIR)/%.service,$(INST_UNITS)) \
 	    $(patsubst %,$(DESTDIR)$(SYSCONFDIR)/slot/%.conf.example,$(INST_CONFS)) \
-	    $(foreach m,$(INST_MAN),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m))
+	    $(foreach m,$(INST_MAN),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(m)) \
+	    $(addprefix $(DESTDIR)$(LIBDIR)/,$(INST_LIBS)) $(DESTDIR)$(LIBDIR)/pkgconfig/slot.pc \
+	    $(DESTDIR)$(INCLUDEDIR)/slot/slot.h
 	rm -rf $(DESTDIR)$(DOCDIR)
-	rmdir $(DESTDIR)$(SYSCONFDIR)/slot 2>/dev/null || true
+	rmdir $(DESTDIR)$(SYSCONFDIR)/slot $(DESTDIR)$(INCLUDEDIR)/slot 2>/dev/null || true
 
 clean:
 	rm -rf build

@@ -1,8 +1,11 @@
 /* slotctl: asks a slot daemon (slotd, slot-relayd, slot-dird) over its unix
  * control socket and prints the answer. The daemon formats the answer, text
  * or JSON; slotctl picks the socket, sends "<command> [argument] [json]"
- * and maps the outcome to an exit status (docs/slotctl.md). One file, no
- * library: it must run on any host, next to any of the daemons. */
+ * and maps the outcome to an exit status (docs/slotctl.md). "slotctl run"
+ * instead asks slotd's lib socket to attach slotctl's own process, then
+ * becomes the command. One file, no library: it must run on any host, next
+ * to any of the daemons, so it speaks the lib socket's "attach" itself
+ * rather than through libslot. */
 
 #include <ctype.h>
 #include <errno.h>
@@ -31,6 +34,8 @@ enum {
 #define CMD_MAX 31		/* the daemons take commands up to this long */
 #define ARG_MAX 63		/* ...and arguments up to this long */
 #define ANSWER_TIMEOUT_S 15	/* a daemon cuts its clients at 5 s; this is the backstop */
+#define LIB_SOCKET_DEFAULT "/run/slot/slotd-lib.sock"	/* libslot's too */
+#define LIB_LINE_MAX 512	/* an answer on the lib socket, '\n' included */
 
 static const struct {
 	const char *name, *alias, *path;
@@ -46,11 +51,15 @@ usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: slotctl [-s socket | -d daemon] [-j] command [address]\n"
+	    "       slotctl run [-L socket] -- program [argument ...]\n"
 	    "  -s, --socket socket  the daemon's control socket\n"
 	    "  -d, --daemon name    slotd, relayd or dird: that daemon's default socket\n"
 	    "                       (/run/slot/slotd.sock, relayd.sock, dird.sock);\n"
 	    "                       with neither, the first of them that answers\n"
 	    "  -j, --json           the answer as one JSON object\n"
+	    "  -L, --lib-socket socket\n"
+	    "                       run: slotd's lib socket (else $SLOT_LIB_SOCKET,\n"
+	    "                       else /run/slot/slotd-lib.sock)\n"
 	    "  -h, --help           this text;  -V, --version  slotctl's version\n"
 	    "commands:                                       slotd relayd dird\n"
 	    "  status    version, uptime, key facts            x     x      x\n"
@@ -62,8 +71,11 @@ usage(FILE *f)
 	    "            \"flush ADDRESS\": forget that server only\n"
 	    "  counters  every counter, \"name value\"           x     x      x\n"
 	    "  metrics   counters, Prometheus text format      x     x      x\n"
+	    "  run       run a program whose TCP connections,  x\n"
+	    "            and its children's, go to slotd\n"
 	    "exit status: 0 ok, 1 the daemon refused the command, 2 usage,\n"
-	    "3 no daemon at the socket (or no answer in time)\n");
+	    "3 no daemon at the socket (or no answer in time);\n"
+	    "run: the program's own, or 126 (cannot execute), 127 (not found)\n");
 }
 
 /* Commands are passed on as they are (a daemon may know more than this
@@ -195,6 +207,130 @@ ask(int fd, const char *path, const char *cmd, const char *arg, bool json)
 	return refused ? EX_DAEMON : EX_OK;
 }
 
+/* slotctl run: moves this process into slotd's run cgroup (the lib socket's
+ * "attach", by the pid the kernel gives slotd for this connection), then
+ * execs the program, which keeps the pid and the cgroup, as its children
+ * will. Returns an exit status only when it does not exec. */
+static int
+run(const char *lib, char **argv)
+{
+	char ans[LIB_LINE_MAX], *nl = NULL, *text;
+	size_t got = 0;
+	ssize_t n;
+	int fd, e;
+
+	if (lib == NULL && ((lib = getenv("SLOT_LIB_SOCKET")) == NULL || lib[0] == '\0'))
+		lib = LIB_SOCKET_DEFAULT;
+	if ((fd = dial(lib)) == -1) {
+		e = errno;
+		fprintf(stderr, "slotctl run: slotd is not reachable at %s: %s\n", lib,
+		    strerror(e));
+		return e == ENAMETOOLONG ? EX_USAGE : EX_CONNECT;
+	}
+	if (!write_all(fd, "attach\n", 7)) {
+		fprintf(stderr, "slotctl run: slotd is not reachable at %s: %s\n", lib,
+		    strerror(errno));
+		close(fd);
+		return EX_CONNECT;
+	}
+	while (nl == NULL && got < sizeof(ans) - 1) {
+		n = read(fd, ans + got, sizeof(ans) - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			fprintf(stderr, "slotctl run: reading %s: %s\n", lib,
+			    errno == EAGAIN ? "no answer in time" : strerror(errno));
+			close(fd);
+			return EX_CONNECT;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+		ans[got] = '\0';
+		nl = strchr(ans, '\n');
+	}
+	close(fd);
+	if (got == 0) {
+		fprintf(stderr, "slotctl run: slotd at %s closed the connection without "
+		    "answering\n", lib);
+		return EX_CONNECT;
+	}
+	ans[got] = '\0';
+	if (nl != NULL)
+		*nl = '\0';
+	if (strncmp(ans, "err ", 4) == 0) {
+		/* "err ENAME a sentence": the sentence is for people. */
+		text = ans + 4 + strcspn(ans + 4, " ");
+		fprintf(stderr, "slotctl run: slotd: %s\n", *text == ' ' ? text + 1 : ans + 4);
+		return EX_DAEMON;
+	}
+	if (strcmp(ans, "ok") != 0 && strncmp(ans, "ok ", 3) != 0) {
+		fprintf(stderr, "slotctl run: unexpected answer from slotd at %s: \"%.80s\"\n",
+		    lib, ans);
+		return EX_DAEMON;
+	}
+	execvp(argv[0], argv);
+	e = errno;
+	fprintf(stderr, "slotctl run: %s: %s\n", argv[0], strerror(e));
+	/* As a shell says it: not found, or found and not executable. */
+	return e == ENOENT ? 127 : 126;
+}
+
+/* "slotctl [options] run [-L socket] [--] program [argument ...]": run's own
+ * options stop at the program's first word, so that the program's options
+ * stay its own. */
+static int
+run_main(int argc, char **argv, const char *lib)
+{
+	static const struct option longopts[] = {
+		{ "lib-socket", required_argument, NULL, 'L' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static char name[] = "slotctl run";	/* getopt's messages name argv[0] */
+	int ch;
+
+	argv[0] = name;
+	optind = 0;	/* glibc: start afresh */
+	while ((ch = getopt_long(argc, argv, "+L:h", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'L':
+			lib = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return EX_OK;
+		default:
+			usage(stderr);
+			return EX_USAGE;
+		}
+	}
+	if (optind == argc) {
+		fprintf(stderr, "slotctl run: which program? (slotctl run -- program "
+		    "[argument ...])\n");
+		return EX_USAGE;
+	}
+	return run(lib, argv + optind);
+}
+
+/* Where the command word stands: a pass over the options that stops at the
+ * first word that is none, without a word about errors (the real pass
+ * reports them). */
+static int
+command_index(int argc, char **argv, const struct option *longopts)
+{
+	int saved = opterr, i;
+
+	opterr = 0;
+	optind = 0;
+	while (getopt_long(argc, argv, "+s:d:jhVL:", longopts, NULL) != -1)
+		;
+	i = optind;
+	opterr = saved;
+	optind = 0;
+	return i;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -202,15 +338,21 @@ main(int argc, char **argv)
 		{ "socket", required_argument, NULL, 's' },
 		{ "daemon", required_argument, NULL, 'd' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "lib-socket", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *path = NULL, *cmd, *arg = NULL;
-	bool json = false;
-	int ch, fd = -1, rc;
+	const char *path = NULL, *cmd, *arg = NULL, *lib = NULL;
+	bool json = false, is_run;
+	int ch, fd = -1, rc, ci, nopts;
 
-	while ((ch = getopt_long(argc, argv, "s:d:jhV", longopts, NULL)) != -1) {
+	/* Options may follow a command, but not "run": what follows it is the
+	 * program's. */
+	ci = command_index(argc, argv, longopts);
+	is_run = ci < argc && strcmp(argv[ci], "run") == 0;
+	nopts = is_run ? ci : argc;
+	while ((ch = getopt_long(nopts, argv, "s:d:jhVL:", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 's':
 			if (path) {
@@ -240,6 +382,9 @@ main(int argc, char **argv)
 		case 'j':
 			json = true;
 			break;
+		case 'L':
+			lib = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return EX_OK;
@@ -250,6 +395,18 @@ main(int argc, char **argv)
 			usage(stderr);
 			return EX_USAGE;
 		}
+	}
+	if (is_run) {
+		if (path != NULL || json) {
+			fprintf(stderr, "slotctl: run talks to slotd's lib socket: -L names it, "
+			    "not -s, -d or -j\n");
+			return EX_USAGE;
+		}
+		return run_main(argc - ci, argv + ci, lib);
+	}
+	if (lib != NULL) {
+		fprintf(stderr, "slotctl: -L is for run only\n");
+		return EX_USAGE;
 	}
 	if (optind == argc || argc - optind > 2) {
 		usage(stderr);
