@@ -176,6 +176,11 @@ $(B)/tests/%: $(call obj,tests/integration/%.c) $(CLIENT_LIB) $(RELAY_LIB) $(COR
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(NFQ_LIBS) $(XMLRPC_CLIENT_LIBS) $(CORE_LIBS) $(EV_LIBS)
 
+# An application of libslot, as one would build it: the shared library only.
+$(B)/tests/slot-libget: $(call obj,tests/integration/slot-libget.c) $(LIBSLOT_SO) $(B)/libslot.so
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< -L$(B) -lslot -Wl,-rpath,$(abspath $(B))
+
 # test_libslot.py: the Python binding over this build's libslot.
 unit: $(UNIT_BINS) $(LIBSLOT)
 	@SLOT_LIBSLOT=$(abspath $(B))/$(LIBSLOT_SONAME) ./tests/unit/run.sh $(UNIT_BINS) \

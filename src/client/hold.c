@@ -331,14 +331,15 @@ cache_on(const struct slotd *d)
 }
 
 /* A selection's outcome, for every port of the server: through via, or
- * direct (NULL). */
+ * direct (NULL). Not one a program narrowed (a forced or avoided relay):
+ * that choice is its own, not everybody's. */
 static void
 cache_decision(struct slotd *d, const struct hconn *c, struct crelay *via)
 {
 	struct selc_entry e = { .choice = via ? SELC_RELAY : SELC_DIRECT, .why = SELC_SELECTED };
 	struct endpoint k = addr_key(c);
 
-	if (!cache_on(d))
+	if (!cache_on(d) || (c->lib && (c->lib->has_relay || c->lib->navoid > 0)))
 		return;
 	if (via)
 		e.relay = via->conf.control;

@@ -24,7 +24,7 @@ BIN = ["slot-sim"]
 DAEMONS = ["slotd", "slot-relayd", "slot-dird"]
 CONFS = {"slotd": "slotd", "slot-relayd": "relayd", "slot-dird": "dird"}
 MAN = {"slotd.8": 8, "slot-relayd.8": 8, "slot-dird.8": 8, "slotctl.8": 8,
-       "slot.conf.5": 5, "slot-sim.1": 1, "slot-keygen.1": 1}
+       "slot.conf.5": 5, "slot-sim.1": 1, "slot-keygen.1": 1, "libslot.3": 3}
 PLACEHOLDER = re.compile(r"@[A-Z]+@")
 
 
@@ -75,6 +75,12 @@ def expected_files():
     for doc in ["README.md"] + [os.path.relpath(p, ROOT) for p in glob.glob(
             os.path.join(ROOT, "docs", "*.md"))]:
         want["opt/slot/share/doc/slot/" + os.path.basename(doc)] = 0o644
+    # libslot: the library (soname links), the archive, the header, pkg-config
+    for f in ("libslot.so.1.0.0", "libslot.a", "pkgconfig/slot.pc"):
+        want["opt/slot/lib/" + f] = 0o644
+    for link in ("libslot.so.1", "libslot.so"):
+        want["opt/slot/lib/" + link] = 0o777
+    want["opt/slot/include/slot/slot.h"] = 0o644
     return want
 
 
@@ -173,13 +179,16 @@ def test_uninstall_leaves_nothing_but_the_operators_files():
 def test_install_honours_every_directory_variable():
     with tempfile.TemporaryDirectory(prefix="slot-install-") as dest:
         dirs = {"SBINDIR": "/s", "BINDIR": "/b", "UNITDIR": "/u", "MANDIR": "/m",
-                "DOCDIR": "/d", "SYSCONFDIR": "/c"}
+                "DOCDIR": "/d", "SYSCONFDIR": "/c", "LIBDIR": "/l", "INCLUDEDIR": "/i"}
         args = ["%s=%s" % kv for kv in dirs.items()]
         install(dest, "/p", *args)
         got = set(files_under(dest))
         assert "s/slotd" in got and "b/slot-sim" in got and "u/slotd.service" in got
         assert "m/man5/slot.conf.5" in got and "d/slotd.md" in got
         assert "c/slot/slotd.conf.example" in got
+        assert "l/libslot.so.1" in got and "i/slot/slot.h" in got
+        assert "l/pkgconfig/slot.pc" in got
+        assert "libdir=/l" in open(os.path.join(dest, "l/pkgconfig/slot.pc")).read()
         assert not [f for f in got if f.startswith("p/")], got
         unit = open(os.path.join(dest, "u/slotd.service")).read()
         assert "ExecStart=/s/slotd " in unit and "file:///d/slotd.md" in unit
@@ -387,6 +396,9 @@ UNITS = {
                                        "CAP_SETGID CAP_DAC_READ_SEARCH",
               "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX AF_NETLINK",
               "StateDirectory": "slotd", "LimitNOFILE": "16384",
+              # slotctl run's cgroup, made writable under ProtectControlGroups
+              "ReadWritePaths": "-/run/slot -/sys/fs/cgroup/slot.run "
+                                "-/sys/fs/cgroup/unified/slot.run",
               "MemoryMax": "256M", "TasksMax": "16", "Group": "slot",
               "StateDirectoryMode": "0775"},
     "slot-relayd": {"CapabilityBoundingSet": "CAP_SETUID CAP_SETGID CAP_CHOWN CAP_DAC_READ_SEARCH "
@@ -746,6 +758,13 @@ def test_units_run_the_daemons(booted):
         assert "SLOT_HIJACK" in b.run("slotctl", "-d", "slotd", "rules").stdout
         for d in ("slotd", "relayd", "dird"):
             assert b.run("slotctl", "-d", d, "status").returncode == 0
+        # slotctl run: the unit made the run cgroup and left it writable
+        # under ProtectControlGroups; slotd, running as slot, moves the
+        # caller into it (by the cgroup.procs it opened as root).
+        r = b.run("slotctl", "run", "--", "cat", "/proc/self/cgroup", check=False)
+        # (seen from outside systemd's cgroup namespace: under its cgroup)
+        assert r.returncode == 0 and re.search(r"^0::/(.*/)?slot\.run$", r.stdout, re.M), (
+            r.stdout, r.stderr, b.journal()[-3000:])
         # Prometheus over HTTP (metrics_listen), bound before any privilege drop.
         get = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())"
         for port, name in ((9760, "slotd"), (9761, "relayd"), (9762, "dird")):

@@ -1,0 +1,295 @@
+"""libslot and slotctl run (docs/libslot.md): programs that choose slot
+themselves, on ports the rules do not hijack.
+
+One bed for the module: relay1 is 20 ms from the client and from the server,
+relay2 30 ms, the server 160 ms direct; nginx listens on 8080 too, which the
+bed's slotd does not hijack (its ports are 80 and 5201). slotd runs with
+cgroup v2 mounted in its mount namespace ("ip netns exec" mounts a fresh
+/sys without it; a host's slotd has it).
+
+- slot-libget, a small C program linked with libslot, downloads from :8080
+  through the relay slotd chooses, a forced one, and not an avoided one;
+  slotd's answer (slot_decision) names the relay, nginx sees it, the relay's
+  counters show the pipe, sha256 checked; a forced relay that is not in the
+  set is a clear error; with slotd down it goes direct (fallback) or fails
+  with the socket's errno (no fallback).
+- The Python binding (python/slot.py) does the same download.
+- slotctl run -- curl, -- rsync over ssh (port 22 of the server), and
+  -- iperf3 -c on port 5301 go through the relay; the same commands outside
+  slotctl run go direct. A slotd without a run cgroup refuses slotctl run.
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from slotbed import BUILD, ROOT, SlotBed, deltas, sha256_file
+
+KiB = 1024
+SIZE = 512 * KiB
+PORT = 8080                             # nginx's second port, not hijacked
+IPERF_PORT = 5301
+LIBGET = os.path.join(BUILD, "tests", "slot-libget")
+SLOTCTL = os.path.join(BUILD, "slotctl")
+# cgroup v2 in slotd's own mount namespace, then slotd
+WITH_CGROUP = ["sh", "-c", "mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\"", "sh"]
+
+
+@pytest.fixture(scope="module")
+def sb():
+    bed = SlotBed({"relay1": (20, 20), "relay2": (30, 30)}, direct_rtt=160, other_rtt=20)
+    with bed:
+        bed.nginx.start()
+        bed.nginx.add_file("lib.bin", SIZE)
+        yield bed
+
+
+@pytest.fixture(scope="module")
+def slotd(sb):
+    s = sb.slotd([sb.relay("relay1"), sb.relay("relay2")], wrapper=WITH_CGROUP).start()
+    yield s
+    s.stop()
+
+
+def libget(sb, tag, *opts, sock=None):
+    """slot-libget in the client: (exit code, its JSON line, sha256 of the body)."""
+    out = os.path.join(sb.dir, "libget-%s.out" % tag)
+    if os.path.exists(out):
+        os.unlink(out)
+    args = list(opts) + ["-s", sock] if sock else list(opts)
+    r = sb.run_client(LIBGET, *args, sb.ip("server"), PORT, "/f/lib.bin?" + tag, out,
+                      check=False, timeout=60)
+    try:
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        res = {"raw": r.stdout + r.stderr}
+    return r.returncode, res, sha256_file(out) if os.path.exists(out) else None
+
+
+def test_libslot_download_through_the_chosen_relay(sb, slotd):
+    relay1 = sb.relay("relay1")
+    want = sb.nginx.files["lib.bin"][1]
+    r0, s0 = relay1.counters(), slotd.counters()
+
+    rc, res, sha = libget(sb, "chosen", sock=slotd.lib_sock)
+    assert rc == 0 and sha == want, (res, slotd.log()[-3000:])
+    assert res["state"] == "relayed" and res["relay"] == relay1.control, res
+    assert res["path_us"] > 0 and res["cached"] == 0, res
+    assert sb.nginx.peer_of("chosen") == relay1.ip
+    d, ds = deltas(r0, relay1.counters()), deltas(s0, slotd.counters())
+    assert d["pipes_total"] == 1 and d["bytes_server_to_client"] >= SIZE, d
+    assert ds["lib_offered"] == 1 and ds["lib_matched"] == 1, ds
+    assert ds["decisions_relay"] == 1 and ds["lib_errors"] == 0, ds
+
+    # the same port without libslot is not slot's: direct
+    r = sb.curl(sb.nginx.url("lib.bin", port=PORT, query="plain"), timeout=60)
+    assert r.rc == 0 and r.sha == want, r
+    assert sb.nginx.peer_of("plain") == sb.ip("client")
+    assert deltas(s0, slotd.counters())["syn_received"] == 1
+
+
+def test_libslot_forced_and_avoided_relays(sb, slotd):
+    relay1, relay2 = sb.relay("relay1"), sb.relay("relay2")
+    want = sb.nginx.files["lib.bin"][1]
+
+    rc, res, sha = libget(sb, "forced", "-r", relay2.control, sock=slotd.lib_sock)
+    assert rc == 0 and sha == want, res
+    assert res["state"] == "relayed" and res["relay"] == relay2.control, res
+    assert "forced" in res["why"], res
+    assert sb.nginx.peer_of("forced") == relay2.ip
+
+    # relay1 is the better one (and in the cache now): avoided, relay2
+    rc, res, sha = libget(sb, "avoided", "-a", relay1.control, sock=slotd.lib_sock)
+    assert rc == 0 and sha == want, res
+    assert res["state"] == "relayed" and res["relay"] == relay2.control, res
+    assert sb.nginx.peer_of("avoided") == relay2.ip
+    # a program's narrowed choice is not cached for the others
+    rc, res, sha = libget(sb, "after", sock=slotd.lib_sock)
+    assert rc == 0 and sha == want, res
+    assert res["relay"] == relay1.control and res["cached"] == 1, res
+
+    # both avoided: nothing left but the direct path
+    rc, res, sha = libget(sb, "none", "-a", relay1.control, "-a", relay2.control,
+                          sock=slotd.lib_sock)
+    assert rc == 0 and sha == want, res
+    assert res["state"] == "direct", res
+    assert sb.nginx.peer_of("none") == sb.ip("client")
+
+    # a relay slotd does not know: refused, and the socket untouched
+    rc, res, _ = libget(sb, "unknown", "-r", "192.0.2.99:7600", sock=slotd.lib_sock)
+    assert rc == 2 and res["errno"] == 2, res           # ENOENT
+    assert "no relay 192.0.2.99:7600" in res["error"], res
+
+
+def test_libslot_with_slotd_down(sb, slotd):
+    """No slotd at the socket: direct by default, an error without fallback."""
+    want = sb.nginx.files["lib.bin"][1]
+    gone = os.path.join(sb.dir, "no-slotd.sock")
+
+    rc, res, sha = libget(sb, "down", sock=gone)
+    assert rc == 0 and sha == want, res
+    assert res["state"] == "fallback" and gone in res["why"], res
+    assert sb.nginx.peer_of("down") == sb.ip("client")
+
+    rc, res, sha = libget(sb, "downfail", "-n", sock=gone)
+    assert rc == 2 and res["errno"] == 2, res           # ENOENT
+    assert gone in res["error"], res
+    assert sb.nginx.requests("downfail") == []
+
+
+def test_python_binding(sb, slotd):
+    relay1 = sb.relay("relay1")
+    want = sb.nginx.files["lib.bin"][1]
+    out = os.path.join(sb.dir, "py.out")
+    code = r"""
+import json, socket, sys
+sys.path.insert(0, sys.argv[1])
+import slot
+s = socket.socket()
+slot.connect(s, (sys.argv[2], int(sys.argv[3])), socket_path=sys.argv[4], deadline_ms=5000)
+s.sendall(b"GET /f/lib.bin?python HTTP/1.0\r\n\r\n")
+data = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    data += b
+open(sys.argv[5], "wb").write(data.split(b"\r\n\r\n", 1)[1])
+d = slot.decision(s, socket_path=sys.argv[4])
+print(json.dumps(d if isinstance(d, dict) else vars(d)))
+"""
+    env = dict(os.environ, SLOT_LIBSLOT=os.path.join(BUILD, "libslot.so.1"))
+    r = sb.run_client("python3", "-c", code, os.path.join(ROOT, "python"), sb.ip("server"),
+                      PORT, slotd.lib_sock, out, check=False, timeout=60, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert sha256_file(out) == want
+    assert res["relay"] == relay1.control, res
+    assert sb.nginx.peer_of("python") == relay1.ip
+
+
+def run_under(sb, slotd, *cmd, timeout=120):
+    return sb.run_client(SLOTCTL, "run", "-L", slotd.lib_sock, "--", *cmd, check=False,
+                         timeout=timeout)
+
+
+def test_slotctl_run_curl(sb, slotd):
+    relay1 = sb.relay("relay1")
+    want = sb.nginx.files["lib.bin"][1]
+    out = os.path.join(sb.dir, "run-curl.out")
+    s0 = slotd.counters()
+    r = run_under(sb, slotd, "curl", "-sS", "-o", out, sb.nginx.url("lib.bin", port=PORT,
+                                                                    query="runcurl"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sha256_file(out) == want
+    assert sb.nginx.peer_of("runcurl") == relay1.ip
+    ds = deltas(s0, slotd.counters())
+    assert ds["lib_attached"] == 1 and ds["decisions_relay"] == 1, ds
+
+
+def test_slotctl_run_iperf3(sb, slotd):
+    """iperf3's control and data connections on an arbitrary port: through
+    the relay under slotctl run, direct without."""
+    relay1 = sb.relay("relay1")
+    for under in (True, False):
+        srv = sb.bed.iperf3_server("server", IPERF_PORT)
+        try:
+            r0 = relay1.counters()
+            cmd = ["iperf3", "-J", "-c", sb.ip("server"), "-p", str(IPERF_PORT), "-n", "4M"]
+            r = run_under(sb, slotd, *cmd) if under else sb.run_client(*cmd, check=False,
+                                                                       timeout=120)
+            assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+            j = json.loads(r.stdout)
+            # iperf3's bytes are its own pattern, not a file: counted, not
+            # hashed. The sender's count stops when its last write is
+            # buffered, the receiver's at the end of the test: the receiver
+            # may have counted less, never more.
+            sent = j["end"]["sum_sent"]["bytes"]
+            got = j["end"]["sum_received"]["bytes"]
+            assert sent == 4 * 1024 * 1024 and 0 < got <= sent, j["end"]
+            d = deltas(r0, relay1.counters())
+            if under:
+                # the control connection and the data connection
+                assert d["pipes_total"] == 2, d
+                assert d["bytes_client_to_server"] >= got, d
+            else:
+                assert d["pipes_total"] == 0, d
+        finally:
+            try:
+                srv.wait(10)
+            except subprocess.TimeoutExpired:
+                srv.kill()
+
+
+@pytest.fixture(scope="module")
+def sshd(sb):
+    """sshd on the server's port 22, one key for root, in the run directory."""
+    d = os.path.join(sb.dir, "ssh")
+    os.makedirs(d, mode=0o700)
+    for name in ("host", "user"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                        os.path.join(d, name)], check=True)
+    with open(os.path.join(d, "user.pub")) as f, open(os.path.join(d, "authorized"), "w") as a:
+        a.write(f.read())
+    conf = os.path.join(d, "sshd_config")
+    with open(conf, "w") as f:
+        f.write("ListenAddress %s:22\nHostKey %s\nAuthorizedKeysFile %s\nPermitRootLogin yes\n"
+                "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+                "StrictModes no\nPidFile %s\n" % (sb.ip("server"), os.path.join(d, "host"),
+                                                  os.path.join(d, "authorized"),
+                                                  os.path.join(d, "sshd.pid")))
+    os.makedirs("/run/sshd", exist_ok=True)     # sshd's privilege separation directory
+    p = sb.bed.popen("server", ["/usr/sbin/sshd", "-D", "-e", "-f", conf],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    sb.bed.wait_listen("server", 22, p)
+    yield os.path.join(d, "user")
+    p.terminate()
+    p.wait(10)
+
+
+def test_slotctl_run_rsync_over_ssh(sb, slotd, sshd):
+    relay1 = sb.relay("relay1")
+    src = os.path.join(sb.nginx.www, "f", "lib.bin")
+    want = sb.nginx.files["lib.bin"][1]
+    ssh = ("ssh -i %s -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+           "-o LogLevel=ERROR" % sshd)
+    for under in (True, False):
+        out = os.path.join(sb.dir, "rsync-%s.out" % under)
+        r0 = relay1.counters()
+        cmd = ["rsync", "-e", ssh, "root@%s:%s" % (sb.ip("server"), src), out]
+        r = run_under(sb, slotd, *cmd) if under else sb.run_client(*cmd, check=False,
+                                                                   timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr + slotd.log()[-2000:]
+        assert sha256_file(out) == want
+        d = deltas(r0, relay1.counters())
+        assert d["pipes_total"] == (1 if under else 0), d
+        if under:
+            assert d["bytes_server_to_client"] >= SIZE, d
+
+
+def test_slotctl_run_refused_without_cgroup(sb, slotd):
+    """A slotd whose namespace has no cgroup v2: slotctl run says so and runs
+    nothing; the lib socket still serves libslot. (In place of the module's
+    slotd: one queue, one control socket per host.)"""
+    slotd.stop()
+    s = sb.slotd([sb.relay("relay1")]).start()
+    try:
+        marker = os.path.join(sb.dir, "ran")
+        r = sb.run_client(SLOTCTL, "run", "-L", s.lib_sock, "--", "touch", marker,
+                          check=False, timeout=30)
+        assert r.returncode == 1, r
+        assert "no run cgroup" in r.stderr, r.stderr
+        assert not os.path.exists(marker)
+        assert "slotctl run unavailable: no cgroup v2 mounted" in s.log()
+        rc, res, sha = libget(sb, "nocg", sock=s.lib_sock)
+        assert rc == 0 and sha == sb.nginx.files["lib.bin"][1], res
+        assert res["state"] == "relayed", res
+        # no slotd at all: exit 3
+        r = sb.run_client(SLOTCTL, "run", "-L", os.path.join(sb.dir, "none.sock"), "--",
+                          "true", check=False, timeout=30)
+        assert r.returncode == 3, r
+    finally:
+        s.stop()
+        slotd.start()
