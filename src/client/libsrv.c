@@ -457,6 +457,10 @@ client_free(struct lclient *c)
 
 	ev_io_stop(s->d->loop, &c->io);
 	ev_timer_stop(s->d->loop, &c->timer);
+	/* Closed with bytes unread (an over-long request), a unix socket
+	 * resets its peer, which may then lose the answer: read them first. */
+	for (int i = 0; i < 8 && recv(c->fd, c->buf, sizeof(c->buf), MSG_DONTWAIT) > 0; i++)
+		;
 	close(c->fd);
 	if (c->passed >= 0)
 		close(c->passed);

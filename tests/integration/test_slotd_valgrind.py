@@ -151,3 +151,64 @@ def test_slotd_with_directory_under_valgrind():
         check_valgrind(s.stop(timeout=60), vg_log)
     finally:
         sb.down()
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
+def test_slotd_lib_socket_under_valgrind():
+    """The lib socket (docs/libslot.md): an offered socket relayed, a forced
+    relay, a refused request of each kind, a socket offered and never
+    connected (its options still held at the stop), slotctl run; no memory
+    errors, no leaks."""
+    libget = os.path.join(slotbed.BUILD, "tests", "slot-libget")
+    slotctl = os.path.join(slotbed.BUILD, "slotctl")
+    sb = slotbed.SlotBed({"relay1": (40, 40), "relay2": (30, 30)}, direct_rtt=80).up()
+    try:
+        sb.nginx.add_file("f", 64 * KiB)
+        sb.nginx.start()
+        size, sha = sb.nginx.files["f"]
+        r1, r2 = sb.relay("relay1"), sb.relay("relay2")
+        vg_log = os.path.join(sb.dir, "slotd-lib.valgrind")
+        # cgroup v2 in slotd's mount namespace, for slotctl run
+        s = sb.slotd([r1, r2], wrapper=[
+            "sh", "-c", "mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\"", "sh",
+            "valgrind", "--vgdb=no", "--leak-check=full",
+            "--errors-for-leak-kinds=definite,indirect", "--error-exitcode=99",
+            "--log-file=" + vg_log])
+        s.start(timeout=60)
+
+        def get(tag, *opts):
+            out = os.path.join(sb.dir, "vg-%s.out" % tag)
+            r = sb.run_client(libget, "-s", s.lib_sock, *opts, sb.ip("server"), 8080,
+                              "/f/f?id=" + tag, out, check=False, timeout=60)
+            return r, slotbed.sha256_file(out) if os.path.exists(out) else None
+
+        r, got = get("vglib")
+        assert r.returncode == 0 and got == sha, (r.stdout, r.stderr, s.log()[-3000:])
+        r, got = get("vgforced", "-r", r2.control)
+        assert r.returncode == 0 and got == sha and r2.control in r.stdout, r.stdout
+        r, _ = get("vgunknown", "-r", "192.0.2.1:7600")
+        assert r.returncode == 2, r.stdout
+        for req, want in ((b"connect 192.0.2.1:80\n", "err EINVAL connect needs the socket"),
+                          (b"connect nonsense\n", "err EINVAL"),
+                          (b"decision 10.0.0.1:1 10.0.0.2:2\n", "err ENOENT"),
+                          (b"hello\n", "err EINVAL unknown request"),
+                          (b"x" * 600, "err EINVAL request longer")):
+            assert slotbed.unix_request(s.lib_sock, req).startswith(want), req
+        # offered, never connected: held until the stop
+        code = ("import socket, sys\nu = socket.socket(socket.AF_UNIX)\nu.connect(sys.argv[1])\n"
+                "t = socket.socket()\nt.bind(('0.0.0.0', 0))\n"
+                "socket.send_fds(u, [b'connect 192.0.2.1:80\\n'], [t.fileno()])\n"
+                "print(u.recv(512).decode())\n")
+        r = sb.run_client("python3", "-c", code, s.lib_sock, check=False)
+        assert r.stdout.startswith("ok"), r.stdout + r.stderr
+        out = os.path.join(sb.dir, "vg-run.out")
+        r = sb.run_client(slotctl, "run", "-L", s.lib_sock, "--", "curl", "-sS", "-o", out,
+                          sb.nginx.url("f", port=8080, query="id=vgrun"), check=False,
+                          timeout=60)
+        assert r.returncode == 0 and slotbed.sha256_file(out) == sha, r.stderr
+        c = s.counters()
+        assert c["lib_offered"] == 3 and c["lib_matched"] == 2 and c["lib_attached"] == 1, c
+
+        check_valgrind(s.stop(timeout=60), vg_log)
+    finally:
+        sb.down()
