@@ -301,10 +301,18 @@ def test_reload_replaces_rules_atomically(sb, slotd, backend):
 
 
 def syn_queue_rules(lines):
-    """The queue rules for SYNs (SLOT_HIJACK's, nft's hijack chain), not
-    those for the relays' SYN-ACKs (SLOT_SYNACK's, by source address)."""
-    return sum(("-A SLOT_HIJACK" in l and "-j NFQUEUE" in l) or
-               (" queue " in l and "saddr" not in l and not l.lstrip().startswith("-A"))
+    """The queue rules for the hijacked ports' SYNs (SLOT_HIJACK's, nft's
+    hijack chain), not those for the relays' SYN-ACKs (SLOT_SYNACK's, by
+    source address) nor the one for sockets offered by [lib] mark (its
+    default, 0x20000000) and slotctl run's cgroup (lib_queue_rules)."""
+    return sum((("-A SLOT_HIJACK" in l and "-j NFQUEUE" in l) or
+                (" queue " in l and "saddr" not in l and not l.lstrip().startswith("-A")))
+               and "0x20000000" not in l and "cgroupv2" not in l for l in lines)
+
+
+def lib_queue_rules(lines):
+    """The queue rule for sockets offered by [lib] mark (libslot)."""
+    return sum(" queue" in l.replace("NFQUEUE", " queue") and "0x20000000" in l
                for l in lines)
 
 

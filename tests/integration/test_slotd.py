@@ -519,8 +519,11 @@ def test_sigkill_during_a_transfer(sb, slotd, tags):
     assert m.count("-A OUTPUT -j SLOT_HIJACK") == 1, m
     assert nat.count("-A OUTPUT -j SLOT_DNAT") == 1, nat
     assert m.count("-A INPUT -j SLOT_SYNACK") == 1, m
-    # the SYNs' rule, and relay1's SYN-ACKs' (synack_hold)
-    assert m.count("NFQUEUE") == 2 and m.count("SYN,ACK -j NFQUEUE") == 1, m
+    # the SYNs' rule, the offered sockets' (libslot, by [lib] mark), and
+    # relay1's SYN-ACKs' (synack_hold)
+    assert m.count("NFQUEUE") == 3 and m.count("SYN,ACK -j NFQUEUE") == 1, m
+    assert m.count("0x20000000/0x20000000 -j NFQUEUE") == 1, m
+    assert m.count("-A OUTPUT -j SLOT_RUN") == 1, m
     assert nat.count("-j DNAT") == 1, nat
     assert s2.counters()["rules_applied"] >= 1
     r = fetch(sb, tags(), "small")
