@@ -826,3 +826,28 @@ def test_units_run_the_daemons(booted):
     except BaseException:
         print(b.journal()[-20000:])
         raise
+
+
+def test_libslot_builds_an_application_with_pkg_config(prefix_install):
+    """An application built against the installed libslot as its users would:
+    pkg-config's flags, the header under include/slot/, the soname."""
+    pc = os.path.join(prefix_install, "lib", "pkgconfig")
+    env = dict(os.environ, PKG_CONFIG_PATH=pc)
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "slot"], env=env,
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert "-I%s/include" % prefix_install in flags and "-lslot" in flags, flags
+    with tempfile.TemporaryDirectory(prefix="slot-app-") as d:
+        app = os.path.join(d, "app")
+        r = subprocess.run(["cc", "-Wall", "-Werror", "-o", app,
+                            os.path.join(ROOT, "tests/integration/slot-libget.c")] + flags,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        ldd = subprocess.run(["ldd", app], env=dict(env, LD_LIBRARY_PATH=os.path.join(
+            prefix_install, "lib")), capture_output=True, text=True).stdout
+        assert re.search(r"libslot\.so\.1 => %s/lib/libslot\.so\.1" % re.escape(prefix_install),
+                         ldd), ldd
+        # it runs: no slotd at that socket, and no fallback: a clear error
+        r = subprocess.run([app, "-n", "-s", os.path.join(d, "none.sock"), "127.0.0.1", "9",
+                            "/", os.path.join(d, "out")], capture_output=True, text=True,
+                           env=dict(env, LD_LIBRARY_PATH=os.path.join(prefix_install, "lib")))
+        assert r.returncode == 2 and "not reachable" in r.stdout, (r.stdout, r.stderr)
