@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "slot/conf.h"
+#include "slot/confkeys.h"
 #include "slot/ident.h"
 #include "cconf.h"
 
@@ -194,40 +195,6 @@ add_relay(struct cconf *c, const char *value, char *err, size_t errlen)
 	return 0;
 }
 
-/* A mark or mask: hex ("0x...") or decimal, 32 bits. */
-static int
-parse_mark(const char *s, uint32_t *out, char *sub, size_t sublen)
-{
-	unsigned long long v;
-	char *end;
-
-	/* strtoull would take blanks and a sign. */
-	errno = 0;
-	if (!isdigit((unsigned char)*s) ||
-	    (v = strtoull(s, &end, 0), *end != '\0') || errno == ERANGE ||
-	    v > UINT32_MAX) {
-		snprintf(sub, sublen, "expected a 32-bit number, hex (0x...) or decimal");
-		return -1;
-	}
-	*out = (uint32_t)v;
-	return 0;
-}
-
-static unsigned
-mask_shift(uint32_t m)
-{
-	return m != 0 ? (unsigned)__builtin_ctz(m) : 0;
-}
-
-/* Non-zero, and its bits in one run: shifted down, it is 2^n - 1. */
-static bool
-mask_contiguous(uint32_t m)
-{
-	uint32_t low = m >> mask_shift(m);
-
-	return m != 0 && (low & (low + 1)) == 0;
-}
-
 /* "eth1, eth2" (commas or blanks): the LAN interfaces of gateway mode. */
 static int
 parse_ifaces(struct cconf *c, const char *value, char *err, size_t errlen)
@@ -255,115 +222,73 @@ parse_ifaces(struct cconf *c, const char *value, char *err, size_t errlen)
 	return 0;
 }
 
-struct key_spec {
-	const char *section, *name;
-	enum {
-		K_STR, K_LEVEL, K_UINT, K_MS, K_US, K_DOUBLE, K_BIT, K_MASK,
-		K_STRATEGY, K_PORTS, K_CIDRS, K_RELAY, K_URLS, K_BOOL, K_EP_OPT,
-		K_AUTHMODE, K_BACKEND, K_HMODE, K_IFACES, K_NATMODE, K_FMODE,
-	} kind;
-	size_t off, size;	/* of the member; K_UINT stores 2, 4 or 8 bytes */
-	uint64_t min, max;	/* K_UINT, K_DOUBLE; K_MS and K_US in ms */
-};
+/* The kinds of slotd's own, parsed by custom_key. */
+enum { K_STRATEGY = 1, K_RELAY, K_BACKEND, K_HMODE, K_IFACES, K_NATMODE };
 
-#define F(m) offsetof(struct cconf, m), sizeof(((struct cconf *)0)->m)
-static const struct key_spec keys[] = {
-	{ "slotd", "key_file", K_STR, F(key_file), 0, 0 },
-	{ "slotd", "control_socket", K_STR, F(control_socket), 0, 0 },
-	{ "slotd", "metrics_listen", K_EP_OPT, F(metrics_listen), 0, 0 },
-	{ "slotd", "log_level", K_LEVEL, F(log_level), 0, 0 },
-	{ "slotd", "queue", K_UINT, F(queue), 0, 65535 },
-	{ "slotd", "queue_maxlen", K_UINT, F(queue_maxlen), 16, 1000000 },
-	{ "slotd", "bypass_mark", K_BIT, F(bypass_mark), 0, 0 },
-	{ "slotd", "relay_mask", K_MASK, F(relay_mask), 0, 0 },
-	{ "slotd", "max_clock_skew", K_MS, F(max_clock_skew_ms), 1000, HOUR_MS },
-	{ "slotd", "user", K_STR, F(user), 0, 0 },
-	{ "slotd", "iptables", K_STR, F(iptables), 0, 0 },
-	{ "slotd", "nft", K_STR, F(nft), 0, 0 },
-	{ "slotd", "rules_timeout", K_MS, F(rules_timeout_ms), 1000, 600000 },
-	{ "auth", "mode", K_AUTHMODE, F(auth_mode), 0, 0 },
-	{ "auth", "key", K_STR, F(id_key), 0, 0 },
-	{ "auth", "certificate", K_STR, F(id_cert), 0, 0 },
-	{ "auth", "ca", K_STR, F(id_ca), 0, 0 },
-	{ "hijack", "ports", K_PORTS, F(ports), 0, 0 },
-	{ "hijack", "include", K_CIDRS, F(include), 0, 0 },
-	{ "hijack", "exclude", K_CIDRS, F(exclude), 0, 0 },
-	{ "hijack", "backend", K_BACKEND, F(backend), 0, 0 },
-	{ "hijack", "mode", K_HMODE, F(mode), 0, 0 },
-	{ "hijack", "lan_interfaces", K_IFACES, F(lan), 0, 0 },
-	{ "select", "strategy", K_STRATEGY, F(sel.strategy), 0, 0 },
-	{ "select", "k", K_UINT, F(sel.k), 1, 100000 },
-	{ "select", "c_wait", K_DOUBLE, F(sel.c_wait), 1, 10 },
-	{ "select", "min_gain", K_DOUBLE, F(sel.min_gain), 1, 100 },
-	{ "select", "repair_timeout", K_US, F(sel.repair_timeout_us), 100, 60000 },
-	{ "select", "hold_timeout", K_MS, F(hold_timeout_ms), 100, 120000 },
-	{ "select", "establish_timeout", K_MS, F(establish_timeout_ms), 100, 60000 },
-	{ "select", "cache_ttl", K_MS, F(cache_ttl_ms), 0, 7 * DAY_MS },
-	{ "select", "cache_size", K_UINT, F(cache_size), 1, 10000000 },
-	{ "select", "cache_early", K_BOOL, F(cache_early), 0, 0 },
-	{ "select", "synack_hold", K_BOOL, F(synack_hold), 0, 0 },
-	{ "select", "max_held", K_UINT, F(max_held), 1, 1000000 },
-	{ "select", "seed", K_UINT, F(seed), 0, UINT64_MAX },
-	{ "relays", "keepalive_interval", K_MS, F(keepalive_interval_ms), 1000, HOUR_MS },
-	{ "relays", "keepalive_timeout", K_MS, F(keepalive_timeout_ms), 100, HOUR_MS },
-	{ "relays", "reconnect_min", K_MS, F(reconnect_min_ms), 10, HOUR_MS },
-	{ "relays", "reconnect_max", K_MS, F(reconnect_max_ms), 10, HOUR_MS },
-	{ "relays", "failure_quarantine", K_MS, F(failure_quarantine_ms), 0, HOUR_MS },
-	{ "relays", "relay", K_RELAY, F(relays), 0, 0 },
-	{ "nat", "mode", K_NATMODE, F(nat_mode), 0, 0 },
-	{ "lib", "socket", K_STR, F(lib_socket), 0, 0 },
-	{ "lib", "socket_mode", K_FMODE, F(lib_socket_mode), 0, 0 },
-	{ "lib", "mark", K_BIT, F(lib_mark), 0, 0 },
-	{ "lib", "cgroup", K_STR, F(run_cgroup), 0, 0 },
-	{ "directory", "urls", K_URLS, F(dir_urls), 0, 0 },
-	{ "directory", "refresh", K_MS, F(dir_refresh_ms), 100, 7 * DAY_MS },
-	{ "directory", "retry", K_MS, F(dir_retry_ms), 100, 7 * DAY_MS },
-	{ "directory", "timeout", K_MS, F(dir_timeout_ms), 100, 10 * 60 * 1000 },
-	{ "directory", "cache_file", K_STR, F(dir_cache_file), 0, 0 },
+#define F(sec, name, kind, m) CONF_KEY(struct cconf, sec, name, kind, m)
+static const struct conf_key keys[] = {
+	{ F("slotd", "key_file", CK_STR, key_file) },
+	{ F("slotd", "control_socket", CK_STR, control_socket) },
+	{ F("slotd", "metrics_listen", CK_EP_OPT, metrics_listen) },
+	{ F("slotd", "log_level", CK_LEVEL, log_level) },
+	{ F("slotd", "queue", CK_UINT, queue), .min = 0, .max = 65535 },
+	{ F("slotd", "queue_maxlen", CK_UINT, queue_maxlen), .min = 16, .max = 1000000 },
+	{ F("slotd", "bypass_mark", CK_BIT, bypass_mark) },
+	{ F("slotd", "relay_mask", CK_MASK, relay_mask) },
+	{ F("slotd", "max_clock_skew", CK_MS, max_clock_skew_ms), .min = 1000, .max = HOUR_MS },
+	{ F("slotd", "user", CK_STR, user) },
+	{ F("slotd", "iptables", CK_STR, iptables) },
+	{ F("slotd", "nft", CK_STR, nft) },
+	{ F("slotd", "rules_timeout", CK_MS, rules_timeout_ms), .min = 1000, .max = 600000 },
+	{ F("auth", "mode", CK_AUTHMODE, auth_mode) },
+	{ F("auth", "key", CK_STR, id_key) },
+	{ F("auth", "certificate", CK_STR, id_cert) },
+	{ F("auth", "ca", CK_STR, id_ca) },
+	{ F("hijack", "ports", CK_PORTS, ports) },
+	{ F("hijack", "include", CK_CIDRS, include) },
+	{ F("hijack", "exclude", CK_CIDRS, exclude) },
+	{ F("hijack", "backend", CK_CUSTOM, backend), .custom = K_BACKEND },
+	{ F("hijack", "mode", CK_CUSTOM, mode), .custom = K_HMODE },
+	{ F("hijack", "lan_interfaces", CK_CUSTOM, lan), .custom = K_IFACES },
+	{ F("select", "strategy", CK_CUSTOM, sel.strategy), .custom = K_STRATEGY },
+	{ F("select", "k", CK_UINT, sel.k), .min = 1, .max = 100000 },
+	{ F("select", "c_wait", CK_DOUBLE, sel.c_wait), .dmin = 1, .dmax = 10 },
+	{ F("select", "min_gain", CK_DOUBLE, sel.min_gain), .dmin = 1, .dmax = 100 },
+	{ F("select", "repair_timeout", CK_US, sel.repair_timeout_us), .min = 100, .max = 60000 },
+	{ F("select", "hold_timeout", CK_MS, hold_timeout_ms), .min = 100, .max = 120000 },
+	{ F("select", "establish_timeout", CK_MS, establish_timeout_ms), .min = 100, .max = 60000 },
+	{ F("select", "cache_ttl", CK_MS, cache_ttl_ms), .min = 0, .max = 7 * DAY_MS },
+	{ F("select", "cache_size", CK_UINT, cache_size), .min = 1, .max = 10000000 },
+	{ F("select", "cache_early", CK_BOOL, cache_early) },
+	{ F("select", "synack_hold", CK_BOOL, synack_hold) },
+	{ F("select", "max_held", CK_UINT, max_held), .min = 1, .max = 1000000 },
+	{ F("select", "seed", CK_UINT, seed), .min = 0, .max = UINT64_MAX },
+	{ F("relays", "keepalive_interval", CK_MS, keepalive_interval_ms), .min = 1000, .max = HOUR_MS },
+	{ F("relays", "keepalive_timeout", CK_MS, keepalive_timeout_ms), .min = 100, .max = HOUR_MS },
+	{ F("relays", "reconnect_min", CK_MS, reconnect_min_ms), .min = 10, .max = HOUR_MS },
+	{ F("relays", "reconnect_max", CK_MS, reconnect_max_ms), .min = 10, .max = HOUR_MS },
+	{ F("relays", "failure_quarantine", CK_MS, failure_quarantine_ms), .min = 0, .max = HOUR_MS },
+	{ F("relays", "relay", CK_CUSTOM, relays), .custom = K_RELAY },
+	{ F("nat", "mode", CK_CUSTOM, nat_mode), .custom = K_NATMODE },
+	{ F("lib", "socket", CK_STR, lib_socket) },
+	{ F("lib", "socket_mode", CK_FMODE, lib_socket_mode) },
+	{ F("lib", "mark", CK_BIT, lib_mark) },
+	{ F("lib", "cgroup", CK_STR, run_cgroup) },
+	{ F("directory", "urls", CK_URLS, dir_urls) },
+	{ F("directory", "refresh", CK_MS, dir_refresh_ms), .min = 100, .max = 7 * DAY_MS },
+	{ F("directory", "retry", CK_MS, dir_retry_ms), .min = 100, .max = 7 * DAY_MS },
+	{ F("directory", "timeout", CK_MS, dir_timeout_ms), .min = 100, .max = 10 * 60 * 1000 },
+	{ F("directory", "cache_file", CK_STR, dir_cache_file) },
 };
 #undef F
 
-static void
-store_uint(void *dst, size_t size, uint64_t v)
-{
-	switch (size) {
-	case 2:
-		*(uint16_t *)dst = (uint16_t)v;
-		break;
-	case 4:
-		*(uint32_t *)dst = (uint32_t)v;
-		break;
-	default:
-		*(uint64_t *)dst = v;
-		break;
-	}
-}
-
 static int
-set_key(void *user, const char *section, const char *name, const char *value,
-    char *err, size_t errlen)
+custom_key(void *obj, const struct conf_key *k, const char *value, char *sub, size_t sublen)
 {
-	struct cconf *c = user;
-	const struct key_spec *k = NULL;
-
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-		if (strcmp(keys[i].section, section) == 0 &&
-		    strcmp(keys[i].name, name) == 0)
-			k = &keys[i];
-	if (k == NULL) {
-		snprintf(err, errlen, "unknown key '%s' in section [%s]", name, section);
-		return -1;
-	}
+	struct cconf *c = obj;
 	void *dst = (char *)c + k->off;
-	int rc = 0;
-	char sub[200] = "";
-	uint64_t v;
-	uint32_t m;
 
-	switch (k->kind) {
-	case K_STR:
-		rc = conf_string(value, dst, k->size, sub, sizeof(sub));
-		break;
+	switch (k->custom) {
 	case K_BACKEND:
 		if (strcmp(value, "auto") == 0)
 			*(int *)dst = CCONF_BACKEND_AUTO;
@@ -371,11 +296,9 @@ set_key(void *user, const char *section, const char *name, const char *value,
 			*(int *)dst = RULES_NFT;
 		else if (strcmp(value, "iptables") == 0)
 			*(int *)dst = RULES_IPTABLES;
-		else {
-			snprintf(sub, sizeof(sub), "expected auto, nft or iptables");
-			rc = -1;
-		}
-		break;
+		else
+			break;
+		return 0;
 	case K_HMODE:
 		if (strcmp(value, "local") == 0)
 			*(unsigned *)dst = RULES_LOCAL;
@@ -383,14 +306,9 @@ set_key(void *user, const char *section, const char *name, const char *value,
 			*(unsigned *)dst = RULES_GATEWAY;
 		else if (strcmp(value, "both") == 0)
 			*(unsigned *)dst = RULES_LOCAL | RULES_GATEWAY;
-		else {
-			snprintf(sub, sizeof(sub), "expected local, gateway or both");
-			rc = -1;
-		}
-		break;
-	case K_IFACES:
-		rc = parse_ifaces(c, value, sub, sizeof(sub));
-		break;
+		else
+			break;
+		return 0;
 	case K_NATMODE:
 		if (strcmp(value, "auto") == 0)
 			*(int *)dst = CCONF_NAT_AUTO;
@@ -398,114 +316,30 @@ set_key(void *user, const char *section, const char *name, const char *value,
 			*(int *)dst = CCONF_NAT_ON;
 		else if (strcmp(value, "off") == 0)
 			*(int *)dst = CCONF_NAT_OFF;
-		else {
-			snprintf(sub, sizeof(sub), "expected auto, on or off");
-			rc = -1;
-		}
-		break;
-	case K_AUTHMODE:
-		if ((*(int *)dst = ident_mode_parse(value)) == -1) {
-			snprintf(sub, sizeof(sub), "expected identity or shared");
-			rc = -1;
-		}
-		break;
-	case K_LEVEL:
-		if (log_level_parse(value, dst) == -1) {
-			snprintf(sub, sizeof(sub), "expected error, warn, info or debug");
-			rc = -1;
-		}
-		break;
-	case K_UINT:
-		rc = conf_uint(value, k->min, k->max, &v, sub, sizeof(sub));
-		if (rc == 0)
-			store_uint(dst, k->size, v);
-		break;
-	case K_MS:
-	case K_US:
-		rc = conf_duration_ms(value, &v, sub, sizeof(sub));
-		if (rc == 0 && (v < k->min || v > k->max)) {
-			snprintf(sub, sizeof(sub), "must be between %llu ms and %llu ms",
-			    (unsigned long long)k->min, (unsigned long long)k->max);
-			rc = -1;
-		}
-		if (rc == 0)
-			*(uint64_t *)dst = k->kind == K_US ? v * 1000 : v;
-		break;
-	case K_BOOL:
-		rc = conf_bool(value, dst, sub, sizeof(sub));
-		break;
-	case K_DOUBLE:
-		rc = conf_double(value, (double)k->min, (double)k->max, dst,
-		    sub, sizeof(sub));
-		break;
-	case K_FMODE: {
-		char *end;
-		errno = 0;
-		unsigned long fm = strtoul(value, &end, 8);
-		if (value[0] < '0' || value[0] > '7' || *end != '\0' || errno || fm > 0777) {
-			snprintf(sub, sizeof(sub), "expected an octal file mode, 0600 to 0777");
-			rc = -1;
-		} else {
-			*(uint32_t *)dst = (uint32_t)fm;
-		}
-		break;
-	}
-	case K_BIT:
-		rc = parse_mark(value, &m, sub, sizeof(sub));
-		if (rc == 0 && (m == 0 || (m & (m - 1)) != 0)) {
-			snprintf(sub, sizeof(sub), "must be exactly one bit");
-			rc = -1;
-		}
-		if (rc == 0)
-			*(uint32_t *)dst = m;
-		break;
-	case K_MASK:
-		rc = parse_mark(value, &m, sub, sizeof(sub));
-		if (rc == 0 && !mask_contiguous(m)) {
-			snprintf(sub, sizeof(sub), "must be non-zero contiguous bits");
-			rc = -1;
-		}
-		if (rc == 0)
-			*(uint32_t *)dst = m;
-		break;
+		else
+			break;
+		return 0;
 	case K_STRATEGY:
-		if (sel_strategy_parse(value, dst) == -1) {
-			snprintf(sub, sizeof(sub), "expected cover, all, random or randgroup");
-			rc = -1;
-		}
+		if (sel_strategy_parse(value, dst) == 0)
+			return 0;
 		break;
-	case K_PORTS:
-		rc = portset_parse(value, dst, sub, sizeof(sub));
-		break;
-	case K_CIDRS: {
-		/* "" parses to an empty list: "exclude =" hijacks LAN traffic too. */
-		struct cidr_list l = { 0 };
-		rc = cidr_list_parse(value, &l, sub, sizeof(sub));
-		if (rc == 0) {
-			cidr_list_free(dst);
-			*(struct cidr_list *)dst = l;
-		}
-		break;
-	}
+	case K_IFACES:
+		return parse_ifaces(c, value, sub, sublen);
 	case K_RELAY:
-		rc = add_relay(c, value, sub, sizeof(sub));
-		break;
-	case K_URLS:
-		rc = conf_urls(value, dst, sub, sizeof(sub));
-		break;
-	case K_EP_OPT:
-		/* Empty: off. */
-		if (value[0] == '\0')
-			memset(dst, 0, sizeof(struct endpoint));
-		else if (ep_parse(value, 0, dst) == -1) {
-			snprintf(sub, sizeof(sub), "expected address:port, or nothing");
-			rc = -1;
-		}
-		break;
+		return add_relay(c, value, sub, sublen);
 	}
-	if (rc == -1)
-		snprintf(err, errlen, "[%s] %s = %s: %s", section, name, value, sub);
-	return rc;
+	snprintf(sub, sublen, "expected %s", k->custom == K_BACKEND ? "auto, nft or iptables" :
+	    k->custom == K_HMODE ? "local, gateway or both" :
+	    k->custom == K_NATMODE ? "auto, on or off" : "cover, all, random or randgroup");
+	return -1;
+}
+
+static int
+set_key(void *user, const char *section, const char *name, const char *value,
+    char *err, size_t errlen)
+{
+	return conf_keys_set(keys, sizeof(keys) / sizeof(keys[0]), custom_key, user, section,
+	    name, value, err, errlen);
 }
 
 static bool
@@ -582,10 +416,10 @@ cconf_load(struct cconf *c, const char *path, char *err, size_t errlen)
 		goto fail;
 	}
 	/* Relay i gets mark (i + 1) << shift. */
-	if ((c->relay_mask >> mask_shift(c->relay_mask)) < c->nrelays) {
+	if ((c->relay_mask >> conf_mask_shift(c->relay_mask)) < c->nrelays) {
 		snprintf(err, errlen, "%s: [slotd] relay_mask 0x%08x has room for "
 		    "%u relays, not %zu", path, c->relay_mask,
-		    c->relay_mask >> mask_shift(c->relay_mask), c->nrelays);
+		    c->relay_mask >> conf_mask_shift(c->relay_mask), c->nrelays);
 		goto fail;
 	}
 	if (c->hold_timeout_ms * 1000 < c->sel.repair_timeout_us) {

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "slot/conf.h"
+#include "slot/confkeys.h"
 #include "slot/ident.h"
 #include "dconf.h"
 
@@ -41,126 +42,69 @@ dconf_defaults(struct dconf *c)
 	c->landmarks = 256;
 }
 
-struct key_spec {
-	const char *section, *name;
-	enum { K_STR, K_EP, K_EP_OPT, K_LEVEL, K_UINT, K_MS, K_TIMEOUTS, K_SIZE, K_DOUBLE,
-	    K_AUTHMODE } kind;
-	size_t off;
-	uint64_t min, max;	/* K_UINT, K_MS, K_SIZE; K_STR: buffer size */
-	double dmin, dmax;	/* K_DOUBLE */
-};
+/* The kinds of this daemon's own, parsed by custom_key. */
+enum { K_TIMEOUTS = 1 };
 
-#define F(m) offsetof(struct dconf, m)
-static const struct key_spec keys[] = {
-	{ "dird", "listen", K_EP, F(listen), 0, 0, 0, 0 },
-	{ "dird", "key_file", K_STR, F(key_file), 0, DCONF_PATH_MAX, 0, 0 },
-	{ "dird", "state_file", K_STR, F(state_file), 0, DCONF_PATH_MAX, 0, 0 },
-	{ "dird", "control_socket", K_STR, F(control_socket), 0, DCONF_PATH_MAX, 0, 0 },
-	{ "dird", "metrics_listen", K_EP_OPT, F(metrics_listen), 0, 0, 0, 0 },
-	{ "dird", "log_level", K_LEVEL, F(log_level), 0, 0, 0, 0 },
-	{ "dird", "max_clock_skew", K_MS, F(max_clock_skew_ms), 1000, 3600000, 0, 0 },
-	{ "auth", "mode", K_AUTHMODE, F(auth_mode), 0, 0, 0, 0 },
-	{ "auth", "key", K_STR, F(id_key), 0, DCONF_PATH_MAX, 0, 0 },
-	{ "auth", "certificate", K_STR, F(id_cert), 0, DCONF_PATH_MAX, 0, 0 },
-	{ "auth", "ca", K_STR, F(id_ca), 0, DCONF_PATH_MAX, 0, 0 },
-	{ "auth", "revoked", K_STR, F(revoked), 0, DCONF_PATH_MAX, 0, 0 },
+#define F(sec, name, kind, m) CONF_KEY(struct dconf, sec, name, kind, m)
+static const struct conf_key keys[] = {
+	{ F("dird", "listen", CK_EP, listen) },
+	{ F("dird", "key_file", CK_STR, key_file) },
+	{ F("dird", "state_file", CK_STR, state_file) },
+	{ F("dird", "control_socket", CK_STR, control_socket) },
+	{ F("dird", "metrics_listen", CK_EP_OPT, metrics_listen) },
+	{ F("dird", "log_level", CK_LEVEL, log_level) },
+	{ F("dird", "max_clock_skew", CK_MS, max_clock_skew_ms), .min = 1000, .max = 3600000 },
+	{ F("auth", "mode", CK_AUTHMODE, auth_mode) },
+	{ F("auth", "key", CK_STR, id_key) },
+	{ F("auth", "certificate", CK_STR, id_cert) },
+	{ F("auth", "ca", CK_STR, id_ca) },
+	{ F("auth", "revoked", CK_STR, revoked) },
 	/* Below 4k not even a register call with its XML fits. */
-	{ "limits", "max_body", K_SIZE, F(max_body), 4096, 64ull << 20, 0, 0 },
+	{ F("limits", "max_body", CK_SIZE, max_body), .min = 4096, .max = 64ull << 20 },
 	/* Below 512 not even a request line and Content-Length fit. */
-	{ "limits", "max_header", K_SIZE, F(max_header), 512, 1 << 20, 0, 0 },
-	{ "limits", "max_conns", K_UINT, F(max_conns), 1, 4096, 0, 0 },
-	{ "limits", "max_conns_per_source", K_UINT, F(max_conns_per_source), 1, 4096, 0, 0 },
-	{ "limits", "header_timeout", K_MS, F(header_timeout_ms), 100, 3600000, 0, 0 },
-	{ "limits", "body_timeout", K_MS, F(body_timeout_ms), 100, 3600000, 0, 0 },
+	{ F("limits", "max_header", CK_SIZE, max_header), .min = 512, .max = 1 << 20 },
+	{ F("limits", "max_conns", CK_UINT, max_conns), .min = 1, .max = 4096 },
+	{ F("limits", "max_conns_per_source", CK_UINT, max_conns_per_source),
+	    .min = 1, .max = 4096 },
+	{ F("limits", "header_timeout", CK_MS, header_timeout_ms), .min = 100, .max = 3600000 },
+	{ F("limits", "body_timeout", CK_MS, body_timeout_ms), .min = 100, .max = 3600000 },
 	/* The older name: both at once. */
-	{ "limits", "request_timeout", K_TIMEOUTS, F(header_timeout_ms), 100, 3600000, 0, 0 },
-	{ "limits", "max_relays", K_UINT, F(max_relays), 1, 65536, 0, 0 },
-	{ "limits", "max_report_entries", K_UINT, F(max_report_entries), 1, 65536, 0, 0 },
-	{ "relays", "heartbeat_interval", K_MS, F(heartbeat_interval_ms), 1000, DAY_MS, 0, 0 },
-	{ "relays", "expire_after", K_MS, F(expire_after_ms), 1000, 7 * DAY_MS, 0, 0 },
-	{ "groups", "inflation", K_DOUBLE, F(inflation), 0, 0, 1.05, 10.0 },
-	{ "groups", "max_intra_rtt", K_DOUBLE, F(max_intra_rtt_ms), 0, 0, 0.0, 1e6 },
-	{ "groups", "regroup_interval", K_MS, F(regroup_interval_ms), 0, DAY_MS, 0, 0 },
-	{ "groups", "landmarks", K_UINT, F(landmarks), 0, 4096, 0, 0 },
+	{ F("limits", "request_timeout", CK_CUSTOM, header_timeout_ms), .custom = K_TIMEOUTS },
+	{ F("limits", "max_relays", CK_UINT, max_relays), .min = 1, .max = 65536 },
+	{ F("limits", "max_report_entries", CK_UINT, max_report_entries), .min = 1, .max = 65536 },
+	{ F("relays", "heartbeat_interval", CK_MS, heartbeat_interval_ms),
+	    .min = 1000, .max = DAY_MS },
+	{ F("relays", "expire_after", CK_MS, expire_after_ms), .min = 1000, .max = 7 * DAY_MS },
+	{ F("groups", "inflation", CK_DOUBLE, inflation), .dmin = 1.05, .dmax = 10.0 },
+	{ F("groups", "max_intra_rtt", CK_DOUBLE, max_intra_rtt_ms), .dmin = 0.0, .dmax = 1e6 },
+	{ F("groups", "regroup_interval", CK_MS, regroup_interval_ms), .min = 0, .max = DAY_MS },
+	{ F("groups", "landmarks", CK_UINT, landmarks), .min = 0, .max = 4096 },
 };
 #undef F
+
+/* request_timeout, the older name of header_timeout and body_timeout:
+ * both at once. */
+static int
+custom_key(void *obj, const struct conf_key *k, const char *value, char *sub, size_t sublen)
+{
+	struct dconf *c = obj;
+	struct conf_key ms = *k;
+
+	ms.kind = CK_MS;
+	ms.min = 100;
+	ms.max = 3600000;
+	if (conf_key_parse(&ms, c, value, sub, sublen) == -1)
+		return -1;
+	c->body_timeout_ms = c->header_timeout_ms;
+	return 0;
+}
 
 static int
 set_key(void *user, const char *section, const char *name, const char *value,
     char *err, size_t errlen)
 {
-	struct dconf *c = user;
-	const struct key_spec *k = NULL;
-
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-		if (strcmp(keys[i].section, section) == 0 &&
-		    strcmp(keys[i].name, name) == 0)
-			k = &keys[i];
-	if (k == NULL) {
-		snprintf(err, errlen, "unknown key '%s' in section [%s]", name, section);
-		return -1;
-	}
-	void *dst = (char *)c + k->off;
-	int rc = 0;
-	char sub[200] = "";
-
-	switch (k->kind) {
-	case K_STR:
-		rc = conf_string(value, dst, k->max, sub, sizeof(sub));
-		break;
-	case K_EP_OPT:
-		/* Empty: off. */
-		if (value[0] == '\0') {
-			memset(dst, 0, sizeof(struct endpoint));
-			break;
-		}
-		/* FALLTHROUGH */
-	case K_EP:
-		if (ep_parse(value, 0, dst) == -1) {
-			snprintf(sub, sizeof(sub), "expected address:port");
-			rc = -1;
-		}
-		break;
-	case K_AUTHMODE:
-		if ((*(int *)dst = ident_mode_parse(value)) == -1) {
-			snprintf(sub, sizeof(sub), "expected identity or shared");
-			rc = -1;
-		}
-		break;
-	case K_LEVEL:
-		if (log_level_parse(value, dst) == -1) {
-			snprintf(sub, sizeof(sub), "expected error, warn, info or debug");
-			rc = -1;
-		}
-		break;
-	case K_UINT:
-		rc = conf_uint(value, k->min, k->max, dst, sub, sizeof(sub));
-		break;
-	case K_MS:
-	case K_TIMEOUTS: {
-		uint64_t v;
-		rc = conf_duration_ms(value, &v, sub, sizeof(sub));
-		if (rc == 0 && (v < k->min || v > k->max)) {
-			snprintf(sub, sizeof(sub), "must be between %llu ms and %llu ms",
-			    (unsigned long long)k->min, (unsigned long long)k->max);
-			rc = -1;
-		}
-		if (rc == 0)
-			*(uint64_t *)dst = v;
-		if (rc == 0 && k->kind == K_TIMEOUTS)
-			c->body_timeout_ms = v;
-		break;
-	}
-	case K_SIZE:
-		rc = conf_size(value, k->min, k->max, dst, sub, sizeof(sub));
-		break;
-	case K_DOUBLE:
-		rc = conf_double(value, k->dmin, k->dmax, dst, sub, sizeof(sub));
-		break;
-	}
-	if (rc == -1)
-		snprintf(err, errlen, "[%s] %s = %s: %s", section, name, value, sub);
-	return rc;
+	return conf_keys_set(keys, sizeof(keys) / sizeof(keys[0]), custom_key, user, section,
+	    name, value, err, errlen);
 }
 
 int

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "slot/conf.h"
+#include "slot/confkeys.h"
 #include "slot/ident.h"
 #include "rconf.h"
 
@@ -67,67 +68,70 @@ rconf_free(struct rconf *c)
 
 #define DAY_MS (24ull * 3600 * 1000)
 
-struct key_spec {
-	const char *section, *name;
-	enum { K_STR, K_EP, K_LEVEL, K_UINT, K_MS, K_MS_OFF, K_SIZE, K_DOUBLE, K_PORTS, K_CIDRS,
-	    K_URLS, K_EP_OPT, K_AUTHMODE, K_ADVERTISE } kind;
-	size_t off;
-	uint64_t min, max;	/* K_UINT, K_MS, K_SIZE; K_STR: buffer size */
-};
+/* The kinds of this daemon's own, parsed by custom_key. */
+enum { K_ADVERTISE = 1 };
 
-#define F(m) offsetof(struct rconf, m)
-static const struct key_spec keys[] = {
-	{ "relay", "user", K_STR, F(user), 0, sizeof(((struct rconf *)0)->user) },
-	{ "relay", "key_file", K_STR, F(key_file), 0, RCONF_PATH_MAX },
-	{ "relay", "probe_listen", K_EP, F(probe_listen), 0, 0 },
-	{ "relay", "control_listen", K_EP, F(control_listen), 0, 0 },
-	{ "relay", "data_listen", K_EP, F(data_listen), 0, 0 },
-	{ "relay", "stats_socket", K_STR, F(stats_socket), 0, RCONF_PATH_MAX },
-	{ "relay", "metrics_listen", K_EP_OPT, F(metrics_listen), 0, 0 },
-	{ "relay", "log_level", K_LEVEL, F(log_level), 0, 0 },
-	{ "limits", "max_pipes", K_UINT, F(max_pipes), 1, 1000000 },
-	{ "limits", "max_pending_per_client", K_UINT, F(max_pending_per_client), 1, 1000000 },
-	{ "limits", "connect_timeout", K_MS, F(connect_timeout_ms), 100, 600000 },
-	{ "limits", "pending_timeout", K_MS, F(pending_timeout_ms), 100, 600000 },
-	{ "limits", "idle_timeout", K_MS_OFF, F(idle_timeout_ms), 1000, 365 * DAY_MS },
-	{ "limits", "half_closed_timeout", K_MS_OFF, F(half_closed_timeout_ms), 1000,
-	    365 * DAY_MS },
-	{ "limits", "drain_timeout", K_MS, F(drain_timeout_ms), 0, DAY_MS },
-	{ "limits", "control_idle_timeout", K_MS, F(control_idle_timeout_ms), 1000, DAY_MS },
-	{ "limits", "control_first_message_timeout", K_MS, F(control_first_timeout_ms), 100,
-	    600000 },
-	{ "limits", "max_control_connections", K_UINT, F(max_control_conns), 1, 1000000 },
-	{ "limits", "max_control_per_source", K_UINT, F(max_control_per_source), 1, 1000000 },
-	{ "limits", "control_rate", K_DOUBLE, F(control_rate), 0, 0 },
-	{ "limits", "control_burst", K_DOUBLE, F(control_burst), 0, 0 },
-	{ "limits", "max_kernel_pipes", K_UINT, F(max_kernel_pipes), 0, 4000000 },
-	{ "limits", "pipe_size", K_SIZE, F(pipe_size), 4096, 1 << 20 },
-	{ "limits", "keepalive_idle", K_MS, F(keepalive_idle_ms), 1000, DAY_MS },
-	{ "limits", "keepalive_interval", K_MS, F(keepalive_interval_ms), 1000, DAY_MS },
-	{ "limits", "keepalive_count", K_UINT, F(keepalive_count), 1, 127 },
-	{ "limits", "user_timeout", K_MS_OFF, F(user_timeout_ms), 1000, DAY_MS },
-	{ "policy", "allowed_ports", K_PORTS, F(policy.ports), 0, 0 },
-	{ "policy", "allow_destinations", K_CIDRS, F(policy.allow), 0, 0 },
-	{ "policy", "deny_destinations", K_CIDRS, F(policy.deny), 0, 0 },
-	{ "policy", "public_address", K_CIDRS, F(policy.public), 0, 0 },
-	{ "probe", "rtt_cache_ttl", K_MS, F(rtt_cache_ttl_ms), 0, 7 * DAY_MS },
-	{ "probe", "probe_timeout", K_MS, F(probe_timeout_ms), 10, 60000 },
-	{ "probe", "requester_rate", K_DOUBLE, F(requester_rate), 0, 0 },
-	{ "probe", "requester_burst", K_DOUBLE, F(requester_burst), 0, 0 },
-	{ "probe", "destination_rate", K_DOUBLE, F(destination_rate), 0, 0 },
-	{ "probe", "destination_burst", K_DOUBLE, F(destination_burst), 0, 0 },
-	{ "probe", "max_inflight", K_UINT, F(max_inflight), 1, 100000 },
-	{ "auth", "max_clock_skew", K_MS, F(max_clock_skew_ms), 1000, 3600000 },
-	{ "auth", "mode", K_AUTHMODE, F(auth_mode), 0, 0 },
-	{ "auth", "key", K_STR, F(id_key), 0, RCONF_PATH_MAX },
-	{ "auth", "certificate", K_STR, F(id_cert), 0, RCONF_PATH_MAX },
-	{ "auth", "ca", K_STR, F(id_ca), 0, RCONF_PATH_MAX },
-	{ "directory", "urls", K_URLS, F(dir_urls), 0, 0 },
-	{ "directory", "advertise", K_ADVERTISE, F(advertise), 0, 0 },
-	{ "directory", "timeout", K_MS, F(dir_timeout_ms), 100, 120000 },
-	{ "directory", "list_interval", K_MS, F(list_interval_ms), 100, DAY_MS },
-	{ "directory", "measure_interval", K_MS, F(measure_interval_ms), 100, DAY_MS },
-	{ "directory", "measure_rate", K_DOUBLE, F(measure_rate), 0, 0 },
+#define F(sec, name, kind, m) CONF_KEY(struct rconf, sec, name, kind, m)
+static const struct conf_key keys[] = {
+	{ F("relay", "user", CK_STR, user) },
+	{ F("relay", "key_file", CK_STR, key_file) },
+	{ F("relay", "probe_listen", CK_EP, probe_listen) },
+	{ F("relay", "control_listen", CK_EP, control_listen) },
+	{ F("relay", "data_listen", CK_EP, data_listen) },
+	{ F("relay", "stats_socket", CK_STR, stats_socket) },
+	{ F("relay", "metrics_listen", CK_EP_OPT, metrics_listen) },
+	{ F("relay", "log_level", CK_LEVEL, log_level) },
+	{ F("limits", "max_pipes", CK_UINT, max_pipes), .min = 1, .max = 1000000 },
+	{ F("limits", "max_pending_per_client", CK_UINT, max_pending_per_client),
+	    .min = 1, .max = 1000000 },
+	{ F("limits", "connect_timeout", CK_MS, connect_timeout_ms), .min = 100, .max = 600000 },
+	{ F("limits", "pending_timeout", CK_MS, pending_timeout_ms), .min = 100, .max = 600000 },
+	{ F("limits", "idle_timeout", CK_MS_OFF, idle_timeout_ms),
+	    .min = 1000, .max = 365 * DAY_MS },
+	{ F("limits", "half_closed_timeout", CK_MS_OFF, half_closed_timeout_ms),
+	    .min = 1000, .max = 365 * DAY_MS },
+	{ F("limits", "drain_timeout", CK_MS, drain_timeout_ms), .min = 0, .max = DAY_MS },
+	{ F("limits", "control_idle_timeout", CK_MS, control_idle_timeout_ms),
+	    .min = 1000, .max = DAY_MS },
+	{ F("limits", "control_first_message_timeout", CK_MS, control_first_timeout_ms),
+	    .min = 100, .max = 600000 },
+	{ F("limits", "max_control_connections", CK_UINT, max_control_conns),
+	    .min = 1, .max = 1000000 },
+	{ F("limits", "max_control_per_source", CK_UINT, max_control_per_source),
+	    .min = 1, .max = 1000000 },
+	{ F("limits", "control_rate", CK_DOUBLE, control_rate), .dmin = 0.001, .dmax = 1e6 },
+	{ F("limits", "control_burst", CK_DOUBLE, control_burst), .dmin = 0.001, .dmax = 1e6 },
+	{ F("limits", "max_kernel_pipes", CK_UINT, max_kernel_pipes), .min = 0, .max = 4000000 },
+	{ F("limits", "pipe_size", CK_SIZE, pipe_size), .min = 4096, .max = 1 << 20 },
+	{ F("limits", "keepalive_idle", CK_MS, keepalive_idle_ms), .min = 1000, .max = DAY_MS },
+	{ F("limits", "keepalive_interval", CK_MS, keepalive_interval_ms),
+	    .min = 1000, .max = DAY_MS },
+	{ F("limits", "keepalive_count", CK_UINT, keepalive_count), .min = 1, .max = 127 },
+	{ F("limits", "user_timeout", CK_MS_OFF, user_timeout_ms), .min = 1000, .max = DAY_MS },
+	{ F("policy", "allowed_ports", CK_PORTS, policy.ports) },
+	{ F("policy", "allow_destinations", CK_CIDRS, policy.allow) },
+	{ F("policy", "deny_destinations", CK_CIDRS, policy.deny) },
+	{ F("policy", "public_address", CK_CIDRS, policy.public) },
+	{ F("probe", "rtt_cache_ttl", CK_MS, rtt_cache_ttl_ms), .min = 0, .max = 7 * DAY_MS },
+	{ F("probe", "probe_timeout", CK_MS, probe_timeout_ms), .min = 10, .max = 60000 },
+	{ F("probe", "requester_rate", CK_DOUBLE, requester_rate), .dmin = 0.001, .dmax = 1e6 },
+	{ F("probe", "requester_burst", CK_DOUBLE, requester_burst), .dmin = 0.001, .dmax = 1e6 },
+	{ F("probe", "destination_rate", CK_DOUBLE, destination_rate), .dmin = 0.001, .dmax = 1e6 },
+	{ F("probe", "destination_burst", CK_DOUBLE, destination_burst),
+	    .dmin = 0.001, .dmax = 1e6 },
+	{ F("probe", "max_inflight", CK_UINT, max_inflight), .min = 1, .max = 100000 },
+	{ F("auth", "max_clock_skew", CK_MS, max_clock_skew_ms), .min = 1000, .max = 3600000 },
+	{ F("auth", "mode", CK_AUTHMODE, auth_mode) },
+	{ F("auth", "key", CK_STR, id_key) },
+	{ F("auth", "certificate", CK_STR, id_cert) },
+	{ F("auth", "ca", CK_STR, id_ca) },
+	{ F("directory", "urls", CK_URLS, dir_urls) },
+	{ F("directory", "advertise", CK_CUSTOM, advertise), .custom = K_ADVERTISE },
+	{ F("directory", "timeout", CK_MS, dir_timeout_ms), .min = 100, .max = 120000 },
+	{ F("directory", "list_interval", CK_MS, list_interval_ms), .min = 100, .max = DAY_MS },
+	{ F("directory", "measure_interval", CK_MS, measure_interval_ms),
+	    .min = 100, .max = DAY_MS },
+	{ F("directory", "measure_rate", CK_DOUBLE, measure_rate), .dmin = 0.001, .dmax = 1e6 },
 };
 #undef F
 
@@ -169,102 +173,20 @@ parse_advertise(const char *value, struct rconf *c, char *sub, size_t sublen)
 }
 
 static int
+custom_key(void *obj, const struct conf_key *k, const char *value, char *sub, size_t sublen)
+{
+	(void)k;	/* K_ADVERTISE alone */
+	/* One endpoint, or two of different families: a dual-stack relay
+	 * registers once per family (docs/relay.md "IPv6"). */
+	return parse_advertise(value, obj, sub, sublen);
+}
+
+static int
 set_key(void *user, const char *section, const char *name, const char *value,
     char *err, size_t errlen)
 {
-	struct rconf *c = user;
-	const struct key_spec *k = NULL;
-
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-		if (strcmp(keys[i].section, section) == 0 &&
-		    strcmp(keys[i].name, name) == 0)
-			k = &keys[i];
-	if (k == NULL) {
-		snprintf(err, errlen, "unknown key '%s' in section [%s]", name, section);
-		return -1;
-	}
-	void *dst = (char *)c + k->off;
-	int rc = 0;
-	char sub[200] = "";
-
-	switch (k->kind) {
-	case K_STR:
-		rc = conf_string(value, dst, k->max, sub, sizeof(sub));
-		break;
-	case K_EP_OPT:
-		if (value[0] == '\0') {
-			memset(dst, 0, sizeof(struct endpoint));
-			break;
-		}
-		/* FALLTHROUGH */
-	case K_EP:
-		if (ep_parse(value, 0, dst) == -1) {
-			snprintf(sub, sizeof(sub), "expected address:port");
-			rc = -1;
-		}
-		break;
-	case K_ADVERTISE:
-		/* One endpoint, or two of different families: a dual-stack
-		 * relay registers once per family (docs/relay.md "IPv6"). */
-		rc = parse_advertise(value, c, sub, sizeof(sub));
-		break;
-	case K_AUTHMODE:
-		if ((*(int *)dst = ident_mode_parse(value)) == -1) {
-			snprintf(sub, sizeof(sub), "expected identity or shared");
-			rc = -1;
-		}
-		break;
-	case K_LEVEL:
-		if (log_level_parse(value, dst) == -1) {
-			snprintf(sub, sizeof(sub), "expected error, warn, info or debug");
-			rc = -1;
-		}
-		break;
-	case K_UINT:
-		rc = conf_uint(value, k->min, k->max, dst, sub, sizeof(sub));
-		break;
-	case K_MS_OFF:	/* K_MS, or 0 / "off": none */
-	case K_MS: {
-		uint64_t v;
-		if (k->kind == K_MS_OFF && strcmp(value, "off") == 0)
-			value = "0";
-		rc = conf_duration_ms(value, &v, sub, sizeof(sub));
-		if (rc == 0 && !(k->kind == K_MS_OFF && v == 0) &&
-		    (v < k->min || v > k->max)) {
-			snprintf(sub, sizeof(sub), "must be %sbetween %llu ms and %llu ms",
-			    k->kind == K_MS_OFF ? "0 (off) or " : "",
-			    (unsigned long long)k->min, (unsigned long long)k->max);
-			rc = -1;
-		}
-		if (rc == 0)
-			*(uint64_t *)dst = v;
-		break;
-	}
-	case K_SIZE:
-		rc = conf_size(value, k->min, k->max, dst, sub, sizeof(sub));
-		break;
-	case K_DOUBLE:
-		rc = conf_double(value, 0.001, 1e6, dst, sub, sizeof(sub));
-		break;
-	case K_PORTS:
-		rc = portset_parse(value, dst, sub, sizeof(sub));
-		break;
-	case K_URLS:
-		rc = conf_urls(value, dst, sub, sizeof(sub));
-		break;
-	case K_CIDRS: {
-		struct cidr_list l = { 0 };
-		rc = cidr_list_parse(value, &l, sub, sizeof(sub));
-		if (rc == 0) {
-			cidr_list_free(dst);
-			*(struct cidr_list *)dst = l;
-		}
-		break;
-	}
-	}
-	if (rc == -1)
-		snprintf(err, errlen, "[%s] %s = %s: %s", section, name, value, sub);
-	return rc;
+	return conf_keys_set(keys, sizeof(keys) / sizeof(keys[0]), custom_key, user, section,
+	    name, value, err, errlen);
 }
 
 int

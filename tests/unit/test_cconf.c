@@ -533,7 +533,13 @@ test_errors_name_the_line(void **state)
 {
 	(void)state;
 	bad("[slotd]\nqueue = 1\nbogus = 1\n", ":3: unknown key 'bogus' in section [slotd]");
-	bad("[relay]\nrelay = 10.0.0.1\n", ":2: unknown key 'relay' in section [relay]");
+	/* A section of another daemon: the section is what is wrong. */
+	bad("[relay]\nrelay = 10.0.0.1\n", ":2: unknown section [relay]");
+	/* Values that are wrong say what was expected, not only what they were. */
+	bad("[hijack]\nports = 80, 70000\n", "[hijack] ports = 80, 70000: 70000: expected ports "
+	    "(1 to 65535), ranges LOW-HIGH or all, separated by commas");
+	bad("[hijack]\nports = 80\ninclude = 203.0.113.0/33\n", "[hijack] include = "
+	    "203.0.113.0/33: 203.0.113.0/33: expected addresses or networks ADDRESS/PREFIX");
 	bad("[slotd]\nlog_level = loud\n", ":2: [slotd] log_level = loud: expected error");
 	bad("[slotd]\nmetrics_listen = 9760\n",
 	    ":2: [slotd] metrics_listen = 9760: expected address:port");

@@ -162,7 +162,7 @@ test_errors_name_the_line(void **state)
 {
 	(void)state;
 	bad("[relay]\nuser = x\nbogus = 1\n", ":3: unknown key 'bogus'");
-	bad("[relays]\nuser = x\n", ":2: unknown key 'user' in section [relays]");
+	bad("[relays]\nuser = x\n", ":2: unknown section [relays]");
 	bad("[relay]\n\ndata_listen = 1.2.3.4\n", ":3:");
 	bad("[limits]\nmax_pipes = 0\n", ":2:");
 	bad("[limits]\nmax_pipes = lots\n", "max_pipes");
