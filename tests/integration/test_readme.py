@@ -223,6 +223,20 @@ def test_every_command_is_covered():
     assert not stale, "COVERAGE entries no longer in the README: %r" % stale
 
 
+def test_says_how_to_run_as_root_without_sudo():
+    """A fresh Debian installed with a root password has no sudo: before the
+    first command written with `sudo`, the README says to run as root (or
+    with sudo) and that as root one types the commands without `sudo`."""
+    text = open(README).read()
+    first = text.index("\nsudo ")   # the first command line written with sudo
+    section = text[text.index("## Two commands"):]
+    intro = " ".join(section[:section.index("```sh")].split())
+    assert text.index("## Two commands") < first, "a sudo command before \"Two commands\""
+    assert "as root (or with sudo)" in intro, intro
+    assert re.search(r"no sudo\b", intro), intro
+    assert re.search(r"as root\b[^.]*\bwithout the leading `sudo`", intro), intro
+
+
 def function_source(path, func):
     src = open(os.path.join(ROOT, path)).read()
     for node in ast.walk(ast.parse(src)):
