@@ -466,9 +466,14 @@ def run(args, plan, sb, results):
             url = ng.url("demo.bin", port=HTTP_SLOT, query="via=slot")
             before = {x["control"]: x["probes"] for x in s.json()["relays"]}
             tokens = s.counters().get("token_pipes", 0)
+            pipes = relay_pipes(sb, plan)
             rs = curl(sb, plan.client_host, url, out, args.timeout)
             probed = sorted(plan.title[ctl_city[x["control"]]] for x in s.json()["relays"]
                             if x["probes"] > before.get(x["control"], 0))
+            # the relays that joined a pipe for it, by their own counters
+            after = relay_pipes(sb, plan)
+            carried = {plan.title[r]: after[r] - pipes[r] for r in after
+                       if after[r] > pipes.get(r, 0)}
             check_download(rs, sha, fsize, "%s through slot" % c)
             tokened = s.counters().get("token_pipes", 0) > tokens
             dec = s.decision(client="%s:%d" % (client_ip, rs["local_port"]), timeout=5)
@@ -494,6 +499,7 @@ def run(args, plan, sb, results):
             "rtt_direct_configured_ms": rtt,
             "relay": plan.title[relay] if relay else None,
             "nginx_peer": ip_city.get(peer, "client" if peer == public_ip else peer),
+            "nginx_peer_ip": peer,
             "path_rtt_ms": dec["path_rtt_us"] / 1000.0 if relay else None,
             "path_rtt_configured_ms": (max(plan.rtt(plan.client_city, relay),
                                            plan.rtt(relay, c)) if relay else None),
@@ -501,7 +507,8 @@ def run(args, plan, sb, results):
             "best_relay_group": sorted(plan.title[x] for x in groups[group_of[best]]),
             "probed": probed,
             "select_ms": dec["select_us"] / 1000.0, "probes": dec["probes"],
-            "why": dec["why"], "token": tokened,
+            "why": dec["why"], "token": tokened, "carried_by": carried,
+            "decision_relay": plan.title[relay] if relay else None,
             "direct_mbps": mbps(rd), "slot_mbps": mbps(rs),
             "direct_s": rd["seconds"], "slot_s": rs["seconds"],
             "bytes": fsize, "speedup": mbps(rs) / mbps(rd),
@@ -512,6 +519,52 @@ def run(args, plan, sb, results):
                                                "probes_sent", "probe_replies", "pipes_ok",
                                                "token_pipes")}
     return rows
+
+
+def relay_pipes(sb, plan):
+    """{relay city: pipes_total}, each relay's count of pipes joined."""
+    return {c: sb.relays[plan.host[c]].counters().get("pipes_total", 0) for c in plan.relays}
+
+
+def row_notes(r, plan):
+    """The notes under the table on one download through slot: which relay
+    carried it (slotd's decision, nginx's peer, the relays' counters) and
+    why slotd took it; then, if the data knows a better relay, which and why
+    slotd did not take it."""
+    if r["relay"]:
+        direct = ("%.0f ms" % r["rtt_direct_ms"] if r["rtt_direct_by"] == "slotd" else
+                  "not yet measured when it chose")
+        n = ("%s: carried by %s. slotd's decision: via %s (path %.0f ms, direct %s; %s); "
+             "nginx saw the download come from %s (%s)"
+             % (r["server"], r["relay"], r["decision_relay"], r["path_rtt_ms"], direct,
+                r["why"], plan.title.get(r["nginx_peer"], r["nginx_peer"]), r["nginx_peer_ip"]))
+    else:
+        n = ("%s: carried by no relay. slotd's decision: direct (%s); nginx saw the "
+             "download come from the %s (%s)" % (r["server"], r["why"], r["nginx_peer"],
+                                                  r["nginx_peer_ip"]))
+    carried = r["carried_by"]
+    if carried:
+        n += "; pipes joined: %s" % ", ".join("%s %d" % (c, carried[c]) for c in sorted(carried))
+    else:
+        n += "; no relay joined a pipe"
+    notes = [n + "."]
+    if r["relay"] != r["best_relay"] and \
+            r["best_path_configured_ms"] < (r["path_rtt_configured_ms"] or 1e9) - 1:
+        if r["best_relay"] in r["probed"]:
+            why = "it was probed, but measured no better"
+        else:
+            why = ("it was not among the relays slotd ranked first and probed (%d of "
+                   "%d), judged by the landmarks the directory sent"
+                   % (len(r["probed"]), len(plan.relays)))
+        if r["relay"]:
+            used = "%s (%.0f ms in the data%s)" % (
+                r["relay"], r["path_rtt_configured_ms"],
+                ", same group" if r["relay"] in r["best_relay_group"] else "")
+        else:
+            used = "the direct path (%.0f ms in the data)" % r["rtt_direct_configured_ms"]
+        notes.append("%s: the best relay in the data is %s (%.0f ms), not %s: %s."
+                     % (r["server"], r["best_relay"], r["best_path_configured_ms"], used, why))
+    return notes
 
 
 def fmt_size(b):
@@ -631,7 +684,8 @@ def main(argv=None):
     png = args.png or os.path.join(build, "demo.png")
     jpath = args.json or os.path.join(build, "demo.json")
     if os.geteuid() != 0:
-        say("demo: must run as root (it builds network namespaces): sudo make demo")
+        say("demo: must run as root (it builds network namespaces): make demo as root, "
+            "or sudo make demo")
         return 1
     missing = [b for b in ("slot-relayd", "slotd", "slot-dird", "slot-wanem", "slot-keygen")
                if not os.access(os.path.join(build, b), os.X_OK)]
@@ -678,17 +732,7 @@ def main(argv=None):
                  "Throughput: file size / curl's total time (the slot figure includes the "
                  "relay selection and pipe set-up of the first connection)."]
         for r in rows:
-            if r["relay"] == r["best_relay"] or \
-                    r["best_path_configured_ms"] >= (r["path_rtt_configured_ms"] or 1e9) - 1:
-                continue
-            if r["best_relay"] in r["probed"]:
-                why = "it was probed, but measured no better"
-            else:
-                why = ("it was not among the relays slotd ranked first and probed (%d of "
-                       "%d), judged by the landmarks the directory sent"
-                       % (len(r["probed"]), len(plan.relays)))
-            notes.append("%s: the best relay in the data is %s (%.0f ms); %s."
-                         % (r["server"], r["best_relay"], r["best_path_configured_ms"], why))
+            notes += row_notes(r, plan)
         for n in notes:
             say(textwrap.fill(n, 100, subsequent_indent="  "))
         try:

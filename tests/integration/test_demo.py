@@ -4,7 +4,9 @@ these tests run, is the same code on 3 relays, 2 servers and 1 MiB files.
 Checked: the whole run (directory, self-registering relays, slotd on the
 directory, curl direct and through slot with sha256) ends with the table,
 the PNG and the JSON; the relay slotd chose is the one the data says, and
-nginx saw the relayed download come from it; the output is never silent for
+nginx saw the relayed download come from it; the note under the table names
+the relay that carried each download (the one nginx saw, the one whose pipe
+counter rose) and slotd's reason for it; the output is never silent for
 more than a few seconds; and nothing of the run is left behind (namespaces,
 links, run directories, processes, iptables rules), neither after a normal
 end nor after SIGINT or SIGTERM in the middle of it.
@@ -141,6 +143,31 @@ def png_size(path):
     return struct.unpack(">II", head[16:24])
 
 
+def note_of(out, server):
+    """The note under the table on server's download through slot, its
+    lines joined: (carrier, decision's relay, path ms, why, nginx's peer,
+    its address, the pipes joined)."""
+    flat = " ".join(out.split())
+    m = re.search(r"%s: carried by (.+?)\. slotd's decision: via (.+?) \(path (\d+) ms, "
+                  r"direct [^;]+; ([^)]+)\); nginx saw the download come from (.+?) "
+                  r"\(([\d.]+)\); pipes joined: ([^.;]+)\." % re.escape(server), flat)
+    assert m, "no note on %s's relay under the table:\n%s" % (server, out)
+    return m.groups()
+
+
+def assert_note_names_the_carrier(out, row, relay):
+    """The note names the relay that carried the download: the one nginx saw
+    the request come from, and the only relay whose own pipe counter rose,
+    with slotd's reason."""
+    carrier, chosen, path, why, peer, peer_ip, joined = note_of(out, row["server"])
+    assert carrier == chosen == peer == relay, (carrier, chosen, peer, out)
+    assert row["nginx_peer"] == relay and peer_ip == row["nginx_peer_ip"], row
+    # the relays' counters, read by the demo around the download
+    assert row["carried_by"] == {relay: 1} and joined == "%s 1" % relay, (row, joined)
+    assert why == row["why"] and why, (why, row)
+    assert int(path) == round(row["path_rtt_ms"]), (path, row)
+
+
 def test_quick_demo_end_to_end(demo):
     rules = slot_rule_lines()
     r = demo()
@@ -167,6 +194,8 @@ def test_quick_demo_end_to_end(demo):
     assert res["exit"] == 0 and res["quick"] and res["bytes"] == 1 << 20
     rows = {x["server"]: x for x in res["rows"]}
     assert set(rows) == set(QUICK)
+    for server, (relay, _, _) in QUICK.items():
+        assert_note_names_the_carrier(out, rows[server], relay)
     for server, (relay, direct, path) in QUICK.items():
         x = rows[server]
         assert x["relay"] == relay and x["nginx_peer"] == relay, x
@@ -202,6 +231,7 @@ def test_quick_demo_behind_nat(demo):
     assert res["exit"] == 0 and res["nat"], res
     (x,) = res["rows"]
     assert x["relay"] == x["nginx_peer"] == "Hong Kong" and x["token"], x
+    assert_note_names_the_carrier(r.out, x, "Hong Kong")
     assert res["slotd"]["token_pipes"] == 1, res["slotd"]
     assert "nothing left" in r.out and leftovers(r.tag_prefix) == []
 
