@@ -247,7 +247,8 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@./scripts/bench/run.sh $(BENCH)
 
-# What `make install` puts where; `make uninstall` removes exactly this.
+# What `make install` puts where; `make uninstall` removes exactly this, and
+# the directories left empty (INST_DIRS, SYSTEM_DIRS below).
 # The daemons and slotctl go to SBINDIR, slot-sim (a user's tool) to BINDIR.
 # Units and man pages get the real SBINDIR, DOCDIR and UNITDIR (not DESTDIR).
 INST_SBIN  := slot-relayd slotd slot-dird slotctl slot-keygen
@@ -265,12 +266,19 @@ INST_LIBS  := $(notdir $(LIBSLOT_SO)) $(LIBSLOT_SONAME) libslot.so libslot.a
 INST_PC    := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
               -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(LIBSLOT_VERSION)|g'
 
+# The directories install makes, and those of the live system that
+# uninstall leaves even when empty: the FHS's, and those Debian ships empty
+# under /usr/local (other software expects them; some packages' scripts
+# fail without /usr/share/man/man1).
+INST_DIRS  = $(SBINDIR) $(BINDIR) $(UNITDIR) $(DOCDIR) $(SYSCONFDIR)/slot $(LIBDIR)/pkgconfig \
+             $(INCLUDEDIR)/slot $(addprefix $(MANDIR)/man,1 3 5 8)
+SYSTEM_DIRS := / /bin /sbin /lib /lib64 /etc /opt /srv /var /usr \
+              $(addprefix /usr/,bin sbin lib lib64 libexec include share share/man share/doc \
+                  lib/systemd lib/systemd/system lib/pkgconfig $(addprefix share/man/man,1 2 3 4 5 6 7 8)) \
+              /usr/local $(addprefix /usr/local/,bin etc games include lib sbin share share/man src)
+
 install: $(addprefix $(B)/,$(INST_SBIN) $(INST_BIN)) $(LIBSLOT_SO) $(LIBSLOT_A)
-	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) \
-	    $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/slot \
-	    $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/slot \
-	    $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 \
-	    $(DESTDIR)$(MANDIR)/man8
+	install -d $(addprefix $(DESTDIR),$(INST_DIRS))
 	install -m 755 $(addprefix $(B)/,$(INST_SBIN)) $(DESTDIR)$(SBINDIR)/
 	install -m 755 $(addprefix $(B)/,$(INST_BIN)) $(DESTDIR)$(BINDIR)/
 	for u in $(INST_UNITS); do \
@@ -294,6 +302,9 @@ install: $(addprefix $(B)/,$(INST_SBIN) $(INST_BIN)) $(LIBSLOT_SO) $(LIBSLOT_A)
 
 # Leaves an operator's own files (/etc/slot/*.conf, the key) and shared
 # directories alone. $(SBINDIR)/slot-sim: where earlier versions put it.
+# Then each directory of INST_DIRS left empty goes, and each parent left
+# empty after it: up to DESTDIR, whose tree install made (a staging tree),
+# or, in the live system (no DESTDIR), up to the first of SYSTEM_DIRS.
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(SBINDIR)/,$(INST_SBIN)) \
 	    $(addprefix $(DESTDIR)$(BINDIR)/,$(INST_BIN)) $(DESTDIR)$(SBINDIR)/slot-sim \
@@ -303,7 +314,15 @@ uninstall:
 	    $(addprefix $(DESTDIR)$(LIBDIR)/,$(INST_LIBS)) $(DESTDIR)$(LIBDIR)/pkgconfig/slot.pc \
 	    $(DESTDIR)$(INCLUDEDIR)/slot/slot.h
 	rm -rf $(DESTDIR)$(DOCDIR)
-	rmdir $(DESTDIR)$(SYSCONFDIR)/slot $(DESTDIR)$(INCLUDEDIR)/slot 2>/dev/null || true
+	@for d in $(INST_DIRS); do \
+	    while [ "$$d" != / ] && [ "$$d" != . ]; do \
+	        case " $(if $(filter-out /,$(DESTDIR)),,$(SYSTEM_DIRS)) " in *" $$d "*) break ;; esac; \
+	        [ -d "$(DESTDIR)$$d" ] || { d=$$(dirname "$$d"); continue; }; \
+	        rmdir "$(DESTDIR)$$d" 2>/dev/null || break; \
+	        echo "rmdir $(DESTDIR)$$d"; \
+	        d=$$(dirname "$$d"); \
+	    done; \
+	done
 
 clean:
 	rm -rf build

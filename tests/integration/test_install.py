@@ -156,6 +156,11 @@ def test_example_configuration_checks(staged, daemon):
 
 # ---- uninstall ----
 
+def dirs_under(d):
+    """Every directory under d, relative."""
+    return {os.path.relpath(os.path.join(p, n), d) for p, names, _ in os.walk(d) for n in names}
+
+
 def test_uninstall_leaves_nothing_but_the_operators_files():
     with tempfile.TemporaryDirectory(prefix="slot-install-") as dest:
         install(dest)
@@ -164,16 +169,60 @@ def test_uninstall_leaves_nothing_but_the_operators_files():
                     os.path.join(dest, "opt/slot/sbin/slot-sim"))
         make("uninstall", "DESTDIR=" + dest, "PREFIX=/opt/slot")
         assert files_under(dest) == {}
-        assert not os.path.exists(os.path.join(dest, "etc/slot"))
-        assert not os.path.exists(os.path.join(dest, "opt/slot/share/doc/slot"))
+        # nor any directory: the install into an empty DESTDIR made them all
+        assert os.listdir(dest) == [], sorted(dirs_under(dest))
 
+        # The operator's: files and a directory of their own in /etc/slot, a
+        # tool of theirs in the prefix's bin, made before the install.
+        os.makedirs(os.path.join(dest, "etc/slot/certs"))
+        os.makedirs(os.path.join(dest, "opt/slot/bin"))
+        with open(os.path.join(dest, "opt/slot/bin/mytool"), "w") as f:
+            f.write("#!/bin/sh\n")
         install(dest)
         mine = {"etc/slot/slotd.conf": "[hijack]\nports = 443\n", "etc/slot/key": "k\n"}
         for p, t in mine.items():
             with open(os.path.join(dest, p), "w") as f:
                 f.write(t)
         make("uninstall", "DESTDIR=" + dest, "PREFIX=/opt/slot")
-        assert set(files_under(dest)) == set(mine)
+        assert set(files_under(dest)) == set(mine) | {"opt/slot/bin/mytool"}
+        for p, t in mine.items():
+            assert open(os.path.join(dest, p)).read() == t
+        assert dirs_under(dest) == {"etc", "etc/slot", "etc/slot/certs", "opt", "opt/slot",
+                                    "opt/slot/bin"}
+
+
+# What a fresh Debian has under /usr/local (base-files), empty.
+DEBIAN_LOCAL = ["bin", "etc", "games", "include", "lib", "sbin", "share/man", "src"]
+
+
+def test_uninstall_from_the_live_system_leaves_its_directories(tmp_path):
+    """No DESTDIR: install into /usr/local (a tmpfs over it, in a mount
+    namespace of its own) as on a fresh Debian, where its standard
+    directories exist and are empty; uninstall removes the directories it
+    made (lib/systemd, share/doc, include/slot...) and leaves those, empty."""
+    script = ["set -e", "mount -t tmpfs tmpfs /usr/local"]
+    script += ["mkdir -p " + " ".join("/usr/local/" + d for d in DEBIAN_LOCAL)]
+    # /etc stays the real one: the examples go to /usr/local/etc instead
+    args = "B=%s PREFIX=/usr/local SYSCONFDIR=/usr/local/etc" % BUILD
+    find = "find /usr/local -mindepth 1 | sort"
+    script += ["cd " + ROOT, "make -s install %s >&2" % args, find,
+               "echo @@@", "make -s uninstall %s >&2" % args, find]
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                        "\n".join(script)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    installed, left = r.stdout.split("@@@\n")
+    # it was installed there...
+    for f in ("sbin/slotd", "lib/systemd/system/slotd.service", "share/doc/slot/README.md",
+              "include/slot/slot.h", "lib/pkgconfig/slot.pc", "share/man/man8/slotd.8",
+              "etc/slot/slotd.conf.example"):
+        assert "/usr/local/" + f + "\n" in installed, (f, installed)
+    # ...and uninstall left the system's directories as they were
+    want = set()
+    for d in DEBIAN_LOCAL:
+        while d != "":
+            want.add("/usr/local/" + d)
+            d = os.path.dirname(d)
+    assert set(left.split()) == want, left
 
 
 def test_install_honours_every_directory_variable():
@@ -194,6 +243,7 @@ def test_install_honours_every_directory_variable():
         assert "ExecStart=/s/slotd " in unit and "file:///d/slotd.md" in unit
         make("uninstall", "DESTDIR=" + dest, "PREFIX=/p", *args)
         assert files_under(dest) == {}
+        assert os.listdir(dest) == [], sorted(dirs_under(dest))
 
 
 # ---- man pages ----
@@ -264,6 +314,21 @@ def test_daemon_page_has_its_sections_and_options(daemon):
         assert sig in section_text(page, "SIGNALS")
     exits = section_text(page, "EXIT STATUS")
     assert re.findall(r"^\.It (\d+)$", exits, re.M) == ["0", "1", "2"]
+
+
+@pytest.mark.parametrize("daemon", DAEMONS)
+def test_daemon_long_options(daemon):
+    """--help and --version answer as -h and -V do (they were "invalid
+    option"); an unknown option is a usage error, exit 2."""
+    path = os.path.join(BUILD, daemon)
+    run = lambda *a: subprocess.run([path] + list(a), capture_output=True, text=True)
+    short, long_ = run("-h"), run("--help")
+    assert long_.returncode == 0 and long_.stdout == short.stdout, long_
+    assert "--config" in long_.stdout and "--version" in long_.stdout
+    assert run("--version").stdout == run("-V").stdout == "%s %s\n" % (
+        daemon, run("-V").stdout.split()[1])
+    bad = run("--no-such-option")
+    assert bad.returncode == 2 and "usage: %s" % daemon in bad.stderr, bad
 
 
 def test_slotctl_page_matches_its_usage():
