@@ -148,7 +148,7 @@ struct slotd {
 	struct ctlsrv *ctl;
 	struct libsrv *lib;		/* the lib socket and run cgroup; NULL: none */
 	struct ctlsrv *metrics;		/* HTTP; NULL: no metrics_listen */
-	ev_signal sig_hup, sig_term, sig_int;
+	ev_signal sig[3];		/* SIGHUP, SIGTERM, SIGINT (daemon_signals) */
 	bool stopping;
 
 	ev_timer rank_timer;		/* rank.h */

@@ -19,6 +19,7 @@
 #include "slot/auth.h"
 #include "slot/clock.h"
 #include "slot/ctlsrv.h"
+#include "slot/daemon.h"
 #include "slot/errbuf.h"
 #include "slot/log.h"
 #include "slot/notify.h"
@@ -40,17 +41,6 @@
 #endif
 
 #define REPLAY_CAPACITY (1u << 16)
-
-static void
-usage(FILE *f)
-{
-	fprintf(f,
-	    "usage: slotd [-c config] [-l level] [-t] [-V]\n"
-	    "  -c config  configuration file (default /etc/slot/slotd.conf)\n"
-	    "  -l level   log level: error, warn, info, debug (overrides the file)\n"
-	    "  -t         check the configuration and the keys, then exit\n"
-	    "  -V         print the version\n");
-}
 
 /* The lab's shared key: the wire's and the directory's calls in shared mode
  * (in identity mode both go with this host's own key). */
@@ -394,55 +384,23 @@ main(int argc, char **argv)
 {
 	static struct slotd slotd;
 	struct slotd *d = &slotd;
-	const char *path = "/etc/slot/slotd.conf";
-	const char *level_arg = NULL;
-	enum slog_level level;
-	int check_only = 0, ch, ctl_fd, metrics_fd = -1, legacy;
+	const char *path;
+	struct daemon_args args;
+	int ctl_fd, metrics_fd = -1, legacy;
 	enum rules_backend backend;
 	char err[512], err2[512], mb[EP_STRLEN];
 	uid_t uid;
 	gid_t gid;
 
-	while ((ch = getopt(argc, argv, "c:l:tVh")) != -1) {
-		switch (ch) {
-		case 'c':
-			path = optarg;
-			break;
-		case 'l':
-			level_arg = optarg;
-			break;
-		case 't':
-			check_only = 1;
-			break;
-		case 'V':
-			printf("slotd %s\n", SLOT_VERSION);
-			return 0;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind != argc) {
-		usage(stderr);
-		return 2;
-	}
-	log_init("slotd", SLOG_INFO);
-	if (level_arg && log_level_parse(level_arg, &level) == -1)
-		fatalx("-l %s: expected error, warn, info or debug", level_arg);
-	if (auth_init() == -1)
-		fatalx("libsodium failed to initialise");
+	daemon_start("slotd", "/etc/slot/slotd.conf", "the keys", argc, argv, &args);
+	path = args.conf_path;
 	d->conf_path = path;
 	ctl_ident_init(&d->ident, "slotd", "slot_slotd", SLOT_VERSION, path);
 	d->probe_fd[0] = d->probe_fd[1] = -1;
 	if (cconf_load(&d->conf, path, err, sizeof(err)) == -1)
 		fatalx("%s", err);
 	d->rules_exec = exec_of(&d->conf, RULES_IPTABLES);
-	if (level_arg)
-		d->conf.log_level = level;
-	log_set_level(d->conf.log_level);
+	daemon_log_level(&args, &d->conf.log_level);
 	d->auth_mode = d->conf.auth_mode;
 	if (need_shared_key(&d->conf) &&
 	    auth_key_load(d->conf.key_file, &d->key, err, sizeof(err)) == -1)
@@ -450,7 +408,7 @@ main(int argc, char **argv)
 	if (d->auth_mode == IDENT_MODE_IDENTITY &&
 	    load_identity(&d->conf, &d->id, err, sizeof(err)) == -1)
 		fatalx("identity: %s", err);
-	if (check_only) {
+	if (args.check_only) {
 		if (d->auth_mode == IDENT_MODE_IDENTITY)
 			printf("%s: configuration ok; identity '%s' (client), [auth] mode "
 			    "identity\n", path, d->id.cert.name);
@@ -572,13 +530,7 @@ main(int argc, char **argv)
 	}
 
 	rank_start(d);
-	ev_signal_init(&d->sig_hup, signal_cb, SIGHUP);
-	ev_signal_init(&d->sig_term, signal_cb, SIGTERM);
-	ev_signal_init(&d->sig_int, signal_cb, SIGINT);
-	d->sig_hup.data = d->sig_term.data = d->sig_int.data = d;
-	ev_signal_start(d->loop, &d->sig_hup);
-	ev_signal_start(d->loop, &d->sig_term);
-	ev_signal_start(d->loop, &d->sig_int);
+	daemon_signals(d->loop, d->sig, signal_cb, d);
 
 	if (d->auth_mode == IDENT_MODE_IDENTITY)
 		log_info("identity '%s', certificate serial %016llx, [auth] mode identity",

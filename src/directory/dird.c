@@ -19,6 +19,7 @@
 #include "slot/auth.h"
 #include "slot/clock.h"
 #include "slot/ctlsrv.h"
+#include "slot/daemon.h"
 #include "slot/grpstab.h"
 #include "slot/ident.h"
 #include "slot/log.h"
@@ -57,7 +58,7 @@ struct daemon {
 	struct ctlsrv *metrics;		/* HTTP; NULL: no metrics_listen */
 	struct ctl_ident ident;
 	int http_fd;
-	ev_signal sig_hup, sig_term, sig_int;
+	ev_signal sig[3];		/* SIGHUP, SIGTERM, SIGINT (daemon_signals) */
 	ev_timer tick;
 	pthread_t regroup_thread;
 	pthread_cond_t regroup_cv;	/* with d.mu */
@@ -68,17 +69,6 @@ struct daemon {
 	struct timespec revoked_mtime;	/* of [auth] revoked when last read */
 	bool revoked_failing;		/* said so already */
 };
-
-static void
-usage(FILE *f)
-{
-	fprintf(f,
-	    "usage: slot-dird [-c config] [-l level] [-t] [-V]\n"
-	    "  -c config  configuration file (default /etc/slot/dird.conf)\n"
-	    "  -l level   log level: error, warn, info, debug (overrides the file)\n"
-	    "  -t         check the configuration and the identity (or key), then exit\n"
-	    "  -V         print the version\n");
-}
 
 static uint64_t
 fresh_boot(void)
@@ -532,51 +522,20 @@ main(int argc, char **argv)
 	static struct daemon daemon;
 	struct daemon *dm = &daemon;
 	struct dird *d = &dm->d;
-	const char *path = "/etc/slot/dird.conf";
-	const char *level_arg = NULL;
-	int check_only = 0, ch, ctl_fd, metrics_fd = -1;
-	enum slog_level level;
+	const char *path;
+	struct daemon_args args;
+	int ctl_fd, metrics_fd = -1;
 	char err[512], b[EP_STRLEN], v[DSTATE_VERSION_LEN];
 
-	while ((ch = getopt(argc, argv, "c:l:tVh")) != -1) {
-		switch (ch) {
-		case 'c':
-			path = optarg;
-			break;
-		case 'l':
-			level_arg = optarg;
-			break;
-		case 't':
-			check_only = 1;
-			break;
-		case 'V':
-			printf("slot-dird %s\n", SLOT_VERSION);
-			return 0;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind != argc) {
-		usage(stderr);
-		return 2;
-	}
-	log_init("slot-dird", SLOG_INFO);
-	if (level_arg && log_level_parse(level_arg, &level) == -1)
-		fatalx("-l %s: expected error, warn, info or debug", level_arg);
-	if (auth_init() == -1)
-		fatalx("libsodium failed to initialise");
+	daemon_start("slot-dird", "/etc/slot/dird.conf", "the identity (or key)", argc, argv,
+	    &args);
+	path = args.conf_path;
 	dm->conf_path = path;
 	ctl_ident_init(&dm->ident, "slot-dird", "slot_dird", SLOT_VERSION, path);
 	dm->http_fd = -1;
 	if (dconf_load(&d->conf, path, err, sizeof(err)) == -1)
 		fatalx("%s", err);
-	if (level_arg)
-		d->conf.log_level = level;
-	log_set_level(d->conf.log_level);
+	daemon_log_level(&args, &d->conf.log_level);
 	d->mode = d->conf.auth_mode;
 	if (d->mode == IDENT_MODE_SHARED) {
 		if (auth_key_load(d->conf.key_file, &d->key, err, sizeof(err)) == -1)
@@ -590,7 +549,7 @@ main(int argc, char **argv)
 			fatalx("%s", err);
 		d->ctr.revoked = d->revoked.n;
 	}
-	if (check_only) {
+	if (args.check_only) {
 		char serial[17];
 
 		if (d->mode == IDENT_MODE_IDENTITY) {
@@ -658,13 +617,7 @@ main(int argc, char **argv)
 	    (dm->metrics = ctlsrv_start_http(dm->loop, metrics_fd, ctl_cb, dm)) == NULL))
 		fatalx("out of memory");
 
-	ev_signal_init(&dm->sig_hup, signal_cb, SIGHUP);
-	ev_signal_init(&dm->sig_term, signal_cb, SIGTERM);
-	ev_signal_init(&dm->sig_int, signal_cb, SIGINT);
-	dm->sig_hup.data = dm->sig_term.data = dm->sig_int.data = dm;
-	ev_signal_start(dm->loop, &dm->sig_hup);
-	ev_signal_start(dm->loop, &dm->sig_term);
-	ev_signal_start(dm->loop, &dm->sig_int);
+	daemon_signals(dm->loop, dm->sig, signal_cb, dm);
 	/* The first regroup runs on its thread while the restored groups are
 	 * served. */
 	pthread_cond_init(&dm->regroup_cv, NULL);

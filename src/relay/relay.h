@@ -104,7 +104,7 @@ struct relay {
 
 	int draining;
 	ev_timer drain_timer;
-	ev_signal sig_hup, sig_term, sig_int;
+	ev_signal sig[3];		/* SIGHUP, SIGTERM, SIGINT (daemon_signals) */
 };
 
 /* Called whenever a pipe goes away: ends a drain once nothing is left. */

@@ -18,6 +18,7 @@
 
 #include "slot/auth.h"
 #include "slot/clock.h"
+#include "slot/daemon.h"
 #include "slot/log.h"
 #include "slot/notify.h"
 #include "slot/sock.h"
@@ -42,17 +43,6 @@
  * (fs.pipe-user-pages-soft, 64 MiB by default), past which new pipes get two
  * pages; keep the pool to a small share of it. */
 #define KPIPE_POOL_BYTES (8u << 20)
-
-static void
-usage(FILE *f)
-{
-	fprintf(f,
-	    "usage: slot-relayd [-c config] [-l level] [-t] [-V]\n"
-	    "  -c config  configuration file (default /etc/slot/relayd.conf)\n"
-	    "  -l level   log level: error, warn, info, debug (overrides the file)\n"
-	    "  -t         check the configuration and the keys, then exit\n"
-	    "  -V         print the version\n");
-}
 
 static void
 peers_cb(void *user, const struct endpoint *self, const struct endpoint *peers, size_t n,
@@ -389,58 +379,26 @@ main(int argc, char **argv)
 {
 	static struct relay relay;
 	struct relay *r = &relay;
-	const char *path = "/etc/slot/relayd.conf";
-	const char *level_arg = NULL;
-	int check_only = 0, ch, probe_fd = -1, stats_fd = -1, metrics_fd = -1;
+	const char *path;
+	struct daemon_args args;
+	int probe_fd = -1, stats_fd = -1, metrics_fd = -1;
 	struct synp_sock *synp;
-	enum slog_level level;
 	char err[512];
 
-	while ((ch = getopt(argc, argv, "c:l:tVh")) != -1) {
-		switch (ch) {
-		case 'c':
-			path = optarg;
-			break;
-		case 'l':
-			level_arg = optarg;
-			break;
-		case 't':
-			check_only = 1;
-			break;
-		case 'V':
-			printf("slot-relayd %s\n", SLOT_VERSION);
-			return 0;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind != argc) {
-		usage(stderr);
-		return 2;
-	}
-	log_init("slot-relayd", SLOG_INFO);
-	if (level_arg && log_level_parse(level_arg, &level) == -1)
-		fatalx("-l %s: expected error, warn, info or debug", level_arg);
-	if (auth_init() == -1)
-		fatalx("libsodium failed to initialise");
+	daemon_start("slot-relayd", "/etc/slot/relayd.conf", "the keys", argc, argv, &args);
+	path = args.conf_path;
 	r->conf_path = path;
 	ctl_ident_init(&r->ident, "slot-relayd", "slot_relayd", SLOT_VERSION, path);
 	r->ctrl_fd = r->data_fd = -1;
 	if (rconf_load(&r->conf, path, err, sizeof(err)) == -1)
 		fatalx("%s", err);
-	if (level_arg)
-		r->conf.log_level = level;
-	log_set_level(r->conf.log_level);
+	daemon_log_level(&args, &r->conf.log_level);
 	if (need_shared_key(&r->conf) &&
 	    auth_key_load(r->conf.key_file, &r->key, err, sizeof(err)) == -1)
 		fatalx("%s", err);
 	if (rauth_load(r, &r->conf, err, sizeof(err)) == -1)
 		fatalx("identity: %s", err);
-	if (check_only) {
+	if (args.check_only) {
 		if (rauth_identity(r))
 			printf("%s: configuration ok; identity '%s' (relay), [auth] mode "
 			    "identity\n", path, r->id.cert.name);
@@ -505,13 +463,7 @@ main(int argc, char **argv)
 			fatalx("%s", err);
 	}
 
-	ev_signal_init(&r->sig_hup, signal_cb, SIGHUP);
-	ev_signal_init(&r->sig_term, signal_cb, SIGTERM);
-	ev_signal_init(&r->sig_int, signal_cb, SIGINT);
-	r->sig_hup.data = r->sig_term.data = r->sig_int.data = r;
-	ev_signal_start(r->loop, &r->sig_hup);
-	ev_signal_start(r->loop, &r->sig_term);
-	ev_signal_start(r->loop, &r->sig_int);
+	daemon_signals(r->loop, r->sig, signal_cb, r);
 
 	char pb[EP_STRLEN], cb[EP_STRLEN], db[EP_STRLEN];
 	if (rauth_identity(r))
