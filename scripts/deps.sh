@@ -8,7 +8,7 @@ build-essential pkg-config
 libnetfilter-queue-dev libmnl-dev libev-dev libxmlrpc-core-c3-dev libcurl4-openssl-dev
 libcmocka-dev libsodium-dev libinih-dev
 iptables nftables iproute2 iputils-ping conntrack procps psmisc util-linux kmod
-python3 python3-pytest python3-pytest-xdist python3-matplotlib
+python3 python3-pytest python3-pytest-xdist python3-matplotlib python3-cryptography
 nginx curl wget iperf3 haproxy socat valgrind openssh-server openssh-client rsync
 ansible-core ansible-lint
 groff-base man-db mandoc

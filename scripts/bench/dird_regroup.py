@@ -33,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 
+import _needs  # scripts/bench/_needs.py: checked before measuring
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TARGET_S, TARGET_MB = 5.0, 200.0
 OLD = "4,096 relays: 41 s, ~400 MB (dense MCL over three n x n arrays, on the main thread)"
@@ -63,10 +65,13 @@ def main():
     ap.add_argument("--exact-n", type=int, default=2000)
     ap.add_argument("--build", default=os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build")))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench", "dird_regroup.md"))
+    ap.add_argument("--check", action="store_true",
+                    help="check what the run and its report need, then exit")
     a = ap.parse_args()
     build = os.path.abspath(a.build if os.path.isabs(a.build) else os.path.join(ROOT, a.build))
     tool = os.path.join(build, "tests", "slot-regroup-bench")
     sim = os.path.join(build, "slot-sim")
+    _needs.check("dird_regroup", a, files=(tool, sim), root=False)
 
     with tempfile.TemporaryDirectory() as tmp:
         big = os.path.join(tmp, "m%d.txt" % a.n)

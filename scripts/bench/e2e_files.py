@@ -57,9 +57,10 @@ import argparse
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import time
+
+import _needs  # scripts/bench/_needs.py: checked before measuring; figures that may fail
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -430,7 +431,7 @@ class Bench:
                 % (what, "met" if ok(med) else "not met", med, min(vals), max(vals),
                    bound_text))
 
-    def report(self, elapsed, img_rel):
+    def report(self, elapsed, img_rel, img_note=None):
         a = self.args
         names = [n for n, _, _ in self.sizes]
         label = {n: l for n, _, l in self.sizes}
@@ -563,6 +564,8 @@ class Bench:
         out.append("")
         for f in img_rel:
             out.append("![%s](%s)\n" % (os.path.basename(f), f))
+        if img_note:
+            out.append(img_note)
 
         # Targets of issue 13.
         out.append("Targets (issue 13; a target is met when the median of the per-repetition "
@@ -729,19 +732,15 @@ def main():
     ap.add_argument("--quick", action="store_true", help="2 repetitions, for development")
     ap.add_argument("--build", default=os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build")))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench", "e2e_files.md"))
+    ap.add_argument("--check", action="store_true",
+                    help="check what the run and its report need, then exit")
     args = ap.parse_args()
     if args.quick:
         args.reps = 2
-    if os.geteuid() != 0:
-        sys.exit("e2e_files: must run as root (network namespaces)")
+    _needs.check("e2e_files", args, modules=("matplotlib",),
+                 tools=("curl", "wget", "haproxy", "nginx"),
+                 files=[os.path.join(args.build, b) for b in ("slotd", "slot-relayd", "slot-wanem")])
     os.environ["SLOT_BUILD"] = os.path.abspath(args.build)
-    for b in ("slotd", "slot-relayd", "slot-wanem"):
-        if not os.access(os.path.join(args.build, b), os.X_OK):
-            sys.exit("e2e_files: %s/%s missing (make all)" % (args.build, b))
-    for tool in ("curl", "wget", "haproxy", "nginx"):
-        if subprocess.run(["sh", "-c", "command -v %s || test -x /usr/sbin/%s" % (tool, tool)],
-                          capture_output=True).returncode != 0:
-            sys.exit("e2e_files: %s not installed" % tool)
     sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
     import slotbed as sbmod
     slotbed = sbmod
@@ -757,8 +756,9 @@ def main():
         out_dir = os.path.dirname(os.path.abspath(args.out))
         img_dir = os.path.join(os.path.dirname(out_dir), "img")
         os.makedirs(img_dir, exist_ok=True)
-        imgs = b.plot(img_dir)
-        text = b.report(elapsed, ["img/" + os.path.basename(p) for p in imgs])
+        imgs, note = _needs.draw("e2e_files", "download time and speed-up by file size",
+                                 b.plot, img_dir)
+        text = b.report(elapsed, ["img/" + os.path.basename(p) for p in imgs or []], note)
     finally:
         if b.sb:
             b.sb.down()

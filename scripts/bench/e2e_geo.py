@@ -55,6 +55,8 @@ import sys
 import threading
 import time
 
+import _needs  # scripts/bench/_needs.py: checked before measuring; figures that may fail
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 CLIENT = "Shanghai"
@@ -653,7 +655,8 @@ def report(g, res, decs, args, info):
             fmt_range([a / b for a, b in zip(sl, d)]), fmt_range(h),
             fmt_range([a / b for a, b in zip(sl, h)])))
     out.append("")
-    out.append("![throughput per server](img/%s)\n" % os.path.basename(info["png_tp"]))
+    out.append(info.get("png_tp_note") or
+               "![throughput per server](img/%s)\n" % os.path.basename(info["png_tp"]))
     sampled = info.get("sampled") or {}
     nmore = max([len(v) for v in sampled.values()] or [0])
     k = info["status"]["k"] or 20
@@ -753,7 +756,8 @@ def report(g, res, decs, args, info):
                    "the relays' probe counters show that round's choices were made; the table "
                    "counts the repetition before's choice again there.\n" % "; ".join(
                        "%s in repetition %d" % x for x in info["reused"]))
-    out.append("![path RTT chosen vs best](img/%s)\n" % os.path.basename(info["png_paths"]))
+    out.append(info.get("png_paths_note") or
+               "![path RTT chosen vs best](img/%s)\n" % os.path.basename(info["png_paths"]))
     infl = inflated(g, info["caches"])
     nent = len(set(k for c in info["caches"] for k in c))
     if info["caches"]:
@@ -967,19 +971,18 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench", "e2e_geo.md"))
     ap.add_argument("--select", action="append", default=[], metavar="KEY=VALUE",
                     help="a [select] setting of slotd's other than the default (A/B runs)")
+    ap.add_argument("--check", action="store_true",
+                    help="check what the run and its report need, then exit")
     args = ap.parse_args()
     if args.quick:
         args.reps, args.seconds, args.sample = min(args.reps, 2), 8, min(args.sample, 5)
-    if os.geteuid() != 0:
-        sys.exit("e2e_geo: must run as root (network namespaces)")
     args.build = os.path.abspath(args.build)
+    # cryptography: the directory's listing, asked as a client with an identity
+    _needs.check("e2e_geo", args, modules=("matplotlib", "cryptography"),
+                 tools=("haproxy", "curl", "nginx"),
+                 files=[os.path.join(args.build, b)
+                        for b in ("slot-relayd", "slotd", "slot-dird", "slot-wanem")])
     os.environ["SLOT_BUILD"] = args.build
-    for b in ("slot-relayd", "slotd", "slot-dird", "slot-wanem"):
-        if not os.access(os.path.join(args.build, b), os.X_OK):
-            sys.exit("e2e_geo: %s/%s missing (make all)" % (args.build, b))
-    for tool in ("haproxy", "curl"):
-        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
-            sys.exit("e2e_geo: %s not installed" % tool)
     sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
     sys.path.insert(0, os.path.join(ROOT, "tests", "testbed"))
     import slotbed as sbmod
@@ -1066,8 +1069,10 @@ def main():
     os.makedirs(img, exist_ok=True)
     info["png_tp"] = os.path.join(img, "bench_geo_throughput.png")
     info["png_paths"] = os.path.join(img, "bench_geo_paths.png")
-    plot_throughput(g, res, info["png_tp"], args)
-    plot_paths(g, decs, info.get("sampled") or {}, info["png_paths"])
+    _, info["png_tp_note"] = _needs.draw("e2e_geo", "throughput per server", plot_throughput,
+                                         g, res, info["png_tp"], args)
+    _, info["png_paths_note"] = _needs.draw("e2e_geo", "path RTT chosen vs best", plot_paths,
+                                            g, decs, info.get("sampled") or {}, info["png_paths"])
     info["meaning"] = meaning(g, res, decs, info)
     text = report(g, res, decs, args, info)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

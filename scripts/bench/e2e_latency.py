@@ -51,6 +51,8 @@ import sys
 import tempfile
 import time
 
+import _needs  # scripts/bench/_needs.py: checked before measuring; figures that may fail
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
@@ -481,7 +483,7 @@ class Bench:
         plt.close(fig)
         return [p]
 
-    def report(self, elapsed, imgs):
+    def report(self, elapsed, imgs, img_note=None):
         a = self.args
         out = []
         out.append("## Added latency of a relay hop (scenario 7)\n")
@@ -548,6 +550,8 @@ class Bench:
                       fmt([x["select"] for x in cold]), fmt([x["decide"] for x in cold])))
         for f in imgs:
             out.append("![%s](%s)\n" % (os.path.basename(f), f))
+        if img_note:
+            out.append(img_note)
         med = lambda v: statistics.median(v)
         slot_add = med(self.added("slot"))
         ha_add = med(self.added("haproxy"))
@@ -594,18 +598,15 @@ def main():
     ap.add_argument("--quick", action="store_true", help="2 repetitions of fewer round trips")
     ap.add_argument("--build", default=os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build")))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench", "e2e_latency.md"))
+    ap.add_argument("--check", action="store_true",
+                    help="check what the run and its report need, then exit")
     args = ap.parse_args()
     if args.quick:
         args.reps, args.passes, args.rounds, args.setups, args.cold = 2, 3, 1000, 10, 4
-    if os.geteuid() != 0:
-        sys.exit("e2e_latency: must run as root (network namespaces)")
+    _needs.check("e2e_latency", args, modules=("matplotlib",),
+                 tools=("cc", "haproxy", "nginx", "iptables"),
+                 files=[os.path.join(args.build, b) for b in ("slotd", "slot-relayd")])
     os.environ["SLOT_BUILD"] = os.path.abspath(args.build)
-    for b in ("slotd", "slot-relayd"):
-        if not os.access(os.path.join(args.build, b), os.X_OK):
-            sys.exit("e2e_latency: %s/%s missing (make all)" % (args.build, b))
-    for tool in ("cc", "haproxy"):
-        if shutil.which(tool) is None:
-            sys.exit("e2e_latency: %s not installed" % tool)
     sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
     import slotbed as sbmod
     slotbed = sbmod
@@ -623,8 +624,8 @@ def main():
         out_dir = os.path.dirname(os.path.abspath(args.out))
         img_dir = os.path.join(os.path.dirname(out_dir), "img")
         os.makedirs(img_dir, exist_ok=True)
-        imgs = b.plot(img_dir)
-        text = b.report(elapsed, ["img/" + os.path.basename(p) for p in imgs])
+        imgs, note = _needs.draw("e2e_latency", "round-trip and connect times", b.plot, img_dir)
+        text = b.report(elapsed, ["img/" + os.path.basename(p) for p in imgs or []], note)
     finally:
         if b.sb:
             b.sb.down()

@@ -54,6 +54,8 @@ import sys
 import threading
 import time
 
+import _needs  # scripts/bench/_needs.py: checked before measuring; figures that may fail
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -543,7 +545,8 @@ def report(res, peers_busy, peers_idle, args, info, elapsed):
             fmt_range([r["rate"] for r in i[p]], "%.0f"), fmt_range(ratio),
             fmt_range([r["cpu_us_per_setup"] for r in i[p]], "%.1f")))
     out.append("")
-    out.append("![Scale on one relay](img/%s)\n" % os.path.basename(info["png"]))
+    out.append(info.get("png_note") or
+               "![Scale on one relay](img/%s)\n" % os.path.basename(info["png"]))
     sc = res.get("syscalls") or {}
     if len(sc) == 2:
         names = sorted(set(sc["slot-relayd"]) | set(sc["haproxy"]),
@@ -648,19 +651,16 @@ def main():
                     help="skip the system call count of the set-up")
     ap.add_argument("--build", default=os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build")))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench", "e2e_scale.md"))
+    ap.add_argument("--check", action="store_true",
+                    help="check what the run and its report need, then exit")
     args = ap.parse_args()
     if args.quick:
         args.reps, args.busy, args.idle, args.seconds = min(args.reps, 2), 200, 2000, 2
-    if os.geteuid() != 0:
-        sys.exit("e2e_scale: must run as root (network namespaces)")
     args.build = os.path.abspath(args.build)
+    _needs.check("e2e_scale", args, modules=("matplotlib",), tools=("haproxy", "prlimit", "nginx"),
+                 files=[os.path.join(args.build, b)
+                        for b in ("slot-relayd", "tests/slot-bench-peer")])
     os.environ["SLOT_BUILD"] = args.build
-    for b in ("slot-relayd", "tests/slot-bench-peer"):
-        if not os.access(os.path.join(args.build, b), os.X_OK):
-            sys.exit("e2e_scale: %s/%s missing (make all)" % (args.build, b))
-    for tool in ("haproxy", "prlimit"):
-        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
-            sys.exit("e2e_scale: %s not installed" % tool)
     sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
     import slotbed as sbmod
     slotbed = sbmod
@@ -735,7 +735,8 @@ def main():
     img = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.out))), "img")
     os.makedirs(img, exist_ok=True)
     info["png"] = os.path.join(img, "bench_scale_summary.png")
-    plot(res, peers_busy, peers_idle, args, info["png"])
+    _, info["png_note"] = _needs.draw("e2e_scale", "scale on one relay", plot, res,
+                                      peers_busy, peers_idle, args, info["png"])
     info["meaning"] = meaning(res, args)
     text = report(res, peers_busy, peers_idle, args, info, time.monotonic() - t_start)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -64,6 +64,8 @@ import threading
 import time
 import traceback
 
+import _needs  # scripts/bench/_needs.py: checked before measuring; figures that may fail
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "testbed"))
@@ -552,15 +554,16 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
     if 1 in by_sc:
         c = by_sc[1][0]
         png = "bench_throughput_window%s.png" % ("_ipv6" if v6 else "")
-        bar_plot([c], os.path.join(imgdir, png), "Window-limited triangle: 80 ms = 40 + 40 ms,\n"
-                 "100 Mbit/s, cubic, 256 KiB receive buffers")
+        _, note1 = _needs.draw("e2e_throughput", "scenario 1", bar_plot, [c],
+                               os.path.join(imgdir, png), "Window-limited triangle: 80 ms = "
+                               "40 + 40 ms,\n100 Mbit/s, cubic, 256 KiB receive buffers")
         out.append("### Scenario 1%s: window-limited triangle\n" % (" over IPv6" if v6 else ""))
         out.append("Setup: " + setup_text(c) + "%g s per run. With the receive window capped, "
                    "a connection moves at most one window per round trip, so halving the round "
                    "trip should about double the throughput.\n" % c.seconds)
         out += peer_table(c)
         out.append("")
-        out.append("![%s](%s/%s)\n" % ("scenario 1", img_rel, png))
+        out.append(note1 or "![%s](%s/%s)\n" % ("scenario 1", img_rel, png))
         out.append("Reproduce: %s.\n" % cmd_line(args, "1"))
         sd, si, sh_ = (med(c.ratios("slot", x)) for x in ("direct", "ideal", "haproxy"))
         out.append(
@@ -574,9 +577,10 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
     if 2 in by_sc:
         cs = by_sc[2]
         png = "bench_throughput_loss%s.png" % ("_ipv6" if v6 else "")
-        bar_plot(cs, os.path.join(imgdir, png), "Lossy triangle: 80 ms = 40 + 40 ms, "
-                 "100 Mbit/s, cubic (%d streams per run)" % cs[0].streams,
-                 ylabel="throughput per stream, Mbit/s (iperf3 goodput)")
+        _, note2 = _needs.draw("e2e_throughput", "scenario 2", bar_plot, cs,
+                               os.path.join(imgdir, png), "Lossy triangle: 80 ms = 40 + 40 ms, "
+                               "100 Mbit/s, cubic (%d streams per run)" % cs[0].streams,
+                               ylabel="throughput per stream, Mbit/s (iperf3 goodput)")
         out.append("### Scenario 2: lossy triangle\n")
         out.append("Setup: as scenario 1 (80 ms = 40 + 40 ms, 100 Mbit/s, cubic, 256 KiB "
                    "receive buffers), with random loss per packet, each way, one TCP segment "
@@ -590,7 +594,7 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
             out.append("**%s**\n" % c.title.replace("\n", " "))
             out += peer_table(c)
             out.append("")
-        out.append("![%s](%s/%s)\n" % ("scenario 2", img_rel, png))
+        out.append(note2 or "![%s](%s/%s)\n" % ("scenario 2", img_rel, png))
         out.append("Reproduce: %s.\n" % cmd_line(args, "2"))
         a, b = cs
         both = lambda f: " and ".join("%.2f" % f(c) for c in cs)    # noqa: E731
@@ -642,7 +646,8 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
     if 3 in by_sc:
         cs = by_sc[3]
         png = "bench_throughput_rtt%s.png" % ("_ipv6" if v6 else "")
-        sweep_plot(cs, os.path.join(imgdir, png))
+        _, note3 = _needs.draw("e2e_throughput", "scenario 3", sweep_plot, cs,
+                               os.path.join(imgdir, png))
         out.append("### Scenario 3: RTT sweep (the paper's Figure 2)\n")
         out.append("Setup: direct RTT %s ms, relay1 at the midpoint (each sub-hop half the "
                    "RTT; the decoy relay2 at 3/4 of it each way), 100 Mbit/s access links, "
@@ -657,7 +662,7 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
                 mbit(c.res["haproxy"]), rrng(c.ratios("slot", "direct")),
                 rrng(c.ratios("slot", "ideal")), rrng(c.ratios("slot", "haproxy"))))
         out.append("\nMbit/s, median [min-max].\n")
-        out.append("![%s](%s/%s)\n" % ("scenario 3", img_rel, png))
+        out.append(note3 or "![%s](%s/%s)\n" % ("scenario 3", img_rel, png))
         out.append("Reproduce: %s.\n" % cmd_line(args, "3"))
         lo, hi = cs[0], cs[-1]
         win = [med(c.res["direct"]) * 1e6 * c.direct_rtt / 1e3 / 8 / 1e3 for c in cs]
@@ -758,6 +763,8 @@ def main():
                     help="also save the measurements as JSON")
     ap.add_argument("--from-raw", default=None, metavar="FILE",
                     help="measure nothing: write the report from a --raw file")
+    ap.add_argument("--check", action="store_true",
+                    help="check what the run and its report need, then exit")
     args = ap.parse_args()
     if args.reps is None:
         args.reps = 2 if args.quick else 5
@@ -776,12 +783,10 @@ def main():
             setattr(args, k, raw["args"][k])
         cases = [Case.from_raw(d) for d in raw["cases"]]
         return write_report(args, cases, raw["elapsed"], raw["busy"])
-    if os.geteuid() != 0:
-        sys.exit("e2e_throughput: must run as root (network namespaces)")
     import slotbed
-    for b in (slotbed.SLOTD, slotbed.RELAYD):
-        if not os.access(b, os.X_OK):
-            sys.exit("e2e_throughput: %s missing (make all; SLOT_BUILD names the tree)" % b)
+    _needs.check("e2e_throughput", args, modules=("matplotlib",),
+                 tools=("iperf3", "haproxy", "nginx", "curl"),
+                 files=(slotbed.SLOTD, slotbed.RELAYD))
     cases = []
     if 1 in only:
         cases.append(Case(1, "window", "80 = 40 + 40 ms", 80, 40, seconds=args.seconds))

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+import _needs  # scripts/bench/_needs.py: checked before measuring
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "testbed"))
@@ -50,8 +52,12 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--out", help="write the section of docs/benchmarks.md here too")
+    ap.add_argument("--check", action="store_true",
+                    help="check what the run and its report need, then exit")
     args = ap.parse_args()
     import slotbed
+    _needs.check("gateway_throughput", args, tools=("iperf3", "nginx", "curl"),
+                 files=(slotbed.SLOTD, slotbed.RELAYD))
 
     sb = slotbed.SlotBed({"relay1": (40, 40), "relay2": (60, 60)}, direct_rtt=80,
                          other_rtt=10, host_sysctls=SYSCTLS, spec_edit=rate,

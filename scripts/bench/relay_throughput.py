@@ -49,6 +49,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "tests", "testbed"))
 from topo import pid_alive, sh  # noqa: E402  (the test bed's helpers)
+import _needs  # noqa: E402  (scripts/bench/_needs.py: checked before measuring)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PREFIX = "slb"
@@ -317,16 +318,12 @@ def main():
                     "to A/B a change side by side")
     ap.add_argument("--compare-pipe-size", default="64k", metavar="SIZE",
                     help="pipe_size of slot-relayd-B (default 64k)")
+    ap.add_argument("--check", action="store_true",
+                    help="check what the run and its report need, then exit")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("relay_throughput: must run as root (network namespaces)")
-    for tool in ("haproxy", "socat"):
-        if shutil.which(tool) is None:
-            sys.exit("relay_throughput: %s not installed" % tool)
     build = os.path.abspath(args.build)
-    for b in ("slot-relayd", "tests/slot-bench-peer"):
-        if not os.access(os.path.join(build, b), os.X_OK):
-            sys.exit("relay_throughput: %s/%s missing (make all)" % (build, b))
+    _needs.check("relay_throughput", args, tools=("haproxy", "socat", "ss"),
+                 files=[os.path.join(build, b) for b in ("slot-relayd", "tests/slot-bench-peer")])
 
     atexit.register(cleanup)
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -7,6 +7,9 @@
 #   run.sh                 measure everything, then assemble
 #   run.sh NAME...         measure only these (e2e_files...), then assemble
 #   run.sh --assemble      assemble from the sections as they are, measuring nothing
+#
+# Each benchmark is first run with --check (scripts/bench/_needs.py): all of
+# them must find what they need before any measures.
 set -eu
 cd "$(dirname "$0")/../.."
 
@@ -40,8 +43,31 @@ for b in scripts/bench/*.sh scripts/bench/*.py; do
 	[ -e "$b" ] || continue
 	[ "$b" = scripts/bench/run.sh ] && continue
 	name=$(basename "$b"); name=${name%.*}
+	case $name in _*) continue ;; esac      # helpers (_needs.py), not benchmarks
 	case " $names " in *" $name "*) ;; *) names="$names $name" ;; esac
 done
+
+# Every benchmark about to run checks what it and its report need (the
+# interpreter's modules, programs, binaries) before any measures: a missing
+# one stops the run here, not after the others have measured for minutes.
+if [ "$assemble" -eq 0 ]; then
+	bad=""
+	for name in $names; do
+		if [ -n "$only" ]; then
+			case " $only " in *" $name "*) ;; *) continue ;; esac
+		fi
+		b=scripts/bench/$name.py
+		[ -e "$b" ] || b=scripts/bench/$name.sh
+		case "$b" in
+		*.py) "$PY" "$b" --check >/dev/null || bad="$bad $name" ;;
+		*.sh) sh "$b" --check >/dev/null || bad="$bad $name" ;;
+		esac
+	done
+	if [ -n "$bad" ]; then
+		echo "bench: not ready:$bad (see above); nothing measured" >&2
+		exit 1
+	fi
+fi
 
 sections=""
 rc=0

@@ -31,6 +31,7 @@ import threading
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "testbed"))
 import topo  # noqa: E402
+import _needs  # noqa: E402  (scripts/bench/_needs.py: checked before measuring)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PROBE_RTT = 8.0
@@ -128,11 +129,10 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench", "testbed_limits.md"))
+    ap.add_argument("--check", action="store_true",
+                    help="check what the run and its report need, then exit")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("testbed_limits: must run as root (network namespaces)")
-    if not os.access(topo.WANEM, os.X_OK):
-        sys.exit("testbed_limits: %s missing (make all)" % topo.WANEM)
+    _needs.check("testbed_limits", args, tools=("iperf3", "ping"), files=(topo.WANEM,))
 
     with topo.Testbed(spec()) as bed:
         # idle: pings alone
