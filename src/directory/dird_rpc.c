@@ -45,6 +45,20 @@ struct caller {
 	struct ident_cert cert;
 };
 
+/* One call while its method runs: what the checks every method shares
+ * (call_open, call_auth) read of it, and what call_close frees. */
+struct call {
+	struct dird *d;
+	xmlrpc_env *env;
+	void *ci;
+	const char *method;
+	xmlrpc_value *st;	/* the one struct parameter */
+	struct stamp s;
+	const char *arg;	/* the first field: relay, or version (slot.list) */
+	struct caller who;
+	struct endpoint ep;	/* a relay's call: arg parsed */
+};
+
 #define ROLES_RELAY IDENT_MASK(IDENT_ROLE_RELAY)
 #define ROLES_LIST (IDENT_MASK(IDENT_ROLE_CLIENT) | IDENT_MASK(IDENT_ROLE_RELAY))
 
@@ -71,14 +85,14 @@ peer_of(void *call_info, char *buf, size_t len)
 	return buf;
 }
 
-static void fault(struct dird *d, xmlrpc_env *env, void *call_info, const char *method,
-    enum dirp_fault code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void fault(struct call *c, enum dirp_fault code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Sets the fault, counts it, and says it at debug level. */
 static void
-fault(struct dird *d, xmlrpc_env *env, void *call_info, const char *method,
-    enum dirp_fault code, const char *fmt, ...)
+fault(struct call *c, enum dirp_fault code, const char *fmt, ...)
 {
+	struct dird *d = c->d;
 	char msg[256], peer[64];
 	va_list ap;
 
@@ -95,9 +109,9 @@ fault(struct dird *d, xmlrpc_env *env, void *call_info, const char *method,
 	case DIRP_FAULT_INTERNAL: d->ctr.faults_internal++; break;
 	}
 	pthread_mutex_unlock(&d->mu);
-	log_debug("%s from %s: fault %d: %s", method, peer_of(call_info, peer, sizeof(peer)),
+	log_debug("%s from %s: fault %d: %s", c->method, peer_of(c->ci, peer, sizeof(peer)),
 	    (int)code, msg);
-	xmlrpc_env_set_fault(env, (int)code, msg);
+	xmlrpc_env_set_fault(c->env, (int)code, msg);
 }
 
 /* The one struct parameter every method takes; NULL if there is none. The
@@ -196,12 +210,12 @@ stamp_free(struct stamp *s)
 /* ts, nonce, and mac or cert and sig by the mode: present and strings.
  * Returns 0, or -1 with the fault set. */
 static int
-get_stamp(struct dird *d, xmlrpc_env *env, void *ci, const char *method, xmlrpc_value *st,
-    struct stamp *s)
+get_stamp(struct call *c)
 {
 	static const char *const shared[] = { "ts", "nonce", "mac" };
 	static const char *const ident[] = { "ts", "nonce", "cert", "sig" };
-	bool id = d->mode == IDENT_MODE_IDENTITY;
+	struct stamp *s = &c->s;
+	bool id = c->d->mode == IDENT_MODE_IDENTITY;
 	const char *const *names = id ? ident : shared;
 	const char **dst_shared[] = { &s->ts, &s->nonce, &s->mac };
 	const char **dst_ident[] = { &s->ts, &s->nonce, &s->cert, &s->sig };
@@ -211,9 +225,8 @@ get_stamp(struct dird *d, xmlrpc_env *env, void *ci, const char *method, xmlrpc_
 
 	memset(s, 0, sizeof(*s));
 	for (size_t i = 0; i < n; i++) {
-		if (get_string(st, names[i], dst[i], &why) == -1) {
-			fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "field '%s': %s",
-			    names[i], why);
+		if (get_string(c->st, names[i], dst[i], &why) == -1) {
+			fault(c, DIRP_FAULT_MALFORMED, "field '%s': %s", names[i], why);
 			stamp_free(s);
 			return -1;
 		}
@@ -222,19 +235,20 @@ get_stamp(struct dird *d, xmlrpc_env *env, void *ci, const char *method, xmlrpc_
 }
 
 /* Identity mode: the caller's certificate (CA, validity, role in roles,
- * not revoked) and its signature over body. Returns 0 with who filled, or
- * -1 with the fault set. */
+ * not revoked) and its signature over body. Returns 0 with c->who filled,
+ * or -1 with the fault set. */
 static int
-check_identity(struct dird *d, xmlrpc_env *env, void *ci, const char *method,
-    const struct stamp *s, const char *body, unsigned roles, struct caller *who)
+check_identity(struct call *c, const char *body, unsigned roles)
 {
+	struct dird *d = c->d;
+	const struct stamp *s = &c->s;
+	struct caller *who = &c->who;
 	uint8_t raw[IDENT_CERT_LEN], ca[IDENT_PK_LEN];
 	char why[256], serial[17];
 	bool revoked;
 
 	if (dirp_unhex(s->cert, raw, sizeof(raw)) == -1) {
-		fault(d, env, ci, method, DIRP_FAULT_AUTH, "cert must be %d hex digits",
-		    DIRP_CERT_HEX);
+		fault(c, DIRP_FAULT_AUTH, "cert must be %d hex digits", DIRP_CERT_HEX);
 		return -1;
 	}
 	pthread_mutex_lock(&d->mu);
@@ -243,8 +257,8 @@ check_identity(struct dird *d, xmlrpc_env *env, void *ci, const char *method,
 	/* The CA's signature is checked without the lock; revocation under it. */
 	if (ident_cert_verify(raw, ca, roles, clock_real_us() / 1000000, NULL, &who->cert, why,
 	    sizeof(why)) == -1) {
-		fault(d, env, ci, method, DIRP_FAULT_AUTH, "%s (%s takes a %s certificate)", why,
-		    method, roles == ROLES_RELAY ? "relay" : "client or relay");
+		fault(c, DIRP_FAULT_AUTH, "%s (%s takes a %s certificate)", why, c->method,
+		    roles == ROLES_RELAY ? "relay" : "client or relay");
 		return -1;
 	}
 	pthread_mutex_lock(&d->mu);
@@ -252,13 +266,13 @@ check_identity(struct dird *d, xmlrpc_env *env, void *ci, const char *method,
 	pthread_mutex_unlock(&d->mu);
 	if (revoked) {
 		ident_serial_hex(who->cert.serial, serial);
-		fault(d, env, ci, method, DIRP_FAULT_AUTH, "certificate '%s' (serial %s) is "
-		    "revoked", who->cert.name, serial);
+		fault(c, DIRP_FAULT_AUTH, "certificate '%s' (serial %s) is revoked",
+		    who->cert.name, serial);
 		return -1;
 	}
-	if (dirp_verify_sig(who->cert.pk, method, s->ts, s->nonce, body, s->sig) == -1) {
-		fault(d, env, ci, method, DIRP_FAULT_AUTH, "signature does not verify with "
-		    "the key of certificate '%s'", who->cert.name);
+	if (dirp_verify_sig(who->cert.pk, c->method, s->ts, s->nonce, body, s->sig) == -1) {
+		fault(c, DIRP_FAULT_AUTH, "signature does not verify with the key of "
+		    "certificate '%s'", who->cert.name);
 		return -1;
 	}
 	who->has_cert = true;
@@ -270,42 +284,43 @@ check_identity(struct dird *d, xmlrpc_env *env, void *ci, const char *method,
  * mode) over body, the clock window and the nonce. Returns 0, or -1 with the
  * fault set. */
 static int
-authenticate(struct dird *d, xmlrpc_env *env, void *ci, const char *method,
-    const struct stamp *s, const char *body, unsigned roles, struct caller *who)
+authenticate(struct call *c, const char *body, unsigned roles)
 {
+	struct dird *d = c->d;
+	const struct stamp *s = &c->s;
 	uint64_t ts, nonce, skew_ms;
 	struct auth_key key;
 	enum replay_verdict v;
 	int ok;
 
-	memset(who, 0, sizeof(*who));
+	memset(&c->who, 0, sizeof(c->who));
 	if (dirp_parse_stamp(s->ts, s->nonce, &ts, &nonce) == -1) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "ts must be unix microseconds "
-		    "in decimal, nonce 16 lowercase hex digits");
+		fault(c, DIRP_FAULT_MALFORMED, "ts must be unix microseconds in decimal, "
+		    "nonce 16 lowercase hex digits");
 		return -1;
 	}
 	/* dirp_verify cannot check a longer text: say so rather than blame
 	 * the key. */
 	if (strlen(body) > BODY_MAX) {
-		fault(d, env, ci, method, DIRP_FAULT_LIMIT, "call too large to authenticate "
-		    "(%zu bytes of fields, at most %d): split it", strlen(body), BODY_MAX);
+		fault(c, DIRP_FAULT_LIMIT, "call too large to authenticate (%zu bytes of "
+		    "fields, at most %d): split it", strlen(body), BODY_MAX);
 		return -1;
 	}
 	if (d->mode == IDENT_MODE_IDENTITY) {
-		if (check_identity(d, env, ci, method, s, body, roles, who) == -1)
+		if (check_identity(c, body, roles) == -1)
 			return -1;
 	} else {
 		pthread_mutex_lock(&d->mu);
 		key = d->key;
 		pthread_mutex_unlock(&d->mu);
-		ok = dirp_verify(&key, method, s->ts, s->nonce, body, s->mac) == 0;
+		ok = dirp_verify(&key, c->method, s->ts, s->nonce, body, s->mac) == 0;
 		auth_key_wipe(&key);
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
 		ok = ok || drpc_fuzz_no_mac;
 #endif
 		if (!ok) {
-			fault(d, env, ci, method, DIRP_FAULT_AUTH, "mac does not verify "
-			    "(another deployment key?)");
+			fault(c, DIRP_FAULT_AUTH, "mac does not verify (another deployment "
+			    "key?)");
 			return -1;
 		}
 	}
@@ -317,17 +332,16 @@ authenticate(struct dird *d, xmlrpc_env *env, void *ci, const char *method,
 	case REPLAY_OK:
 		return 0;
 	case REPLAY_STALE:
-		fault(d, env, ci, method, DIRP_FAULT_STALE, "timestamp more than %" PRIu64
-		    " ms from the directory's clock (run NTP)", skew_ms);
+		fault(c, DIRP_FAULT_STALE, "timestamp more than %" PRIu64 " ms from the "
+		    "directory's clock (run NTP)", skew_ms);
 		return -1;
 	case REPLAY_DUP:
-		fault(d, env, ci, method, DIRP_FAULT_STALE, "replayed call (nonce seen before)");
+		fault(c, DIRP_FAULT_STALE, "replayed call (nonce seen before)");
 		return -1;
 	case REPLAY_FULL:
 		break;
 	}
-	fault(d, env, ci, method, DIRP_FAULT_LIMIT, "too many calls in the clock window; "
-	    "try again later");
+	fault(c, DIRP_FAULT_LIMIT, "too many calls in the clock window; try again later");
 	return -1;
 }
 
@@ -341,67 +355,127 @@ secs(uint64_t ms)
 }
 
 static int
-parse_relay(struct dird *d, xmlrpc_env *env, void *ci, const char *method, const char *s,
-    const char *field, struct endpoint *ep)
+parse_relay(struct call *c, const char *s, const char *field, struct endpoint *ep)
 {
 	if (ep_parse(s, 0, ep) == -1) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "%s '%s': expected ip:port "
-		    "(port 1-65535, IPv6 in brackets)", field, s);
+		fault(c, DIRP_FAULT_MALFORMED, "%s '%s': expected ip:port (port 1-65535, "
+		    "IPv6 in brackets)", field, s);
 		return -1;
 	}
 	return 0;
 }
 
+/* The start every method shares: counts the call in *calls, then reads the
+ * one struct parameter, the stamp and the string field arg into c. Returns
+ * 0, or -1 with the fault set; call_close after either. */
+static int
+call_open(struct call *c, xmlrpc_env *env, void *ci, struct dird *d, const char *method,
+    uint64_t *calls, xmlrpc_value *params, const char *arg)
+{
+	const char *why;
+
+	*c = (struct call){ .d = d, .env = env, .ci = ci, .method = method };
+	pthread_mutex_lock(&d->mu);
+	(*calls)++;
+	pthread_mutex_unlock(&d->mu);
+	if ((c->st = the_struct(params)) == NULL) {
+		fault(c, DIRP_FAULT_MALFORMED, "expected one struct parameter");
+		return -1;
+	}
+	if (get_stamp(c) == -1)
+		return -1;
+	if (get_string(c->st, arg, &c->arg, &why) == -1) {
+		fault(c, DIRP_FAULT_MALFORMED, "field '%s': %s", arg, why);
+		return -1;
+	}
+	return 0;
+}
+
+/* What every method checks once its own fields are read: the stamp over
+ * body (authenticate), and for a relay's call (roles ROLES_RELAY) its
+ * endpoint, into c->ep. Returns 0, or -1 with the fault set. */
+static int
+call_auth(struct call *c, const char *body, unsigned roles)
+{
+	if (authenticate(c, body, roles) == -1)
+		return -1;
+	return roles == ROLES_RELAY ? parse_relay(c, c->arg, "relay", &c->ep) : 0;
+}
+
+/* Under d->mu: DSTATE_TAKEN if another key holds the relay's endpoint
+ * (identity mode), else DSTATE_OK. */
+static enum dstate_rc
+call_owner(const struct call *c)
+{
+	return c->who.has_cert ? dstate_owner(c->d->state, &c->ep, c->who.cert.pk) : DSTATE_OK;
+}
+
+/* A relay's call the state refused: -1 with the fault set for DSTATE_TAKEN,
+ * DSTATE_UNKNOWN and DSTATE_NOMEM, 0 for the others. */
+static int
+call_refused(struct call *c, enum dstate_rc rc)
+{
+	switch (rc) {
+	case DSTATE_TAKEN:
+		fault(c, DIRP_FAULT_AUTH, "relay %s is registered with another key "
+		    "(certificate '%s' is not its)", c->arg, c->who.cert.name);
+		return -1;
+	case DSTATE_UNKNOWN:
+		fault(c, DIRP_FAULT_UNKNOWN_RELAY, "relay %s is not registered (or expired): "
+		    "register again", c->arg);
+		return -1;
+	case DSTATE_NOMEM:
+		fault(c, DIRP_FAULT_INTERNAL, "out of memory");
+		return -1;
+	default:
+		return 0;
+	}
+}
+
+static void
+call_close(struct call *c)
+{
+	free((void *)c->arg);
+	stamp_free(&c->s);
+	if (c->st)
+		xmlrpc_DECREF(c->st);
+}
+
 static xmlrpc_value *
 m_register(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 {
-	static const char method[] = "slot.register";
 	struct dird *d = server_info;
-	xmlrpc_value *st, *res = NULL;
-	struct stamp s = { 0 };
-	const char *relay = NULL, *why;
-	struct endpoint ep;
+	xmlrpc_value *res = NULL;
 	char body[FIELD_MAX + 32];
+	const char *why;
 	int port, hb, exp;
 	size_t max;
 	enum dstate_rc rc;
-	struct caller who;
+	struct call c;
 
-	pthread_mutex_lock(&d->mu);
-	d->ctr.calls_register++;
-	pthread_mutex_unlock(&d->mu);
-	if ((st = the_struct(params)) == NULL) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "expected one struct parameter");
-		return NULL;
-	}
-	if (get_stamp(d, env, ci, method, st, &s) == -1)
+	if (call_open(&c, env, ci, d, "slot.register", &d->ctr.calls_register, params,
+	    "relay") == -1)
 		goto out;
-	if (get_string(st, "relay", &relay, &why) == -1) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "field 'relay': %s", why);
+	if (get_int(c.st, "data_port", &port, &why) == -1) {
+		fault(&c, DIRP_FAULT_MALFORMED, "field 'data_port': %s", why);
 		goto out;
 	}
-	if (get_int(st, "data_port", &port, &why) == -1) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "field 'data_port': %s", why);
-		goto out;
-	}
-	snprintf(body, sizeof(body), "%s\n%d", relay, port);
-	if (authenticate(d, env, ci, method, &s, body, ROLES_RELAY, &who) == -1 ||
-	    parse_relay(d, env, ci, method, relay, "relay", &ep) == -1)
+	snprintf(body, sizeof(body), "%s\n%d", c.arg, port);
+	if (call_auth(&c, body, ROLES_RELAY) == -1)
 		goto out;
 	if (port < 1 || port > 65535) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "data_port %d: expected 1-65535",
-		    port);
+		fault(&c, DIRP_FAULT_MALFORMED, "data_port %d: expected 1-65535", port);
 		goto out;
 	}
 
 	pthread_mutex_lock(&d->mu);
 	/* An endpoint is its first key's until it expires: another key's
 	 * certificate cannot take over a relay's place in the listing. */
-	rc = who.has_cert ? dstate_owner(d->state, &ep, who.cert.pk) : DSTATE_OK;
+	rc = call_owner(&c);
 	if (rc == DSTATE_OK)
-		rc = dstate_register(d->state, &ep, (uint16_t)port, clock_mono_us());
-	if ((rc == DSTATE_OK || rc == DSTATE_NEW) && who.has_cert &&
-	    dstate_set_cert(d->state, &ep, who.cert.raw) != DSTATE_OK)
+		rc = dstate_register(d->state, &c.ep, (uint16_t)port, clock_mono_us());
+	if ((rc == DSTATE_OK || rc == DSTATE_NEW) && c.who.has_cert &&
+	    dstate_set_cert(d->state, &c.ep, c.who.cert.raw) != DSTATE_OK)
 		rc = DSTATE_NOMEM;	/* cannot happen: the owner was checked */
 	if (rc == DSTATE_NEW)
 		d->ctr.relays_registered++;
@@ -409,90 +483,54 @@ m_register(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	exp = secs(d->conf.expire_after_ms);
 	max = d->conf.max_relays;
 	pthread_mutex_unlock(&d->mu);
-	if (rc == DSTATE_TAKEN) {
-		fault(d, env, ci, method, DIRP_FAULT_AUTH, "relay %s is registered with "
-		    "another key (certificate '%s' is not its)", relay, who.cert.name);
-		goto out;
-	}
 	if (rc == DSTATE_LIMIT) {
-		fault(d, env, ci, method, DIRP_FAULT_LIMIT, "directory full (%zu relays, "
-		    "[limits] max_relays)", max);
+		fault(&c, DIRP_FAULT_LIMIT, "directory full (%zu relays, [limits] max_relays)",
+		    max);
 		goto out;
 	}
-	if (rc == DSTATE_NOMEM) {
-		fault(d, env, ci, method, DIRP_FAULT_INTERNAL, "out of memory");
+	if (call_refused(&c, rc) == -1)
 		goto out;
-	}
 	if (rc == DSTATE_NEW) {
 		char b[EP_STRLEN], serial[17];
 
-		if (who.has_cert) {
-			ident_serial_hex(who.cert.serial, serial);
+		if (c.who.has_cert) {
+			ident_serial_hex(c.who.cert.serial, serial);
 			log_info("relay %s registered, data port %d, certificate '%s' serial %s",
-			    ep_fmt(&ep, b), port, who.cert.name, serial);
+			    ep_fmt(&c.ep, b), port, c.who.cert.name, serial);
 		} else
-			log_info("relay %s registered, data port %d", ep_fmt(&ep, b), port);
+			log_info("relay %s registered, data port %d", ep_fmt(&c.ep, b), port);
 	}
 	res = xmlrpc_build_value(env, "{s:b,s:i,s:i}", "ok", (xmlrpc_bool)1,
 	    "heartbeat_interval", hb, "expire_after", exp);
 out:
-	free((void *)relay);
-	stamp_free(&s);
-	xmlrpc_DECREF(st);
+	call_close(&c);
 	return res;
 }
 
 static xmlrpc_value *
 m_heartbeat(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 {
-	static const char method[] = "slot.heartbeat";
 	struct dird *d = server_info;
-	xmlrpc_value *st, *res = NULL;
-	struct stamp s = { 0 };
-	const char *relay = NULL, *why;
-	struct endpoint ep;
+	xmlrpc_value *res = NULL;
 	enum dstate_rc rc;
-	struct caller who;
+	struct call c;
 	int hb;
 
-	pthread_mutex_lock(&d->mu);
-	d->ctr.calls_heartbeat++;
-	pthread_mutex_unlock(&d->mu);
-	if ((st = the_struct(params)) == NULL) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "expected one struct parameter");
-		return NULL;
-	}
-	if (get_stamp(d, env, ci, method, st, &s) == -1)
-		goto out;
-	if (get_string(st, "relay", &relay, &why) == -1) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "field 'relay': %s", why);
-		goto out;
-	}
-	if (authenticate(d, env, ci, method, &s, relay, ROLES_RELAY, &who) == -1 ||
-	    parse_relay(d, env, ci, method, relay, "relay", &ep) == -1)
+	if (call_open(&c, env, ci, d, "slot.heartbeat", &d->ctr.calls_heartbeat, params,
+	    "relay") == -1 || call_auth(&c, c.arg, ROLES_RELAY) == -1)
 		goto out;
 	pthread_mutex_lock(&d->mu);
-	rc = who.has_cert ? dstate_owner(d->state, &ep, who.cert.pk) : DSTATE_OK;
+	rc = call_owner(&c);
 	if (rc == DSTATE_OK)
-		rc = dstate_heartbeat(d->state, &ep, clock_mono_us());
+		rc = dstate_heartbeat(d->state, &c.ep, clock_mono_us());
 	hb = secs(d->conf.heartbeat_interval_ms);
 	pthread_mutex_unlock(&d->mu);
-	if (rc == DSTATE_TAKEN) {
-		fault(d, env, ci, method, DIRP_FAULT_AUTH, "relay %s is registered with "
-		    "another key (certificate '%s' is not its)", relay, who.cert.name);
+	if (call_refused(&c, rc) == -1)
 		goto out;
-	}
-	if (rc == DSTATE_UNKNOWN) {
-		fault(d, env, ci, method, DIRP_FAULT_UNKNOWN_RELAY, "relay %s is not registered "
-		    "(or expired): register again", relay);
-		goto out;
-	}
 	res = xmlrpc_build_value(env, "{s:b,s:i}", "ok", (xmlrpc_bool)1,
 	    "heartbeat_interval", hb);
 out:
-	free((void *)relay);
-	stamp_free(&s);
-	xmlrpc_DECREF(st);
+	call_close(&c);
 	return res;
 }
 
@@ -604,97 +642,68 @@ report_body(const char *relay, const struct entry *e, size_t n)
 static xmlrpc_value *
 m_report(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 {
-	static const char method[] = "slot.report";
 	struct dird *d = server_info;
-	xmlrpc_value *st, *res = NULL;
-	struct stamp s = { 0 };
-	const char *relay = NULL, *why;
+	xmlrpc_value *res = NULL;
 	struct entry *e = NULL;
 	struct dstate_rtt_in *in = NULL;
 	size_t n = 0, accepted = 0, max;
-	struct endpoint ep;
 	char *body = NULL, w[128];
 	enum dstate_rc rc;
-	struct caller who;
+	struct call c;
 
-	pthread_mutex_lock(&d->mu);
-	d->ctr.calls_report++;
-	pthread_mutex_unlock(&d->mu);
-	if ((st = the_struct(params)) == NULL) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "expected one struct parameter");
-		return NULL;
-	}
-	if (get_stamp(d, env, ci, method, st, &s) == -1)
+	if (call_open(&c, env, ci, d, "slot.report", &d->ctr.calls_report, params,
+	    "relay") == -1)
 		goto out;
-	if (get_string(st, "relay", &relay, &why) == -1) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "field 'relay': %s", why);
+	if (get_entries(c.st, &e, &n, w, sizeof(w)) == -1) {
+		fault(&c, DIRP_FAULT_MALFORMED, "%s", w);
 		goto out;
 	}
-	if (get_entries(st, &e, &n, w, sizeof(w)) == -1) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "%s", w);
+	if ((body = report_body(c.arg, e, n)) == NULL) {
+		fault(&c, DIRP_FAULT_INTERNAL, "out of memory");
 		goto out;
 	}
-	if ((body = report_body(relay, e, n)) == NULL) {
-		fault(d, env, ci, method, DIRP_FAULT_INTERNAL, "out of memory");
-		goto out;
-	}
-	if (authenticate(d, env, ci, method, &s, body, ROLES_RELAY, &who) == -1 ||
-	    parse_relay(d, env, ci, method, relay, "relay", &ep) == -1)
+	if (call_auth(&c, body, ROLES_RELAY) == -1)
 		goto out;
 	pthread_mutex_lock(&d->mu);
 	max = d->conf.max_report_entries;
 	pthread_mutex_unlock(&d->mu);
 	if (n > max) {
-		fault(d, env, ci, method, DIRP_FAULT_LIMIT, "%zu entries, at most %zu "
-		    "([limits] max_report_entries)", n, max);
+		fault(&c, DIRP_FAULT_LIMIT, "%zu entries, at most %zu ([limits] "
+		    "max_report_entries)", n, max);
 		goto out;
 	}
 	if (n > 0 && (in = calloc(n, sizeof(*in))) == NULL) {
-		fault(d, env, ci, method, DIRP_FAULT_INTERNAL, "out of memory");
+		fault(&c, DIRP_FAULT_INTERNAL, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
 		char field[32];
 		snprintf(field, sizeof(field), "rtts[%zu].peer", i);
-		if (parse_relay(d, env, ci, method, e[i].peer, field, &in[i].peer) == -1)
+		if (parse_relay(&c, e[i].peer, field, &in[i].peer) == -1)
 			goto out;
 		if (e[i].rtt_us < 0) {
-			fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "rtts[%zu].rtt_us %d: "
-			    "must be >= 0", i, e[i].rtt_us);
+			fault(&c, DIRP_FAULT_MALFORMED, "rtts[%zu].rtt_us %d: must be >= 0", i,
+			    e[i].rtt_us);
 			goto out;
 		}
 		in[i].rtt_us = (uint32_t)e[i].rtt_us;
 	}
 	pthread_mutex_lock(&d->mu);
-	rc = who.has_cert ? dstate_owner(d->state, &ep, who.cert.pk) : DSTATE_OK;
+	rc = call_owner(&c);
 	if (rc == DSTATE_OK)
-		rc = dstate_report(d->state, &ep, in, n, &accepted);
+		rc = dstate_report(d->state, &c.ep, in, n, &accepted);
 	d->ctr.report_entries += accepted;
 	pthread_mutex_unlock(&d->mu);
-	if (rc == DSTATE_TAKEN) {
-		fault(d, env, ci, method, DIRP_FAULT_AUTH, "relay %s is registered with "
-		    "another key (certificate '%s' is not its)", relay, who.cert.name);
+	if (call_refused(&c, rc) == -1)
 		goto out;
-	}
-	if (rc == DSTATE_UNKNOWN) {
-		fault(d, env, ci, method, DIRP_FAULT_UNKNOWN_RELAY, "relay %s is not registered "
-		    "(or expired): register again", relay);
-		goto out;
-	}
-	if (rc == DSTATE_NOMEM) {
-		fault(d, env, ci, method, DIRP_FAULT_INTERNAL, "out of memory");
-		goto out;
-	}
-	log_debug("%s: %s reported %zu rtts, %zu stored", method, relay, n, accepted);
+	log_debug("%s: %s reported %zu rtts, %zu stored", c.method, c.arg, n, accepted);
 	res = xmlrpc_build_value(env, "{s:b,s:i}", "ok", (xmlrpc_bool)1, "accepted",
 	    (int)accepted);
 out:
 	free(in);
 	free(body);
 	entries_free(e, n);
-	free((void *)relay);
-	stamp_free(&s);
-	xmlrpc_DECREF(st);
+	call_close(&c);
 	return res;
 }
 
@@ -867,32 +876,17 @@ list_answer(xmlrpc_env *env, const struct list_out *o)
 static xmlrpc_value *
 m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 {
-	static const char method[] = "slot.list";
 	struct dird *d = server_info;
-	xmlrpc_value *st, *res = NULL;
-	struct stamp s = { 0 };
-	const char *version = NULL, *why;
+	xmlrpc_value *res = NULL;
 	struct list_out o = { 0 };
-	struct caller who;
 	char *cur = o.version;
+	struct call c;
 	int rc = 0;
 
-	pthread_mutex_lock(&d->mu);
-	d->ctr.calls_list++;
-	pthread_mutex_unlock(&d->mu);
-	if ((st = the_struct(params)) == NULL) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "expected one struct parameter");
-		return NULL;
-	}
-	if (get_stamp(d, env, ci, method, st, &s) == -1)
+	if (call_open(&c, env, ci, d, "slot.list", &d->ctr.calls_list, params,
+	    "version") == -1 || call_auth(&c, c.arg, ROLES_LIST) == -1)
 		goto out;
-	if (get_string(st, "version", &version, &why) == -1) {
-		fault(d, env, ci, method, DIRP_FAULT_MALFORMED, "field 'version': %s", why);
-		goto out;
-	}
-	if (authenticate(d, env, ci, method, &s, version, ROLES_LIST, &who) == -1)
-		goto out;
-	o.nonce = s.nonce;
+	o.nonce = c.s.nonce;
 	o.sign = d->mode == IDENT_MODE_IDENTITY;
 	pthread_mutex_lock(&d->mu);
 	/* Landmark RTTs move with reports, which do not move the version:
@@ -919,7 +913,7 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		memcpy(d->land_version, cur, sizeof(d->land_version));
 		d->land_at_us = now;
 	}
-	o.changed = strcmp(cur, version) != 0;
+	o.changed = strcmp(cur, c.arg) != 0;
 	if (rc == 0 && d->conf.landmarks > 0 && o.changed && d->land.nland > 0)
 		rc = dland_dup(&d->land, &o.land);
 	if (o.changed && rc == 0)
@@ -937,15 +931,13 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	if (rc == 0 && o.land.nland > 0 && dland_encode(&o.land, &o.rows, &o.rows_len) < 0)
 		rc = -1;
 	if (rc == -1) {
-		fault(d, env, ci, method, DIRP_FAULT_INTERNAL, "out of memory");
+		fault(&c, DIRP_FAULT_INTERNAL, "out of memory");
 		goto out;
 	}
 	res = list_answer(env, &o);
 out:
 	list_out_free(&o);
-	free((void *)version);
-	stamp_free(&s);
-	xmlrpc_DECREF(st);
+	call_close(&c);
 	return res;
 }
 
