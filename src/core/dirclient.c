@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,31 +289,41 @@ call(struct dirclient *c, const char *url, const char *method, xmlrpc_value *s, 
 	return res;
 }
 
-static xmlrpc_value *
-new_struct(xmlrpc_env *env, const char *relay)
-{
-	xmlrpc_value *s = xmlrpc_struct_new(env), *v;
-
-	if (env->fault_occurred || relay == NULL)
-		return s;
-	v = xmlrpc_string_new(env, relay);
-	if (!env->fault_occurred) {
-		xmlrpc_struct_set_value(env, s, "relay", v);
-		xmlrpc_DECREF(v);
-	}
-	return s;
-}
-
+/* The checked call every method makes: the struct that fmt and what
+ * follows describe (xmlrpc_build_value), signed over body (nonce, if not
+ * NULL, gets the stamp's nonce), posted to url, and the answer checked.
+ * Returns 0 with the result in *res (if res is not NULL; the caller
+ * DECREFs it), or -1 with err and *fault filled. */
 static int
-env_failed(xmlrpc_env *env, xmlrpc_value *s, char *err, size_t errlen)
+checked_call(struct dirclient *c, const char *url, const char *method, const char *body,
+    char *nonce, xmlrpc_value **res, int *fault, char *err, size_t errlen, const char *fmt,
+    ...)
 {
-	if (!env->fault_occurred)
-		return 0;
-	errbuf_set(err, errlen, "building the call: %s", env->fault_string);
+	xmlrpc_env env;
+	xmlrpc_value *s = NULL, *r = NULL;
+	const char *tail;
+	va_list ap;
+
+	xmlrpc_env_init(&env);
+	va_start(ap, fmt);
+	xmlrpc_build_value_va(&env, fmt, ap, &s, &tail);
+	va_end(ap);
+	if (env.fault_occurred)
+		s = NULL;
+	else
+		sign(c, &env, s, method, body, nonce);
+	if (env.fault_occurred)
+		errbuf_set(err, errlen, "building the call: %s", env.fault_string);
+	else
+		r = call(c, url, method, s, fault, err, errlen);
 	if (s)
 		xmlrpc_DECREF(s);
-	xmlrpc_env_clean(env);
-	return -1;
+	xmlrpc_env_clean(&env);
+	if (r != NULL && res != NULL)
+		*res = r;
+	else if (r != NULL)
+		xmlrpc_DECREF(r);
+	return r != NULL ? 0 : -1;
 }
 
 int
@@ -322,29 +333,16 @@ dirc_register(struct dirclient *c, const char *url, const struct endpoint *relay
 {
 	char r[EP_STRLEN], body[EP_STRLEN + 16];
 	xmlrpc_env env;
-	xmlrpc_value *s, *v, *res;
+	xmlrpc_value *res;
 	xmlrpc_bool ok = 0;
 	int hb = 0, ex = 0;
 
 	ep_fmt(relay, r);
 	snprintf(body, sizeof(body), "%s\n%u", r, data_port);
+	if (checked_call(c, url, "slot.register", body, NULL, &res, fault, err, errlen,
+	    "{s:s,s:i}", "relay", r, "data_port", (xmlrpc_int32)data_port) == -1)
+		return -1;
 	xmlrpc_env_init(&env);
-	s = new_struct(&env, r);
-	if (!env.fault_occurred) {
-		v = xmlrpc_int_new(&env, data_port);
-		if (!env.fault_occurred) {
-			xmlrpc_struct_set_value(&env, s, "data_port", v);
-			xmlrpc_DECREF(v);
-		}
-	}
-	if (!env.fault_occurred)
-		sign(c, &env, s, "slot.register", body, NULL);
-	if (env_failed(&env, s, err, errlen))
-		return -1;
-	res = call(c, url, "slot.register", s, fault, err, errlen);
-	xmlrpc_DECREF(s);
-	if (res == NULL)
-		return -1;
 	xmlrpc_decompose_value(&env, res, "{s:b,s:i,s:i,*}", "ok", &ok, "heartbeat_interval", &hb,
 	    "expire_after", &ex);
 	xmlrpc_DECREF(res);
@@ -367,23 +365,10 @@ dirc_heartbeat(struct dirclient *c, const char *url, const struct endpoint *rela
     char *err, size_t errlen)
 {
 	char r[EP_STRLEN];
-	xmlrpc_env env;
-	xmlrpc_value *s, *res;
 
 	ep_fmt(relay, r);
-	xmlrpc_env_init(&env);
-	s = new_struct(&env, r);
-	if (!env.fault_occurred)
-		sign(c, &env, s, "slot.heartbeat", r, NULL);
-	if (env_failed(&env, s, err, errlen))
-		return -1;
-	res = call(c, url, "slot.heartbeat", s, fault, err, errlen);
-	xmlrpc_DECREF(s);
-	xmlrpc_env_clean(&env);
-	if (res == NULL)
-		return -1;
-	xmlrpc_DECREF(res);
-	return 0;
+	return checked_call(c, url, "slot.heartbeat", r, NULL, NULL, fault, err, errlen,
+	    "{s:s}", "relay", r);
 }
 
 int
@@ -394,7 +379,8 @@ dirc_report(struct dirclient *c, const char *url, const struct endpoint *relay,
 	size_t cap = EP_STRLEN + 2 + n * (EP_STRLEN + 12), len;
 	char *body = malloc(cap);
 	xmlrpc_env env;
-	xmlrpc_value *s, *arr = NULL, *e, *res;
+	xmlrpc_value *arr, *e;
+	int rc = -1;
 
 	if (body == NULL) {
 		errbuf_set(err, errlen, "out of memory");
@@ -403,9 +389,7 @@ dirc_report(struct dirclient *c, const char *url, const struct endpoint *relay,
 	ep_fmt(relay, r);
 	len = (size_t)snprintf(body, cap, "%s\n", r);
 	xmlrpc_env_init(&env);
-	s = new_struct(&env, r);
-	if (!env.fault_occurred)
-		arr = xmlrpc_array_new(&env);
+	arr = xmlrpc_array_new(&env);
 	for (size_t i = 0; i < n && !env.fault_occurred; i++) {
 		ep_fmt(&rtts[i].peer, p);
 		len += (size_t)snprintf(body + len, cap - len, "%s %u\n", p, rtts[i].rtt_us);
@@ -416,22 +400,16 @@ dirc_report(struct dirclient *c, const char *url, const struct endpoint *relay,
 			xmlrpc_DECREF(e);
 		}
 	}
-	if (!env.fault_occurred)
-		xmlrpc_struct_set_value(&env, s, "rtts", arr);
+	if (env.fault_occurred)
+		errbuf_set(err, errlen, "building the call: %s", env.fault_string);
+	else
+		rc = checked_call(c, url, "slot.report", body, NULL, NULL, fault, err, errlen,
+		    "{s:s,s:A}", "relay", r, "rtts", arr);
 	if (arr)
 		xmlrpc_DECREF(arr);
-	if (!env.fault_occurred)
-		sign(c, &env, s, "slot.report", body, NULL);
-	free(body);
-	if (env_failed(&env, s, err, errlen))
-		return -1;
-	res = call(c, url, "slot.report", s, fault, err, errlen);
-	xmlrpc_DECREF(s);
 	xmlrpc_env_clean(&env);
-	if (res == NULL)
-		return -1;
-	xmlrpc_DECREF(res);
-	return 0;
+	free(body);
+	return rc;
 }
 
 void
@@ -880,29 +858,13 @@ dirc_fetch(struct dirclient *c, const char *url, const char *version, bool want_
     const struct ident_revoked *held, struct dirc_listing *out, int *fault, char *err,
     size_t errlen)
 {
-	xmlrpc_env env;
-	xmlrpc_value *s, *v, *res;
 	char nonce[DIRP_NONCE_HEX + 1], why[512];
+	xmlrpc_value *res;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	xmlrpc_env_init(&env);
-	s = new_struct(&env, NULL);
-	if (!env.fault_occurred) {
-		v = xmlrpc_string_new(&env, version);
-		if (!env.fault_occurred) {
-			xmlrpc_struct_set_value(&env, s, "version", v);
-			xmlrpc_DECREF(v);
-		}
-	}
-	if (!env.fault_occurred)
-		sign(c, &env, s, "slot.list", version, nonce);
-	if (env_failed(&env, s, err, errlen))
-		return -1;
-	xmlrpc_env_clean(&env);
-	res = call(c, url, "slot.list", s, fault, err, errlen);
-	xmlrpc_DECREF(s);
-	if (res == NULL)
+	if (checked_call(c, url, "slot.list", version, nonce, &res, fault, err, errlen, "{s:s}",
+	    "version", version) == -1)
 		return -1;
 	rc = dirc_listing_read(res, c->ident_mode ? c->id.ca_pk : NULL, nonce, want_land, held,
 	    out, why, sizeof(why));
