@@ -1,41 +1,26 @@
-#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
-#include <poll.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 
-#include <libmnl/libmnl.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nfnetlink_queue.h>
-#include <libnetfilter_queue/libnetfilter_queue.h>
 
 #include "slot/be.h"
 #include "slot/errbuf.h"
+#include "slot/nlq.h"
 #include "synq.h"
 
-#define SYNQ_RX_BUF (64 * 1024)
 #define SYNQ_RX_BUDGET 64
-#define SYNQ_VMSG_MAX (64 + SYNQ_PKT_MAX)	/* one verdict message with a mark
-						 * and maybe a packet */
 #define SYNQ_VBUF (16 * 1024)
 
 struct synq {
-	struct mnl_socket *nl;
-	int fd;
-	uint16_t num;
-	uint32_t cfg_seq;
-	int cfg_result;		/* 1 while waiting for the config ack */
+	struct nlq *nq;
 	synq_packet_cb cb;
 	void *user;
-	char *rxbuf;
-	char vbuf[SYNQ_VBUF];
-	size_t vlen;
 	bool in_read;		/* verdicts batch until the read is done */
-	struct synq_stats st;
 };
 
 enum syn_parse
@@ -119,27 +104,18 @@ syn_parse_str(enum syn_parse r)
 void
 synq_flush(struct synq *q)
 {
-	if (q->vlen == 0)
-		return;
-	/* Netlink sends all or nothing; a failure means the kernel is short
-	 * of memory, and the packets stay queued until their bypass. */
-	if (mnl_socket_sendto(q->nl, q->vbuf, q->vlen) == -1)
-		q->st.verdict_errors++;
-	q->vlen = 0;
+	/* A failure means the kernel is short of memory: the packets stay
+	 * queued until their bypass (counted in verdict_errors). */
+	(void)nlq_flush(q->nq);
 }
 
 void
 synq_verdict(struct synq *q, uint32_t id, bool accept, bool set_mark, uint32_t mark)
 {
-	struct nlmsghdr *nlh;
-
-	if (q->vlen + SYNQ_VMSG_MAX > sizeof(q->vbuf))
-		synq_flush(q);
-	nlh = nfq_nlmsg_put(q->vbuf + q->vlen, NFQNL_MSG_VERDICT, q->num);
-	nfq_nlmsg_verdict_put(nlh, (int)id, accept ? NF_ACCEPT : NF_DROP);
 	if (accept && set_mark)
-		nfq_nlmsg_verdict_put_mark(nlh, mark);
-	q->vlen += NLMSG_ALIGN(nlh->nlmsg_len);
+		(void)nlq_verdict_mark(q->nq, id, NF_ACCEPT, mark, NULL, 0);
+	else
+		(void)nlq_verdict(q->nq, id, accept ? NF_ACCEPT : NF_DROP);
 	if (!q->in_read)
 		synq_flush(q);
 }
@@ -147,183 +123,75 @@ synq_verdict(struct synq *q, uint32_t id, bool accept, bool set_mark, uint32_t m
 void
 synq_verdict_pkt(struct synq *q, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t len)
 {
-	struct nlmsghdr *nlh;
-
 	if (len > SYNQ_PKT_MAX) {
 		synq_verdict(q, id, true, true, mark);
 		return;
 	}
-	if (q->vlen + SYNQ_VMSG_MAX > sizeof(q->vbuf))
-		synq_flush(q);
-	nlh = nfq_nlmsg_put(q->vbuf + q->vlen, NFQNL_MSG_VERDICT, q->num);
-	nfq_nlmsg_verdict_put(nlh, (int)id, NF_ACCEPT);
-	nfq_nlmsg_verdict_put_mark(nlh, mark);
-	nfq_nlmsg_verdict_put_pkt(nlh, pkt, (uint32_t)len);
-	q->vlen += NLMSG_ALIGN(nlh->nlmsg_len);
+	(void)nlq_verdict_mark(q->nq, id, NF_ACCEPT, mark, pkt, len);
 	if (!q->in_read)
 		synq_flush(q);
 }
 
 static void
-synq_packet(struct synq *q, const struct nlmsghdr *nlh)
+synq_packet(void *user, const struct nlq_pkt *p)
 {
-	struct nlattr *attr[NFQA_MAX + 1] = { 0 };
-	const struct nfqnl_msg_packet_hdr *ph;
-	uint32_t mark = 0;
-	size_t caplen, wirelen;
+	struct synq *q = user;
 
-	if (nfq_nlmsg_parse(nlh, attr) < 0 || attr[NFQA_PACKET_HDR] == NULL)
-		return;
-	ph = mnl_attr_get_payload(attr[NFQA_PACKET_HDR]);
-	q->st.packets++;
-	if (attr[NFQA_MARK])
-		mark = ntohl(mnl_attr_get_u32(attr[NFQA_MARK]));
-	if (attr[NFQA_PAYLOAD] == NULL) {
-		q->cb(q->user, ntohl(ph->packet_id), mark, NULL, 0, 0);
-		return;
-	}
-	caplen = mnl_attr_get_payload_len(attr[NFQA_PAYLOAD]);
-	/* CAP_LEN comes only with a packet longer than the copy range. */
-	wirelen = attr[NFQA_CAP_LEN] ? ntohl(mnl_attr_get_u32(attr[NFQA_CAP_LEN])) : caplen;
-	q->cb(q->user, ntohl(ph->packet_id), mark, mnl_attr_get_payload(attr[NFQA_PAYLOAD]),
-	    caplen, wirelen < caplen ? caplen : wirelen);
-}
-
-static void
-synq_messages(struct synq *q, const char *buf, size_t len)
-{
-	const struct nlmsghdr *nlh = (const struct nlmsghdr *)(const void *)buf;
-	int left = (int)len;
-
-	for (; mnl_nlmsg_ok(nlh, left); nlh = mnl_nlmsg_next(nlh, &left)) {
-		if (nlh->nlmsg_type == NLMSG_ERROR) {
-			const struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
-
-			if (nlh->nlmsg_len < mnl_nlmsg_size(sizeof(*e)))
-				continue;
-			if (q->cfg_result == 1 && e->msg.nlmsg_seq == q->cfg_seq)
-				q->cfg_result = e->error;
-			else if (e->error != 0)
-				q->st.verdict_errors++;
-		} else if (nlh->nlmsg_type == ((NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET)) {
-			synq_packet(q, nlh);
-		}
-	}
+	q->cb(q->user, p->id, p->mark, p->data, p->caplen, p->wirelen);
 }
 
 int
 synq_read(struct synq *q)
 {
-	ssize_t r;
+	int rc, e;
 
 	q->in_read = true;
-	for (int i = 0; i < SYNQ_RX_BUDGET; i++) {
-		r = mnl_socket_recvfrom(q->nl, q->rxbuf, SYNQ_RX_BUF);
-		if (r == -1) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				break;
-			if (errno == EINTR)
-				continue;
-			if (errno == ENOBUFS || errno == ENOSPC) {
-				/* Overrun: the kernel dropped messages; the
-				 * applications retransmit their SYNs. */
-				q->st.overruns++;
-				continue;
-			}
-			q->in_read = false;
-			synq_flush(q);
-			return -1;
-		}
-		synq_messages(q, q->rxbuf, (size_t)r);
-	}
+	rc = nlq_read(q->nq, SYNQ_RX_BUDGET);
+	e = errno;
 	q->in_read = false;
 	synq_flush(q);
-	return 0;
-}
-
-/* Sends one config message and waits for its ack. Returns 0, or -1 with
- * errno. */
-static int
-synq_config(struct synq *q, struct nlmsghdr *nlh)
-{
-	struct pollfd pfd = { .fd = q->fd, .events = POLLIN };
-	int n;
-
-	nlh->nlmsg_flags |= NLM_F_ACK;
-	nlh->nlmsg_seq = ++q->cfg_seq;
-	q->cfg_result = 1;
-	if (mnl_socket_sendto(q->nl, nlh, nlh->nlmsg_len) == -1)
-		return -1;
-	while (q->cfg_result == 1) {
-		n = poll(&pfd, 1, 5000);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			errno = n == 0 ? ETIMEDOUT : errno;
-			return -1;
-		}
-		if (synq_read(q) == -1)
-			return -1;
-	}
-	if (q->cfg_result != 0) {
-		errno = -q->cfg_result;
-		return -1;
-	}
-	return 0;
+	errno = e;
+	return rc == -1 ? -1 : 0;
 }
 
 struct synq *
 synq_open(uint16_t num, uint32_t maxlen, synq_packet_cb cb, void *user, char *err,
     size_t errlen)
 {
-	char buf[1024] = { 0 };
-	struct nlmsghdr *nlh;
+	struct nlq_params p = {
+		.num = num,
+		.maxlen = maxlen,
+		.copy_range = SYNQ_COPY_RANGE,
+		/* Fail-open: a full queue lets SYNs through direct rather
+		 * than drop them. */
+		.flags = NFQA_CFG_F_FAIL_OPEN,
+		.mask = NFQA_CFG_F_FAIL_OPEN,
+		.vbuf = SYNQ_VBUF,
+	};
 	struct synq *q;
-	int one = 1, rcvbuf;
+	int rc;
 
-	if ((q = calloc(1, sizeof(*q))) == NULL || (q->rxbuf = malloc(SYNQ_RX_BUF)) == NULL) {
-		if (q)
-			free(q);
+	/* Room for a full queue of header-only messages: the kernel then
+	 * never drops for a slow reader before the queue itself is full. */
+	p.rcvbuf = maxlen > INT_MAX / 512 ? INT_MAX / 2 : (int)(maxlen * 512);
+	if (p.rcvbuf < 256 * 1024)
+		p.rcvbuf = 256 * 1024;
+	if ((q = calloc(1, sizeof(*q))) == NULL) {
 		errbuf_set(err, errlen, "out of memory");
 		return NULL;
 	}
-	q->num = num;
 	q->cb = cb;
 	q->user = user;
-	q->fd = -1;
-	if ((q->nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_NONBLOCK | SOCK_CLOEXEC)) == NULL ||
-	    mnl_socket_bind(q->nl, 0, MNL_SOCKET_AUTOPID) == -1) {
-		errbuf_set(err, errlen, "netlink socket: %s", strerror(errno));
+	if ((q->nq = nlq_open(&p, synq_packet, q, err, errlen)) == NULL)
 		goto fail;
-	}
-	q->fd = mnl_socket_get_fd(q->nl);
-	/* Room for a full queue of header-only messages: the kernel then
-	 * never drops for a slow reader before the queue itself is full. */
-	rcvbuf = maxlen > INT_MAX / 512 ? INT_MAX / 2 : (int)(maxlen * 512);
-	if (rcvbuf < 256 * 1024)
-		rcvbuf = 256 * 1024;
-	if (setsockopt(q->fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)) == -1)
-		(void)setsockopt(q->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-	(void)mnl_socket_setsockopt(q->nl, NETLINK_NO_ENOBUFS, &one, sizeof(one));
-
-	nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, num);
-	nfq_nlmsg_cfg_put_cmd(nlh, AF_INET, NFQNL_CFG_CMD_BIND);
-	nfq_nlmsg_cfg_put_params(nlh, NFQNL_COPY_PACKET, SYNQ_COPY_RANGE);
-	nfq_nlmsg_cfg_put_qmaxlen(nlh, maxlen);
-	/* Fail-open: a full queue lets SYNs through direct rather than drop
-	 * them. */
-	mnl_attr_put_u32(nlh, NFQA_CFG_FLAGS, htonl(NFQA_CFG_F_FAIL_OPEN));
-	mnl_attr_put_u32(nlh, NFQA_CFG_MASK, htonl(NFQA_CFG_F_FAIL_OPEN));
-	if (synq_config(q, nlh) == -1) {
-		errbuf_set(err, errlen, "binding NFQUEUE %u: %s%s", num, strerror(errno),
-		    errno == EPERM || errno == EBUSY ? " (another process has it?)" : "");
+	q->in_read = true;
+	rc = nlq_bind(q->nq, err, errlen);
+	q->in_read = false;
+	if (rc == -1)
 		goto fail;
-	}
 	return q;
 fail:
-	if (q->nl)
-		mnl_socket_close(q->nl);
-	free(q->rxbuf);
+	nlq_close(q->nq);
 	free(q);
 	return NULL;
 }
@@ -331,28 +199,25 @@ fail:
 int
 synq_fd(const struct synq *q)
 {
-	return q->fd;
+	return nlq_fd(q->nq);
 }
 
 void
 synq_stats(const struct synq *q, struct synq_stats *out)
 {
-	*out = q->st;
+	struct nlq_stats s;
+
+	nlq_stats(q->nq, &s);
+	out->packets = s.packets;
+	out->verdict_errors = s.refused + s.send_errors;
+	out->overruns = s.overruns + s.truncated;
 }
 
 void
 synq_close(struct synq *q)
 {
-	char buf[256] = { 0 };
-	struct nlmsghdr *nlh;
-
 	if (q == NULL)
 		return;
-	synq_flush(q);
-	nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, q->num);
-	nfq_nlmsg_cfg_put_cmd(nlh, AF_INET, NFQNL_CFG_CMD_UNBIND);
-	(void)mnl_socket_sendto(q->nl, nlh, nlh->nlmsg_len);
-	mnl_socket_close(q->nl);
-	free(q->rxbuf);
+	nlq_close(q->nq);
 	free(q);
 }

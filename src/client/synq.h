@@ -8,7 +8,7 @@
 #include "slot/addr.h"
 
 /* The NFQUEUE side of slotd (DESIGN.md, steps 1, 2 and 6): reads the SYNs
- * SLOT_HIJACK queues, through the libmnl-based libnetfilter_queue API, and
+ * SLOT_HIJACK queues, through the core's NFQUEUE reader (slot/nlq.h), and
  * sends verdicts. Only headers are copied: slotd never sees payload. */
 
 /* The NFQUEUE copy range: a SYN's headers fit, options and all. */

@@ -55,13 +55,11 @@
  * received = released + dropped_loss + dropped_overflow + holding.
  */
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/if_ether.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -75,16 +73,14 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-#include <libmnl/libmnl.h>
 #include <linux/netfilter.h>
-#include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/nfnetlink_queue.h>
-#include <libnetfilter_queue/libnetfilter_queue.h>
 #include <sodium.h>
 
 #include "slot/addr.h"
 #include "slot/clock.h"
 #include "slot/log.h"
+#include "slot/nlq.h"
 #include "slot/sock.h"
 
 #include "wanem_delayq.h"
@@ -106,16 +102,16 @@
 #define WM_RX_CHECK 32
 /* One verdict message is 32 bytes: 2048 per sendto. */
 #define WM_VBUF_SIZE 65536
-#define WM_VMSG_MAX 64
 #define WM_POP_BATCH 256
 #define WM_STATS_CLIENTS 8
 #define WM_STATS_LINE 64
 
 enum { WM_EV_NL, WM_EV_TIMER, WM_EV_SIGNAL, WM_EV_LISTEN, WM_EV_CLIENT };
 
+/* verdict_errors and enobufs are the queue's (wm_qstats). */
 struct wm_counters {
 	uint64_t received, held, holding_max, released, dropped_loss;
-	uint64_t dropped_overflow, non_ip, ipv6, verdict_errors, enobufs;
+	uint64_t dropped_overflow, non_ip, ipv6;
 	uint64_t late_us_max, late_us_sum, late_n, late_over_1ms;
 	uint64_t reloads, reload_errors;
 };
@@ -133,11 +129,8 @@ struct wanem {
 	uint32_t maxlen;
 	uint64_t rng;
 
-	struct mnl_socket *nl;
-	int nlfd;
-	uint32_t portid;
-	uint32_t cfg_seq;
-	int cfg_result;		/* 1: waiting for the config ack */
+	struct nlq *q;
+	struct nlq_stats said;	/* the queue's counters as last logged */
 	int epfd, tfd, sfd, lfd;
 	uint64_t armed_us;	/* timer's expiry, UINT64_MAX if disarmed */
 
@@ -145,10 +138,6 @@ struct wanem {
 	struct wm_dq *dq;
 	struct wm_dq_item items[WM_POP_BATCH];
 
-	char *rxbuf;
-	size_t rxlen;
-	char vbuf[WM_VBUF_SIZE];
-	size_t vlen, vcount;
 
 	bool exiting;
 	struct wm_counters c;
@@ -182,38 +171,48 @@ wm_lose(struct wanem *w, double loss)
 	return (double)(wm_rand(w) >> 11) * 0x1.0p-53 < loss;
 }
 
+/* Says what the queue's counters tell since last time: the first refused
+ * verdict and the first overrun (the counts say how often after), and any
+ * truncated or malformed message. */
+static void
+wm_qlog(struct wanem *w)
+{
+	struct nlq_stats s;
+
+	nlq_stats(w->q, &s);
+	if (s.refused > 0 && w->said.refused == 0)
+		log_warnx("kernel refused a verdict: %s", strerror(s.first_refusal));
+	if (s.overruns > 0 && w->said.overruns == 0)
+		log_warnx("netlink socket overran: the kernel dropped packets "
+		    "(kernel_user_dropped counts them)");
+	/* MSG_TRUNC: cannot happen with our copy range. */
+	if (s.truncated > w->said.truncated)
+		log_warnx("truncated message from the kernel");
+	if (s.malformed > w->said.malformed)
+		log_warnx("malformed packet message from the kernel");
+	w->said = s;
+}
+
 /* Sends the verdicts gathered so far in one sendto. */
 static void
 wm_flush(struct wanem *w)
 {
-	ssize_t r;
+	size_t n = nlq_pending(w->q);
 
-	if (w->vlen == 0)
-		return;
-	do
-		r = mnl_socket_sendto(w->nl, w->vbuf, w->vlen);
-	while (r == -1 && errno == EINTR);
-	if (r == -1) {
-		/* The packets stay in the kernel queue; nothing to retry with
-		 * that would not fail the same way. */
-		log_warn("sending %zu verdicts", w->vcount);
-		w->c.verdict_errors += w->vcount;
-	}
-	w->vlen = 0;
-	w->vcount = 0;
+	/* The packets stay in the kernel queue; nothing to retry with that
+	 * would not fail the same way. */
+	if (nlq_flush(w->q) == -1)
+		log_warn("sending %zu verdicts", n);
 }
 
 static void
 wm_verdict(struct wanem *w, uint32_t id, int verdict)
 {
-	struct nlmsghdr *nlh;
+	size_t n = nlq_pending(w->q);
 
-	if (w->vlen + WM_VMSG_MAX > sizeof(w->vbuf))
-		wm_flush(w);
-	nlh = nfq_nlmsg_put(w->vbuf + w->vlen, NFQNL_MSG_VERDICT, w->queue);
-	nfq_nlmsg_verdict_put(nlh, (int)id, verdict);
-	w->vlen += NLMSG_ALIGN(nlh->nlmsg_len);
-	w->vcount++;
+	/* A full batch goes out first. */
+	if (nlq_verdict(w->q, id, verdict) == -1)
+		log_warn("sending %zu verdicts", n);
 	if (verdict == NF_ACCEPT)
 		w->c.released++;
 }
@@ -242,53 +241,42 @@ wm_release(struct wanem *w, uint64_t now)
 }
 
 static void
-wm_packet(struct wanem *w, const struct nlmsghdr *nlh, uint64_t now)
+wm_packet(void *user, const struct nlq_pkt *p)
 {
-	struct nlattr *attr[NFQA_MAX + 1] = { 0 };
-	const struct nfqnl_msg_packet_hdr *ph;
+	struct wanem *w = user;
 	const struct wm_link *link;
-	const uint8_t *ip;
+	const uint8_t *ip = p->data;
 	struct addr src = { 0 }, dst = { 0 };
-	uint32_t id;
 	uint64_t due, pair;
-	size_t len;
 
-	if (nfq_nlmsg_parse(nlh, attr) < 0 || attr[NFQA_PACKET_HDR] == NULL) {
-		log_warnx("malformed packet message from the kernel");
-		return;
-	}
-	ph = mnl_attr_get_payload(attr[NFQA_PACKET_HDR]);
-	id = ntohl(ph->packet_id);
 	w->c.received++;
 	if (w->exiting) {
-		wm_verdict(w, id, NF_ACCEPT);
+		wm_verdict(w, p->id, NF_ACCEPT);
 		return;
 	}
-	ip = attr[NFQA_PAYLOAD] != NULL ? mnl_attr_get_payload(attr[NFQA_PAYLOAD]) : NULL;
-	len = attr[NFQA_PAYLOAD] != NULL ? mnl_attr_get_payload_len(attr[NFQA_PAYLOAD]) : 0;
-	if (ntohs(ph->hw_protocol) == ETH_P_IP && len >= 20 && ip[0] >> 4 == 4) {
+	if (p->hw_protocol == ETH_P_IP && p->caplen >= 20 && ip[0] >> 4 == 4) {
 		src.family = dst.family = AF_INET;
 		memcpy(src.bytes, ip + 12, 4);
 		memcpy(dst.bytes, ip + 16, 4);
-	} else if (ntohs(ph->hw_protocol) == ETH_P_IPV6 && len >= 40 && ip[0] >> 4 == 6) {
+	} else if (p->hw_protocol == ETH_P_IPV6 && p->caplen >= 40 && ip[0] >> 4 == 6) {
 		src.family = dst.family = AF_INET6;
 		memcpy(src.bytes, ip + 8, 16);
 		memcpy(dst.bytes, ip + 24, 16);
 		w->c.ipv6++;
 	} else {
 		w->c.non_ip++;
-		wm_verdict(w, id, NF_ACCEPT);
+		wm_verdict(w, p->id, NF_ACCEPT);
 		return;
 	}
 	link = wm_matrix_lookup_addr(w->matrix, &src, &dst, &pair);
 	if (wm_lose(w, link->loss)) {
 		w->c.dropped_loss++;
-		wm_verdict(w, id, NF_DROP);
+		wm_verdict(w, p->id, NF_DROP);
 		return;
 	}
-	switch (wm_dq_push(w->dq, id, pair, now, link->delay_us, &due)) {
+	switch (wm_dq_push(w->dq, p->id, pair, clock_mono_us(), link->delay_us, &due)) {
 	case WM_DQ_NOW:
-		wm_verdict(w, id, NF_ACCEPT);
+		wm_verdict(w, p->id, NF_ACCEPT);
 		break;
 	case WM_DQ_HELD:
 		w->c.held++;
@@ -297,40 +285,8 @@ wm_packet(struct wanem *w, const struct nlmsghdr *nlh, uint64_t now)
 		break;
 	default:
 		w->c.dropped_overflow++;
-		wm_verdict(w, id, NF_DROP);
+		wm_verdict(w, p->id, NF_DROP);
 		break;
-	}
-}
-
-static void
-wm_nl_error(struct wanem *w, const struct nlmsghdr *nlh)
-{
-	const struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
-
-	if (nlh->nlmsg_len < mnl_nlmsg_size(sizeof(*e)))
-		return;
-	if (w->cfg_result == 1 && e->msg.nlmsg_seq == w->cfg_seq) {
-		w->cfg_result = e->error;	/* 0 or -errno */
-		return;
-	}
-	if (e->error == 0)
-		return;
-	/* The first says what goes wrong; the count says how often. */
-	if (w->c.verdict_errors++ == 0)
-		log_warnx("kernel refused a verdict: %s", strerror(-e->error));
-}
-
-static void
-wm_messages(struct wanem *w, const char *buf, size_t len, uint64_t now)
-{
-	const struct nlmsghdr *nlh = (const struct nlmsghdr *)(const void *)buf;
-	int left = (int)len;
-
-	for (; mnl_nlmsg_ok(nlh, left); nlh = mnl_nlmsg_next(nlh, &left)) {
-		if (nlh->nlmsg_type == NLMSG_ERROR)
-			wm_nl_error(w, nlh);
-		else if (nlh->nlmsg_type == ((NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET))
-			wm_packet(w, nlh, now);
 	}
 }
 
@@ -339,90 +295,42 @@ wm_messages(struct wanem *w, const char *buf, size_t len, uint64_t now)
 static int
 wm_rx(struct wanem *w)
 {
-	uint64_t now = clock_mono_us();
-	ssize_t r;
-	int i;
+	uint64_t now;
+	int i, rc;
 
-	for (i = 0; i < WM_RX_BUDGET; i++) {
-		r = mnl_socket_recvfrom(w->nl, w->rxbuf, w->rxlen);
-		if (r == -1) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return 0;
-			if (errno == EINTR)
-				continue;
-			if (errno == ENOSPC) {
-				/* MSG_TRUNC: cannot happen with our copy range. */
-				log_warnx("truncated message from the kernel");
-				continue;
-			}
-			if (errno == ENOBUFS) {
-				if (w->c.enobufs++ == 0)
-					log_warnx("netlink socket overran: the kernel dropped "
-					    "packets (kernel_user_dropped counts them)");
-				continue;
-			}
+	for (i = 0; i < WM_RX_BUDGET / WM_RX_CHECK; i++) {
+		if ((rc = nlq_read(w->q, WM_RX_CHECK)) == -1)
 			log_warn("reading the queue");
-			return -1;
-		}
+		wm_qlog(w);
+		if (rc != 1)
+			return rc;
 		now = clock_mono_us();
-		wm_messages(w, w->rxbuf, (size_t)r, now);
-		if (i % WM_RX_CHECK == WM_RX_CHECK - 1) {
-			if (wm_dq_next_due(w->dq) <= now)
-				wm_release(w, now);
-			wm_flush(w);
-		}
+		if (wm_dq_next_due(w->dq) <= now)
+			wm_release(w, now);
+		wm_flush(w);
 	}
 	return 0;
 }
 
-/* Sends one config message (with an ack) and waits for the ack, handling
- * any packet that arrives meanwhile. Returns 0, or -1 with errno. */
-static int
-wm_config(struct wanem *w, struct nlmsghdr *nlh)
-{
-	struct pollfd pfd = { .fd = w->nlfd, .events = POLLIN };
-	int n;
-
-	nlh->nlmsg_flags |= NLM_F_ACK;
-	nlh->nlmsg_seq = w->cfg_seq = 1;
-	w->cfg_result = 1;
-	if (mnl_socket_sendto(w->nl, nlh, nlh->nlmsg_len) == -1)
-		return -1;
-	while (w->cfg_result == 1) {
-		n = poll(&pfd, 1, 5000);
-		if (n == -1 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			errno = n == 0 ? ETIMEDOUT : errno;
-			return -1;
-		}
-		if (wm_rx(w) == -1)
-			return -1;
-	}
-	wm_flush(w);
-	if (w->cfg_result != 0) {
-		errno = -w->cfg_result;
-		return -1;
-	}
-	return 0;
-}
-
+/* Opens the queue and binds it; packets that arrive meanwhile are
+ * handled. */
 static void
 wm_nl_open(struct wanem *w)
 {
-	/* Zeroed: the attributes' padding goes to the kernel as it is. */
-	char buf[8192] = { 0 };
-	struct nlmsghdr *nlh;
-	int one = 1, rcvbuf;
-	socklen_t len;
+	struct nlq_params p = {
+		.num = w->queue,
+		.maxlen = w->maxlen,
+		.copy_range = WM_COPY_RANGE,
+		/* GSO on: big packets stay whole and need no checksumming.
+		 * Fail-open explicitly off. */
+		.flags = NFQA_CFG_F_GSO,
+		.mask = NFQA_CFG_F_GSO | NFQA_CFG_F_FAIL_OPEN,
+		.vbuf = WM_VBUF_SIZE,
+	};
+	socklen_t len = sizeof(int);
+	char err[256];
 	uint64_t want;
-
-	if ((w->nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_NONBLOCK | SOCK_CLOEXEC)) == NULL)
-		fatal("netlink socket");
-	if (mnl_socket_bind(w->nl, 0, MNL_SOCKET_AUTOPID) == -1)
-		fatal("binding the netlink socket");
-	w->nlfd = mnl_socket_get_fd(w->nl);
-	w->portid = mnl_socket_get_portid(w->nl);
+	int got = 0;
 
 	/* Room for a full queue's messages, so the kernel never drops for a
 	 * slow reader before the queue itself is full. FORCE passes
@@ -430,33 +338,17 @@ wm_nl_open(struct wanem *w)
 	want = (uint64_t)w->maxlen * WM_RCVBUF_PER_PKT;
 	if (want < WM_RCVBUF_MIN)
 		want = WM_RCVBUF_MIN;
-	rcvbuf = want > INT_MAX / 2 ? INT_MAX / 2 : (int)want;
-	if (setsockopt(w->nlfd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)) == -1 &&
-	    setsockopt(w->nlfd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)) == -1)
-		log_warn("setting the netlink receive buffer to %d", rcvbuf);
-	len = sizeof(rcvbuf);
-	if (getsockopt(w->nlfd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &len) == 0)
-		log_debug("netlink receive buffer %d bytes", rcvbuf);
-	/* Overruns show in kernel_user_dropped; errors would only interrupt. */
-	if (mnl_socket_setsockopt(w->nl, NETLINK_NO_ENOBUFS, &one, sizeof(one)) == -1)
-		log_warn("NETLINK_NO_ENOBUFS");
-
-	/* One message: bind, copy mode, length, flags; one ack. */
-	nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, w->queue);
-	nfq_nlmsg_cfg_put_cmd(nlh, AF_INET, NFQNL_CFG_CMD_BIND);
-	nfq_nlmsg_cfg_put_params(nlh, NFQNL_COPY_PACKET, WM_COPY_RANGE);
-	nfq_nlmsg_cfg_put_qmaxlen(nlh, w->maxlen);
-	/* GSO on: big packets stay whole and need no checksumming. Fail-open
-	 * explicitly off. */
-	mnl_attr_put_u32(nlh, NFQA_CFG_FLAGS, htonl(NFQA_CFG_F_GSO));
-	mnl_attr_put_u32(nlh, NFQA_CFG_MASK, htonl(NFQA_CFG_F_GSO | NFQA_CFG_F_FAIL_OPEN));
-	if (wm_config(w, nlh) == -1) {
-		/* The kernel answers EPERM when another socket has the queue. */
-		if (errno == EPERM || errno == EBUSY)
-			fatalx("binding NFQUEUE queue %u: %s (another process has it?)",
-			    w->queue, strerror(errno));
-		fatal("binding NFQUEUE queue %u", w->queue);
-	}
+	p.rcvbuf = want > INT_MAX / 2 ? INT_MAX / 2 : (int)want;
+	if ((w->q = nlq_open(&p, wm_packet, w, err, sizeof(err))) == NULL)
+		fatalx("%s", err);
+	/* The kernel grants twice what it was asked, for its bookkeeping. */
+	(void)getsockopt(nlq_fd(w->q), SOL_SOCKET, SO_RCVBUF, &got, &len);
+	if (got < p.rcvbuf)
+		log_warnx("netlink receive buffer %d bytes, not %d", got, p.rcvbuf);
+	else
+		log_debug("netlink receive buffer %d bytes", got);
+	if (nlq_bind(w->q, err, sizeof(err)) == -1)
+		fatalx("%s", err);
 }
 
 static void
@@ -520,9 +412,11 @@ static int
 wm_counters_fmt(const struct wanem *w, char *buf, size_t len)
 {
 	const struct wm_counters *c = &w->c;
+	struct nlq_stats q;
 	uint64_t k[3];
 
 	wm_kernel_stats(w, k);
+	nlq_stats(w->q, &q);
 	return snprintf(buf, len,
 	    "received %" PRIu64 "\n" "held %" PRIu64 "\n" "holding %zu\n"
 	    "holding_max %" PRIu64 "\n" "released %" PRIu64 "\n"
@@ -534,8 +428,8 @@ wm_counters_fmt(const struct wanem *w, char *buf, size_t len)
 	    "reload_errors %" PRIu64 "\n" "kernel_queue_total %" PRIu64 "\n"
 	    "kernel_queue_dropped %" PRIu64 "\n" "kernel_user_dropped %" PRIu64 "\n",
 	    c->received, c->held, wm_dq_len(w->dq), c->holding_max, c->released,
-	    c->dropped_loss, c->dropped_overflow, c->ipv6, c->non_ip, c->verdict_errors,
-	    c->enobufs, c->late_us_max, c->late_n > 0 ? c->late_us_sum / c->late_n : 0,
+	    c->dropped_loss, c->dropped_overflow, c->ipv6, c->non_ip,
+	    (uint64_t)(q.refused + q.lost), (uint64_t)q.overruns, c->late_us_max, c->late_n > 0 ? c->late_us_sum / c->late_n : 0,
 	    c->late_over_1ms, c->reloads, c->reload_errors, k[0], k[1], k[2]);
 }
 
@@ -652,9 +546,6 @@ wm_setup(struct wanem *w)
 		fatalx("%s", err);
 	if ((w->dq = wm_dq_new(w->maxlen)) == NULL)
 		fatal("delay line of %u packets", w->maxlen);
-	w->rxlen = 65536;
-	if ((w->rxbuf = malloc(w->rxlen)) == NULL)
-		fatal("malloc");
 	for (i = 0; i < WM_STATS_CLIENTS; i++)
 		w->clients[i].fd = -1;
 	w->armed_us = UINT64_MAX;
@@ -684,7 +575,7 @@ wm_setup(struct wanem *w)
 		wm_epoll_add(w, w->lfd, WM_EV_LISTEN);
 	}
 	wm_nl_open(w);
-	wm_epoll_add(w, w->nlfd, WM_EV_NL);
+	wm_epoll_add(w, nlq_fd(w->q), WM_EV_NL);
 }
 
 static void
@@ -742,17 +633,19 @@ wm_shutdown(struct wanem *w)
 {
 	size_t held = wm_dq_len(w->dq);
 	uint64_t before = w->c.received;
+	struct nlq_stats q;
 	size_t i;
 
 	w->exiting = true;
 	wm_release(w, UINT64_MAX);
 	(void)wm_rx(w);
 	wm_flush(w);
+	nlq_stats(w->q, &q);
 	log_info("released %zu held and %" PRIu64 " unread packets; received %" PRIu64
 	    " released %" PRIu64 " dropped_loss %" PRIu64 " dropped_overflow %" PRIu64
-	    " verdict_errors %" PRIu64, held, w->c.received - before, w->c.received,
-	    w->c.released, w->c.dropped_loss, w->c.dropped_overflow, w->c.verdict_errors);
-	mnl_socket_close(w->nl);
+	    " verdict_errors %llu", held, w->c.received - before, w->c.received,
+	    w->c.released, w->c.dropped_loss, w->c.dropped_overflow, q.refused + q.lost);
+	nlq_close(w->q);
 	for (i = 0; i < WM_STATS_CLIENTS; i++)
 		if (w->clients[i].fd != -1)
 			wm_client_close(&w->clients[i]);
@@ -765,7 +658,6 @@ wm_shutdown(struct wanem *w)
 	close(w->epfd);
 	wm_dq_free(w->dq);
 	wm_matrix_free(w->matrix);
-	free(w->rxbuf);
 }
 
 static uint64_t
