@@ -180,7 +180,8 @@ class Geo:
         servers = [self.host[s] for s in SERVERS]
         self.sb = slotbed.SlotBed({self.host[r]: (0, 0) for r in RELAYS}, direct_rtt=0,
                                   other_rtt=DIR_RTT, extra_hosts=["dir"] + servers,
-                                  relay_conf=relay_conf, spec_edit=self.spec_edit)
+                                  relay_conf=relay_conf, spec_edit=self.spec_edit,
+                                  nginx=False)
         # slotbed's own "server" host stays unused (every pair of it: 20 ms).
         t = time.monotonic()
         self.sb.up()

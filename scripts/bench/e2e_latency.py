@@ -315,7 +315,7 @@ class Bench:
         self.sb = slotbed.SlotBed({"relay1": (0, 0)}, direct_rtt=0, other_rtt=0,
                                   relay_conf={"relay": {"log_level": "warn"},
                                               "probe": {"rtt_cache_ttl": "0"}},
-                                  spec_edit=spec_edit)
+                                  spec_edit=spec_edit, nginx=False)
         self.sb.up()
         sb = self.sb
         srv, rly, cli = sb.ip("server"), sb.ip("relay1"), sb.ip("client")

@@ -196,7 +196,7 @@ class Bench:
         # slot-bench-peer speaks the lab's shared key, not identities
         self.sb = slotbed.SlotBed({"relay": (0, 0)}, direct_rtt=0, other_rtt=0,
                                   host_sysctls=sysctls, relay_conf=relay_conf, spec_edit=edit,
-                                  auth="shared")
+                                  auth="shared", nginx=False)
         self.sb.up()
         self.relay = self.sb.relays["relay"]
         # slot-relayd raises its descriptor limit to the hard limit: give it room

@@ -10,11 +10,15 @@ and chosen RTTs, plus the daemons of a deployment:
   by "nobody" as the relay drops to that user; [policy] allow_destinations
   covers the test bed's 10.A.0.0/16 and fd00:A::/32 (and the LANs'), since
   relays refuse private destinations by default);
-- nginx in the server host (config, pid, logs and temp paths in the run
-  directory, `daemon off`), serving files of random bytes with known sha256
-  on server:80 and server:8080 (IPv4 and IPv6), accepting PUT under /up/ (dav module), with
-  an access log that names the peer address of every request: a relayed
-  request comes from the relay's address, a direct one from the client's;
+- nginx in the server host, started by up() (config, pid, logs and temp
+  paths in the run directory, `daemon off`), serving files of random bytes
+  with known sha256 on server:80 and server:8080 (IPv4 and IPv6), accepting
+  PUT under /up/ (dav module), one request per connection
+  (keepalive_timeout 0, a parameter: see Nginx), with an access log that
+  names the peer address of every request: a relayed request comes from the
+  relay's address, a direct one from the client's;
+- sshd in a host on demand (SlotBed.sshd(): a key, ssh_command() for rsync
+  -e, target(path));
 - slotd in the client host (Slotd), with a config written from a dict; its
   control socket ("counters", "json"), its iptables rules, conntrack.
 
@@ -440,13 +444,28 @@ class HAProxy:
 class Nginx:
     """nginx in a host: static files under /f/, PUT under /up/, on ports, on
     each of the host's addresses (IPv4, IPv6). ip: the IPv4 address if the
-    host has one, else the IPv6 one; ip6: the IPv6 address or None."""
+    host has one, else the IPv6 one; ip6: the IPv6 address or None.
 
-    def __init__(self, sb, host, ports=(80, 8080)):
+    keepalive_timeout (seconds, default 0): 0 makes nginx close every
+    connection after its response, so that one request is one TCP
+    connection: one decision of slotd, one pipe of the relay, closed when
+    the download ends (tests count pipes, conntrack entries and connections
+    right after one), and the access log's peer port is that connection's.
+    Give more to test persistent connections (several requests, one
+    connection); start() after changing it restarts nginx with it.
+
+    start() writes the config and starts nginx; called again while nginx
+    runs, it does nothing unless the config changed (then it restarts
+    nginx). Files added with add_file() are served at once, started or not.
+    SlotBed.up() starts the server's (SlotBed(..., nginx=False): not)."""
+
+    def __init__(self, sb, host, ports=(80, 8080), keepalive_timeout=0):
         self.sb, self.bed, self.host = sb, sb.bed, host
         self.ip = sb.bed.addr(host)
         self.ip6 = sb.bed.host(host).ip6
         self.ports = list(ports)
+        self.keepalive_timeout = keepalive_timeout
+        self._started_conf = None       # the config the running nginx read
         self.dir = os.path.join(sb.dir, "nginx")
         self.www = os.path.join(self.dir, "www")
         self.files = {}                 # name -> (size, sha256)
@@ -523,7 +542,7 @@ http {
     scgi_temp_path %(d)s/tmp/scgi;
     default_type application/octet-stream;
     sendfile on;
-    keepalive_timeout 0;
+    keepalive_timeout %(keepalive)s;
     server {
 %(listen)s
         root %(www)s;
@@ -536,12 +555,23 @@ http {
         }
     }
 }
-""" % {"d": d, "listen": listen, "www": self.www}
+""" % {"d": d, "listen": listen, "www": self.www,
+       "keepalive": "%gs" % self.keepalive_timeout if self.keepalive_timeout else "0"}
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
 
     def start(self, timeout=10):
+        conf = self.config()
+        if self.running:
+            if conf == self._started_conf:
+                return self
+            self.stop()
         with open(self.conf_path, "w") as f:
-            f.write(self.config())
+            f.write(conf)
         os.chmod(self.conf_path, 0o644)
+        self._started_conf = conf
         self._out = open(os.path.join(self.dir, "stderr.log"), "ab")
         self.proc = self.bed.popen(self.host, [NGINX, "-p", self.dir + "/", "-c", self.conf_path,
                                                "-e", self.error_log],
@@ -588,6 +618,108 @@ http {
         r = wait_for(lambda: self.requests(match), timeout, "nginx to log %r" % match)
         assert len(r) == 1, r
         return r[0]["peer"]
+
+
+# ---------------------------------------------------------------- sshd
+
+class Sshd:
+    """OpenSSH's sshd in a host of the bed, for ssh, scp and rsync tests:
+    its own host key, one user key authorized for `user` (root), password
+    logins off, config, pid file and log in the run directory; it listens
+    on each of the host's addresses, port `port` (22).
+
+    key: the private key's path (what `ssh -i` takes). ssh_argv() and
+    ssh_command() are the ssh command that logs in with it, without asking
+    anything (no host key check, quiet): argv for a direct call (scp takes
+    ssh_argv()[1:] as its own options), the string for `rsync -e`. target(path) is
+    "root@ADDR:path" for rsync and scp (an IPv6 address bracketed), login()
+    "root@ADDR" for ssh itself. SlotBed.sshd(host) makes, starts and later
+    stops one."""
+
+    def __init__(self, sb, host="server", port=22, user="root"):
+        self.sb, self.bed, self.host, self.port, self.user = sb, sb.bed, host, port, user
+        self.ip = sb.bed.addr(host)
+        self.ip6 = sb.bed.host(host).ip6
+        self.dir = os.path.join(sb.dir, "ssh-%s-%d" % (host, port))
+        self.key = os.path.join(self.dir, "user")
+        self.conf_path = os.path.join(self.dir, "sshd_config")
+        self.log_path = os.path.join(self.dir, "sshd.log")
+        self.proc = None
+        self._log_f = None
+
+    def config(self):
+        h = self.bed.host(self.host)
+        d = self.dir
+        listen = "".join("ListenAddress %s\n" % hostport(ip, self.port)
+                         for ip in (h.ip, h.ip6) if ip)
+        return ("# written by tests/integration/slotbed.py\n%sHostKey %s\n"
+                "AuthorizedKeysFile %s\nPermitRootLogin prohibit-password\n"
+                "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+                "StrictModes no\nPidFile %s\n"
+                # scp speaks SFTP (OpenSSH 9), sftp too
+                "Subsystem sftp internal-sftp\n"
+                % (listen, os.path.join(d, "host"), os.path.join(d, "authorized"),
+                   os.path.join(d, "sshd.pid")))
+
+    def start(self, timeout=10):
+        if not os.path.isdir(self.dir):
+            os.makedirs(self.dir, mode=0o700)
+            for name in ("host", "user"):
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                                "slotbed-%s" % name, "-f", os.path.join(self.dir, name)],
+                               check=True)
+            with open(self.key + ".pub") as f, \
+                    open(os.path.join(self.dir, "authorized"), "w") as a:
+                a.write(f.read())
+        with open(self.conf_path, "w") as f:
+            f.write(self.config())
+        os.makedirs("/run/sshd", exist_ok=True)     # sshd's privilege separation directory
+        self._log_f = open(self.log_path, "ab")
+        self.proc = self.bed.popen(self.host, ["/usr/sbin/sshd", "-D", "-e", "-f",
+                                               self.conf_path],
+                                   stdout=self._log_f, stderr=self._log_f)
+        self.bed.wait_listen(self.host, self.port, self.proc, timeout)
+        return self
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=10):
+        if self.running:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._log_f:
+            self._log_f.close()
+            self._log_f = None
+
+    def log(self):
+        return read_log(self.log_path)
+
+    def ssh_argv(self):
+        """ssh with the key, on our port, asking nothing."""
+        a = ["ssh", "-i", self.key, "-o", "StrictHostKeyChecking=no",
+             "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+             "-o", "BatchMode=yes"]
+        return a + (["-p", str(self.port)] if self.port != 22 else [])
+
+    def ssh_command(self):
+        """ssh_argv() as one string: rsync -e takes it."""
+        import shlex
+        return " ".join(shlex.quote(x) for x in self.ssh_argv())
+
+    def login(self, family=None):
+        """user@ADDR: the host's address (of family 4 or 6, else its ip)."""
+        return "%s@%s" % (self.user, self.bed.addr(self.host, family) if family else self.ip)
+
+    def target(self, path, family=None):
+        """user@ADDR:path for rsync and scp; an IPv6 address bracketed."""
+        ip = self.bed.addr(self.host, family) if family else self.ip
+        return "%s@%s:%s" % (self.user, "[%s]" % ip if ":" in ip else ip, path)
 
 
 # ---------------------------------------------------------------- slotd
@@ -938,11 +1070,15 @@ class SlotBed:
     hosts (topology key "lans", docs/testbed.md), e.g. [{"name": "home",
     "gateway": "client", "hosts": ["pc1", "pc2"], "masquerade": True}]: the
     LAN hosts have the client's RTTs to the relays and the server (behind a
-    NAT, as the client's address), for a Slotd(host="pc1") or curl(host=...)."""
+    NAT, as the client's address), for a Slotd(host="pc1") or curl(host=...).
+    nginx: up() starts nginx in the server host (Nginx: ports 80 and 8080,
+    keepalive_timeout 0); a dict of Nginx's keyword arguments starts it
+    with those ({"keepalive_timeout": 65}), False leaves it to
+    sb.nginx.start(). sshd(host) starts an sshd for ssh, scp and rsync."""
 
     def __init__(self, relays, direct_rtt=80, other_rtt=10, host_sysctls=None, relay_conf=None,
                  extra_hosts=(), extra_pairs=(), spec_edit=None, auth="identity",
-                 family=None, families=None, lans=None):
+                 family=None, families=None, lans=None, nginx=True):
         self.relay_rtts = dict(relays)
         hosts = ["client"] + list(self.relay_rtts) + ["server"] + list(extra_hosts)
         hosts = [{"name": h, "family": families[h]} if families and h in families else h
@@ -970,10 +1106,12 @@ class SlotBed:
         if spec_edit:
             spec_edit(self.spec)    # rates, loss, congestion control... (docs/testbed.md)
         self.relay_conf = relay_conf or {}
+        self.nginx_opts = nginx
         self.bed = None
         self.dir = None
         self.relays = {}
         self.nginx = None
+        self.sshds = []
         self.slotds = []
         self.dirds = []
         self.proxies = []
@@ -1013,7 +1151,10 @@ class SlotBed:
                 self.ids = Identities(os.path.join(self.dir, "ids"))
             for name in self.relay_rtts:
                 self.relays[name] = Relay(self, name, self.relay_key, self.relay_conf).start()
-            self.nginx = Nginx(self, "server")
+            opts = self.nginx_opts
+            self.nginx = Nginx(self, "server", **(opts if isinstance(opts, dict) else {}))
+            if opts is not False:
+                self.nginx.start()
         except BaseException:
             self.down()
             raise
@@ -1030,7 +1171,7 @@ class SlotBed:
                 r.stop(timeout=5)
             except Exception:
                 pass
-        for h in self.proxies:
+        for h in self.proxies + self.sshds:
             try:
                 h.stop()
             except Exception:
@@ -1081,6 +1222,13 @@ class SlotBed:
         """A started HAProxy in host (stopped at down())."""
         h = HAProxy(self, host, routes, **kw).start()
         self.proxies.append(h)
+        return h
+
+    def sshd(self, host="server", port=22):
+        """A started Sshd in host (stopped at down()): ssh, scp and rsync to
+        it with its key (ssh_command(), target(path))."""
+        h = Sshd(self, host, port).start()
+        self.sshds.append(h)
         return h
 
     def dird(self, host="dir", overrides=None):

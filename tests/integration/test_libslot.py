@@ -40,8 +40,7 @@ WITH_CGROUP = ["sh", "-c", "mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\""
 @pytest.fixture(scope="module")
 def sb():
     bed = SlotBed({"relay1": (20, 20), "relay2": (30, 30)}, direct_rtt=160, other_rtt=20)
-    with bed:
-        bed.nginx.start()
+    with bed:                           # nginx started by up()
         bed.nginx.add_file("lib.bin", SIZE)
         yield bed
 
@@ -225,40 +224,18 @@ def test_slotctl_run_iperf3(sb, slotd):
 
 @pytest.fixture(scope="module")
 def sshd(sb):
-    """sshd on the server's port 22, one key for root, in the run directory."""
-    d = os.path.join(sb.dir, "ssh")
-    os.makedirs(d, mode=0o700)
-    for name in ("host", "user"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
-                        os.path.join(d, name)], check=True)
-    with open(os.path.join(d, "user.pub")) as f, open(os.path.join(d, "authorized"), "w") as a:
-        a.write(f.read())
-    conf = os.path.join(d, "sshd_config")
-    with open(conf, "w") as f:
-        f.write("ListenAddress %s:22\nHostKey %s\nAuthorizedKeysFile %s\nPermitRootLogin yes\n"
-                "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
-                "StrictModes no\nPidFile %s\n" % (sb.ip("server"), os.path.join(d, "host"),
-                                                  os.path.join(d, "authorized"),
-                                                  os.path.join(d, "sshd.pid")))
-    os.makedirs("/run/sshd", exist_ok=True)     # sshd's privilege separation directory
-    p = sb.bed.popen("server", ["/usr/sbin/sshd", "-D", "-e", "-f", conf],
-                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    sb.bed.wait_listen("server", 22, p)
-    yield os.path.join(d, "user")
-    p.terminate()
-    p.wait(10)
+    """sshd on the server's port 22 (slotbed's Sshd: a key for root)."""
+    return sb.sshd("server")
 
 
 def test_slotctl_run_rsync_over_ssh(sb, slotd, sshd):
     relay1 = sb.relay("relay1")
     src = os.path.join(sb.nginx.www, "f", "lib.bin")
     want = sb.nginx.files["lib.bin"][1]
-    ssh = ("ssh -i %s -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
-           "-o LogLevel=ERROR" % sshd)
     for under in (True, False):
         out = os.path.join(sb.dir, "rsync-%s.out" % under)
         r0 = relay1.counters()
-        cmd = ["rsync", "-e", ssh, "root@%s:%s" % (sb.ip("server"), src), out]
+        cmd = ["rsync", "-e", sshd.ssh_command(), sshd.target(src), out]
         r = run_under(sb, slotd, *cmd) if under else sb.run_client(*cmd, check=False,
                                                                    timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr + slotd.log()[-2000:]

@@ -223,7 +223,9 @@ def data_dir():
               os.path.join(ROOT, "..", "shared", "data"), "/work/shared/data"):
         if d and os.path.isdir(os.path.join(d, "wondernetwork")):
             return d
-    raise RuntimeError("RTT data not found: set SLOT_DATA to the directory holding wondernetwork/")
+    raise RuntimeError("RTT data not found: no wondernetwork/ in $SLOT_DATA, data/ in the "
+                       "repository, ../shared/data beside it or /work/shared/data (set "
+                       "SLOT_DATA to the directory holding it)")
 
 
 def read_matrix_file(path):
@@ -1575,8 +1577,9 @@ def main(argv=None):
     p.add_argument("cities", help='comma-separated, e.g. "Paris,Tokyo,New York"')
     p.add_argument("--rate", default=None, help="access rate of every host (e.g. 100mbit)")
     p.add_argument("--cc", default=None, help="tcp_congestion_control of every host")
-    p.add_argument("--data", default=None, help="data directory (default $SLOT_DATA or %s)"
-                   % "/work/shared/data")
+    p.add_argument("--data", default=None, help="data directory (default $SLOT_DATA, else "
+                   "data/ in the repository, else ../shared/data beside it, else "
+                   "/work/shared/data)")
     p.set_defaults(fn=_cmd_cities)
     args = ap.parse_args(argv)
     try:
