@@ -1,6 +1,5 @@
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 
 #include "slot/clock.h"
@@ -14,17 +13,16 @@
 #include "rules.h"
 #include "rulesync.h"
 
-#define COMMANDS "status, pipes, cache, flush, relays, rules, counters, metrics, json"
-
-size_t
-cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
+static void
+counters(void *user, struct ctl_counters *cs)
 {
+	struct slotd *d = user;
 	const struct client_counters *c = &d->ctr;
 	struct synq_stats qs = { 0 };
 	struct dirsync_stats ds;
 	const struct synp_stats *syn = d->synp ? synp_stats(d->synp) : NULL;
 	struct rsync_stats rs = { 0 };
-	size_t n = 0, waiting = 0;
+	size_t waiting = 0;
 
 	if (d->q)
 		synq_stats(d->q, &qs);
@@ -33,11 +31,7 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	for (size_t i = 0; i < d->nrelays; i++)
 		waiting += !relay_rules_in(d, d->relays[i]);
 	dirsync_stats(d, &ds);
-#define C(name, val, type, help) do {						\
-	if (n < cap)								\
-		v[n++] = (struct ctl_counter){ name, (unsigned long long)(val),	\
-		    type, help };						\
-} while (0)
+#define C(...) ctl_counter_add(cs, __VA_ARGS__)
 	C("syn_received", c->syn_received, CTL_COUNTER, "SYNs read from the queue.");
 	C("syn_retransmits_dropped", c->syn_retransmits_dropped, CTL_COUNTER,
 	    "Retransmissions of a SYN still held, dropped.");
@@ -156,7 +150,6 @@ cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap)
 	C("dir_cache_loaded", ds.cache_loaded, CTL_GAUGE,
 	    "1 if slotd started with the relays of its cache file.");
 #undef C
-	return n;
 }
 
 static const char *
@@ -168,17 +161,19 @@ relay_source(const struct crelay *x)
 /* The first version's "json": counters, directory, relays and the recent
  * decisions in one object; kept as it was for the scripts that read it. */
 static void
-json(struct slotd *d, struct ctl_out *o)
+json(void *user, const struct ctl_req *q, struct ctl_out *o)
 {
-	struct ctl_counter v[CSTATS_MAX];
-	size_t n = cstats_counters(d, v, sizeof(v) / sizeof(v[0]));
+	struct slotd *d = user;
+	struct ctl_counters cs = { 0 };
 	uint64_t now = clock_mono_us();
 	char a[EP_STRLEN], b[EP_STRLEN], r[EP_STRLEN];
 	struct dirsync_stats ds;
 
+	(void)q;
+	counters(d, &cs);
 	dirsync_stats(d, &ds);
 	ctl_printf(o, "{\"counters\":");
-	ctl_counters_json(o, v, n);
+	ctl_counters_json(o, cs.v, cs.n);
 	ctl_printf(o, ",\"directory\":{\"version\":");
 	ctl_json_str(o, ds.version);
 	ctl_printf(o, ",\"url\":");
@@ -216,30 +211,25 @@ json(struct slotd *d, struct ctl_out *o)
 }
 
 static void
-status(struct slotd *d, bool json_out, struct ctl_out *o)
+status(void *user, struct ctl_kv *kv)
 {
-	struct ctl_kv kv = { o, json_out };
+	struct slotd *d = user;
 	struct dirsync_stats ds;
 	char b[EP_STRLEN];
 
 	dirsync_stats(d, &ds);
-	if (json_out)
-		ctl_json_open(o, &d->ident);
-	ctl_kv_ident(&kv, &d->ident);
-	ctl_kv_uint(&kv, "queue", d->conf.queue);
-	ctl_kv_str(&kv, "metrics_listen", d->conf.metrics_listen.addr.family ?
+	ctl_kv_uint(kv, "queue", d->conf.queue);
+	ctl_kv_str(kv, "metrics_listen", d->conf.metrics_listen.addr.family ?
 	    ep_fmt(&d->conf.metrics_listen, b) : NULL);
-	ctl_kv_str(&kv, "strategy", sel_strategy_name(d->conf.sel.strategy));
-	ctl_kv_uint(&kv, "k", d->conf.sel.k);
-	ctl_kv_uint(&kv, "relays_up", d->relays_up);
-	ctl_kv_uint(&kv, "relays_configured", d->nrelays);
-	ctl_kv_uint(&kv, "conns_held", d->nheld);
-	ctl_kv_uint(&kv, "conns_lingering", d->nlinger);
-	ctl_kv_uint(&kv, "cache_entries", d->cache ? selc_count(d->cache) : 0);
-	ctl_kv_str(&kv, "directory_url", ds.url[0] ? ds.url : NULL);
-	ctl_kv_str(&kv, "listing_version", ds.version[0] ? ds.version : NULL);
-	if (json_out)
-		ctl_json_close(o);
+	ctl_kv_str(kv, "strategy", sel_strategy_name(d->conf.sel.strategy));
+	ctl_kv_uint(kv, "k", d->conf.sel.k);
+	ctl_kv_uint(kv, "relays_up", d->relays_up);
+	ctl_kv_uint(kv, "relays_configured", d->nrelays);
+	ctl_kv_uint(kv, "conns_held", d->nheld);
+	ctl_kv_uint(kv, "conns_lingering", d->nlinger);
+	ctl_kv_uint(kv, "cache_entries", d->cache ? selc_count(d->cache) : 0);
+	ctl_kv_str(kv, "directory_url", ds.url[0] ? ds.url : NULL);
+	ctl_kv_str(kv, "listing_version", ds.version[0] ? ds.version : NULL);
 }
 
 static const struct ctl_col pipe_cols[] = {
@@ -270,13 +260,9 @@ pipe_row(void *arg, const struct hold_view *v)
 }
 
 static void
-pipes(struct slotd *d, bool json_out, struct ctl_out *o)
+pipes(void *user, struct ctl_table *t)
 {
-	struct ctl_table t;
-
-	ctl_answer_table_begin(&t, o, json_out, &d->ident, "pipes", pipe_cols, CTL_NCOLS(pipe_cols));
-	hold_view(d, pipe_row, &t);
-	ctl_table_end(&t);
+	hold_view(user, pipe_row, t);
 }
 
 static const struct ctl_col cache_cols[] = {
@@ -338,22 +324,21 @@ cache_row(void *arg, const struct endpoint *key, const struct selc_entry *e)
 }
 
 static void
-cache(struct slotd *d, bool json_out, struct ctl_out *o)
+cache(void *user, struct ctl_table *t)
 {
-	struct ctl_table t;
-	struct cache_walk w = { &t, clock_mono_us() };
+	struct slotd *d = user;
+	struct cache_walk w = { t, clock_mono_us() };
 
-	ctl_answer_table_begin(&t, o, json_out, &d->ident, "cache", cache_cols, CTL_NCOLS(cache_cols));
 	if (d->cache)
 		selc_walk(d->cache, cache_row, &w);
-	ctl_table_end(&t);
 }
 
 /* Empties the selection cache, or forgets one server (its address's entry
  * and its ports'): the next connection chooses afresh. */
 static void
-flush(struct slotd *d, const struct ctl_req *q, struct ctl_out *o)
+flush(void *user, const struct ctl_req *q, struct ctl_out *o)
 {
+	struct slotd *d = user;
 	struct ctl_kv kv = { o, q->json };
 	struct addr a;
 	size_t n;
@@ -394,50 +379,48 @@ static const struct ctl_col relay_cols[] = {
 };
 
 static void
-relays(struct slotd *d, bool json_out, struct ctl_out *o)
+relays(void *user, struct ctl_table *t)
 {
+	struct slotd *d = user;
 	uint64_t now = clock_mono_us();
-	struct ctl_table t;
 	char a[EP_STRLEN];
 
-	ctl_answer_table_begin(&t, o, json_out, &d->ident, "relays", relay_cols, CTL_NCOLS(relay_cols));
 	for (size_t i = 0; i < d->nrelays; i++) {
 		const struct crelay *x = d->relays[i];
 		bool quarantined = now < x->quarantine_until_us;
-		ctl_cell_str(&t, ep_fmt(&x->conf.control, a));
-		ctl_cell_uint(&t, x->conf.data_port);
-		ctl_cell_uint(&t, x->conf.group);
-		ctl_cell_str(&t, quarantined ? "quarantine" : relay_state_str(x));
-		ctl_cell_uint(&t, x->link ? rlink_failures(x->link) : 0);
-		ctl_cell_uint(&t, x->probes);
-		ctl_cell_uint(&t, x->pipes_ok);
-		ctl_cell_uint(&t, x->pipes_failed);
-		ctl_cell_str(&t, relay_source(x));
+		ctl_cell_str(t, ep_fmt(&x->conf.control, a));
+		ctl_cell_uint(t, x->conf.data_port);
+		ctl_cell_uint(t, x->conf.group);
+		ctl_cell_str(t, quarantined ? "quarantine" : relay_state_str(x));
+		ctl_cell_uint(t, x->link ? rlink_failures(x->link) : 0);
+		ctl_cell_uint(t, x->probes);
+		ctl_cell_uint(t, x->pipes_ok);
+		ctl_cell_uint(t, x->pipes_failed);
+		ctl_cell_str(t, relay_source(x));
 		if (x->rtt_us)
-			ctl_cell_us(&t, x->rtt_us);
+			ctl_cell_us(t, x->rtt_us);
 		else
-			ctl_cell_none(&t);
+			ctl_cell_none(t);
 		if (quarantined)
-			ctl_cell_us(&t, x->quarantine_until_us - now);
+			ctl_cell_us(t, x->quarantine_until_us - now);
 		else
-			ctl_cell_none(&t);
+			ctl_cell_none(t);
 		if (x->rank != SEL_NO_RANK)
-			ctl_cell_uint(&t, x->rank);
+			ctl_cell_uint(t, x->rank);
 		else
-			ctl_cell_none(&t);
+			ctl_cell_none(t);
 		if (x->rtt_est_us)
-			ctl_cell_us(&t, x->rtt_est_us);
+			ctl_cell_us(t, x->rtt_est_us);
 		else
-			ctl_cell_none(&t);
+			ctl_cell_none(t);
 		/* Where the relay sees us from (its OBSERVED): another address
 		 * than ours means a NAT, and pipe tokens ([nat] mode). */
 		const struct endpoint *obs = x->link ? rlink_observed(x->link) : NULL;
 		if (obs)
-			ctl_cell_str(&t, ep_fmt(obs, a));
+			ctl_cell_str(t, ep_fmt(obs, a));
 		else
-			ctl_cell_none(&t);
+			ctl_cell_none(t);
 	}
-	ctl_table_end(&t);
 }
 
 static const struct ctl_col rule_cols[] = {
@@ -452,8 +435,9 @@ static const struct ctl_col rule_cols[] = {
 /* What the kernel holds, not what slotd meant to install: a rule someone
  * deleted or a jump that is missing shows as it is. */
 static void
-rules(struct slotd *d, bool json_out, struct ctl_out *o)
+rules(void *user, const struct ctl_req *q, struct ctl_out *o)
 {
+	struct slotd *d = user;
 	struct rules_entry *v;
 	struct ctl_table t;
 	char err[600];
@@ -463,7 +447,7 @@ rules(struct slotd *d, bool json_out, struct ctl_out *o)
 		ctl_error(o, "cannot read the rules: %s", err);
 		return;
 	}
-	ctl_answer_table_begin(&t, o, json_out, &d->ident, "rules", rule_cols, CTL_NCOLS(rule_cols));
+	ctl_answer_table_begin(&t, o, q->json, &d->ident, "rules", rule_cols, CTL_NCOLS(rule_cols));
 	for (size_t i = 0; i < n; i++) {
 		/* IPv4's rules, then IPv6's; nft's table holds both. */
 		ctl_cell_str(&t, v[i].family == AF_INET ? "ipv4" : v[i].family == AF_INET6 ?
@@ -478,41 +462,24 @@ rules(struct slotd *d, bool json_out, struct ctl_out *o)
 	rules_list_free(v, n);
 }
 
+static const struct ctl_cmd cmds[] = {
+	CTL_CMD_STATUS,
+	CTL_CMD_TABLE("pipes", pipes, pipe_cols),
+	CTL_CMD_TABLE("cache", cache, cache_cols),
+	CTL_CMD_ARG("flush", flush, "flush [SERVER]"),
+	CTL_CMD_TABLE("relays", relays, relay_cols),
+	CTL_CMD("rules", rules),
+	CTL_CMD_COUNTERS,
+	CTL_CMD_METRICS,
+	CTL_CMD("json", json),
+};
+
+static const struct ctl_cmds cmdset = { cmds, CTL_NCMDS(cmds), status, counters };
+
 void
 cstats_handle(void *user, const char *line, struct ctl_out *out)
 {
 	struct slotd *d = user;
-	struct ctl_counter v[CSTATS_MAX];
-	struct ctl_req q;
-	size_t n;
 
-	if (ctl_req_parse_arg(line, &q) == -1) {
-		ctl_error(out, "bad request (expected a command, then \"json\" or nothing)");
-		return;
-	}
-	if (q.arg[0] && strcmp(q.cmd, "flush") != 0) {
-		ctl_error(out, "\"%s\" takes no argument (only flush does: flush [SERVER])",
-		    q.cmd);
-		return;
-	}
-	if (strcmp(q.cmd, "flush") == 0) {
-		flush(d, &q, out);
-	} else if (strcmp(q.cmd, "status") == 0) {
-		status(d, q.json, out);
-	} else if (strcmp(q.cmd, "pipes") == 0) {
-		pipes(d, q.json, out);
-	} else if (strcmp(q.cmd, "cache") == 0) {
-		cache(d, q.json, out);
-	} else if (strcmp(q.cmd, "relays") == 0) {
-		relays(d, q.json, out);
-	} else if (strcmp(q.cmd, "rules") == 0) {
-		rules(d, q.json, out);
-	} else if (strcmp(q.cmd, "json") == 0) {
-		json(d, out);
-	} else {
-		n = cstats_counters(d, v, sizeof(v) / sizeof(v[0]));
-		if (!ctl_answer_counters(out, &d->ident, &q, v, n))
-			ctl_error(out, "unknown command \"%s\" for slotd; it answers %s", q.cmd,
-			    COMMANDS);
-	}
+	ctl_cmd_answer(&cmdset, d, &d->ident, line, out);
 }

@@ -17,11 +17,4 @@
  * the metrics listener's. */
 void cstats_handle(void *user, const char *cmd, struct ctl_out *out);
 
-/* The counters, with their metric types, into v (at most cap). Returns how
- * many. */
-/* Room for every counter, with some to spare. */
-#define CSTATS_MAX 96
-
-size_t cstats_counters(struct slotd *d, struct ctl_counter *v, size_t cap);
-
 #endif

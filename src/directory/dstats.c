@@ -5,7 +5,12 @@
 #include "slot/clock.h"
 #include "dstats.h"
 
-#define COMMANDS "status, relays, counters, metrics, json"
+/* What dstats_answer's commands are given. */
+struct dctl {
+	const struct ctl_ident *id;
+	struct dird *d;
+	const struct dhttp_counters *hc;
+};
 
 /* What one answer needs from the shared state, copied under the lock so
  * that the formatting runs without it. */
@@ -14,14 +19,12 @@ struct snap {
 	size_t nrelays, ngroups;
 	bool regroup_running, regroup_pending;
 	char version[DSTATE_VERSION_LEN];
-	struct ctl_counter v[48];
-	size_t nv;
 	struct dstate_entry *e;		/* with_listing only; malloc'ed */
 	int listing_rc;
 };
 
 static void
-take(struct dird *d, const struct dhttp_counters *hc, bool with_listing, struct snap *s)
+take(struct dird *d, bool with_listing, struct snap *s)
 {
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_lock(&d->mu);
@@ -35,13 +38,13 @@ take(struct dird *d, const struct dhttp_counters *hc, bool with_listing, struct 
 	else
 		s->nrelays = dstate_count(d->state);
 	pthread_mutex_unlock(&d->mu);
+}
 
+static void
+snap_counters(const struct snap *s, const struct dhttp_counters *hc, struct ctl_counters *cs)
+{
 	const struct dird_counters *c = &s->c;
-#define C(name, val, type, help) do {						\
-	if (s->nv < sizeof(s->v) / sizeof(s->v[0]))				\
-		s->v[s->nv++] = (struct ctl_counter){ name,			\
-		    (unsigned long long)(val), type, help };			\
-} while (0)
+#define C(...) ctl_counter_add(cs, __VA_ARGS__)
 	C("relays", s->nrelays, CTL_GAUGE, "Registered relays.");
 	C("groups", s->ngroups, CTL_GAUGE, "Groups in the listing.");
 	C("connections", hc->conns, CTL_COUNTER, "HTTP connections accepted.");
@@ -96,6 +99,33 @@ take(struct dird *d, const struct dhttp_counters *hc, bool with_listing, struct 
 #undef C
 }
 
+static void
+counters(void *user, struct ctl_counters *cs)
+{
+	struct dctl *x = user;
+	struct snap s;
+
+	take(x->d, false, &s);
+	snap_counters(&s, x->hc, cs);
+}
+
+static void
+status(void *user, struct ctl_kv *kv)
+{
+	struct dctl *x = user;
+	struct snap s;
+	char b[EP_STRLEN];
+
+	take(x->d, false, &s);
+	ctl_kv_str(kv, "listen", ep_fmt(&x->d->conf.listen, b));
+	ctl_kv_str(kv, "metrics_listen", x->d->conf.metrics_listen.addr.family ?
+	    ep_fmt(&x->d->conf.metrics_listen, b) : NULL);
+	ctl_kv_uint(kv, "relays", s.nrelays);
+	ctl_kv_uint(kv, "groups", s.ngroups);
+	ctl_kv_str(kv, "listing_version", s.version);
+	ctl_kv_uint(kv, "connections_active", x->hc->conns_active);
+}
+
 static const struct ctl_col relay_cols[] = {
 	{ "relay", CTL_STR, NULL },
 	{ "data", CTL_UINT, "data_port" },
@@ -105,89 +135,79 @@ static const struct ctl_col relay_cols[] = {
 };
 
 static void
-relays(const struct dstate_entry *e, size_t n, bool json, struct ctl_out *out)
+relays(void *user, const struct ctl_req *q, struct ctl_out *out)
 {
+	struct dctl *x = user;
 	struct ctl_table t;
+	struct snap s;
 
-	ctl_table_begin(&t, out, json, "relays", relay_cols,
-	    sizeof(relay_cols) / sizeof(relay_cols[0]));
-	for (size_t i = 0; i < n; i++) {
-		ctl_cell_str(&t, e[i].relay);
-		ctl_cell_uint(&t, e[i].data_port);
-		ctl_cell_uint(&t, e[i].group);
-		ctl_cell_us(&t, e[i].age_us);
-		ctl_cell_uint(&t, e[i].nrtt);
+	take(x->d, true, &s);
+	if (s.listing_rc == -1) {
+		ctl_error(out, "out of memory");
+		return;
+	}
+	ctl_answer_table_begin(&t, out, q->json, x->id, "relays", relay_cols,
+	    CTL_NCOLS(relay_cols));
+	for (size_t i = 0; i < s.nrelays; i++) {
+		ctl_cell_str(&t, s.e[i].relay);
+		ctl_cell_uint(&t, s.e[i].data_port);
+		ctl_cell_uint(&t, s.e[i].group);
+		ctl_cell_us(&t, s.e[i].age_us);
+		ctl_cell_uint(&t, s.e[i].nrtt);
 	}
 	ctl_table_end(&t);
+	free(s.e);
 }
+
+/* The first version's object, kept as it was. Versions and endpoints hold
+ * only hex digits, digits, '-', '.', ':' and brackets: nothing JSON must
+ * escape. */
+static void
+json(void *user, const struct ctl_req *q, struct ctl_out *out)
+{
+	struct dctl *x = user;
+	struct ctl_counters cs = { 0 };
+	struct snap s;
+
+	(void)q;
+	take(x->d, true, &s);
+	if (s.listing_rc == -1) {
+		ctl_error(out, "out of memory");
+		return;
+	}
+	snap_counters(&s, x->hc, &cs);
+	ctl_printf(out, "{\"counters\":");
+	ctl_counters_json(out, cs.v, cs.n);
+	ctl_printf(out, ",\"version\":\"%s\",\"relays\":[", s.version);
+	for (size_t i = 0; i < s.nrelays; i++)
+		ctl_printf(out, "%s{\"relay\":\"%s\",\"data_port\":%u,\"group\":%u,"
+		    "\"age_s\":%.1f,\"rtts\":%zu}", i ? "," : "", s.e[i].relay,
+		    (unsigned)s.e[i].data_port, (unsigned)s.e[i].group,
+		    (double)s.e[i].age_us / 1e6, s.e[i].nrtt);
+	ctl_printf(out, "]}\n");
+	free(s.e);
+}
+
+#define ABSENT(name) CTL_CMD_REFUSED(name, "slot-dird has no " name " (relays and slotd do)")
+
+static const struct ctl_cmd cmds[] = {
+	CTL_CMD_STATUS,
+	CTL_CMD("relays", relays),
+	CTL_CMD_COUNTERS,
+	CTL_CMD_METRICS,
+	CTL_CMD("json", json),
+	ABSENT("pipes"),
+	ABSENT("cache"),
+	ABSENT("rules"),
+};
+
+static const struct ctl_cmds cmdset = { cmds, CTL_NCMDS(cmds), status, counters };
 
 void
 dstats_answer(const struct ctl_ident *id, struct dird *d, const struct dhttp_counters *hc,
     const char *line, struct ctl_out *out)
 {
-	struct ctl_req q;
-	struct snap s;
-	char b[EP_STRLEN];
+	struct dctl x = { id, d, hc };
 
-	if (ctl_req_parse(line, &q) == -1) {
-		ctl_error(out, "bad request (expected a command, then \"json\" or nothing)");
-		return;
-	}
-	bool legacy = strcmp(q.cmd, "json") == 0;
-	bool listing = legacy || strcmp(q.cmd, "relays") == 0;
-
-	if (!legacy && strcmp(q.cmd, "status") != 0 && strcmp(q.cmd, "relays") != 0 &&
-	    strcmp(q.cmd, "counters") != 0 && strcmp(q.cmd, "metrics") != 0) {
-		if (strcmp(q.cmd, "pipes") == 0 || strcmp(q.cmd, "cache") == 0 ||
-		    strcmp(q.cmd, "rules") == 0)
-			ctl_error(out, "slot-dird has no %s (relays and slotd do); it answers %s",
-			    q.cmd, COMMANDS);
-		else
-			ctl_error(out, "unknown command \"%s\" for slot-dird; it answers %s",
-			    q.cmd, COMMANDS);
-		return;
-	}
-	take(d, hc, listing, &s);
-	if (listing && s.listing_rc == -1) {
-		ctl_error(out, "out of memory");
-		return;
-	}
-
-	if (legacy) {
-		/* The first version's object, kept as it was. Versions and
-		 * endpoints hold only hex digits, digits, '-', '.', ':' and
-		 * brackets: nothing JSON must escape. */
-		ctl_printf(out, "{\"counters\":");
-		ctl_counters_json(out, s.v, s.nv);
-		ctl_printf(out, ",\"version\":\"%s\",\"relays\":[", s.version);
-		for (size_t i = 0; i < s.nrelays; i++)
-			ctl_printf(out, "%s{\"relay\":\"%s\",\"data_port\":%u,\"group\":%u,"
-			    "\"age_s\":%.1f,\"rtts\":%zu}", i ? "," : "", s.e[i].relay,
-			    (unsigned)s.e[i].data_port, (unsigned)s.e[i].group,
-			    (double)s.e[i].age_us / 1e6, s.e[i].nrtt);
-		ctl_printf(out, "]}\n");
-	} else if (strcmp(q.cmd, "status") == 0) {
-		struct ctl_kv kv = { out, q.json };
-		if (q.json)
-			ctl_json_open(out, id);
-		ctl_kv_ident(&kv, id);
-		ctl_kv_str(&kv, "listen", ep_fmt(&d->conf.listen, b));
-		ctl_kv_str(&kv, "metrics_listen", d->conf.metrics_listen.addr.family ?
-		    ep_fmt(&d->conf.metrics_listen, b) : NULL);
-		ctl_kv_uint(&kv, "relays", s.nrelays);
-		ctl_kv_uint(&kv, "groups", s.ngroups);
-		ctl_kv_str(&kv, "listing_version", s.version);
-		ctl_kv_uint(&kv, "connections_active", hc->conns_active);
-		if (q.json)
-			ctl_json_close(out);
-	} else if (strcmp(q.cmd, "relays") == 0) {
-		if (q.json)
-			ctl_json_open(out, id);
-		relays(s.e, s.nrelays, q.json, out);
-		if (q.json)
-			ctl_json_close(out);
-	} else {
-		(void)ctl_answer_counters(out, id, &q, s.v, s.nv);	/* checked above */
-	}
-	free(s.e);
+	ctl_cmd_answer(&cmdset, &x, id, line, out);
 }

@@ -9,23 +9,17 @@
 #include "probe.h"
 #include "stats.h"
 
-#define COMMANDS "status, pipes, cache, relays, counters, metrics, json, peers"
-
-size_t
-stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap)
+static void
+counters(void *user, struct ctl_counters *cs)
 {
+	const struct relay *r = user;
 	const struct relay_counters *c = &r->ctr;
 	struct dirlink_counters d = { 0 };
-	size_t n = 0;
 	const struct synp_stats *syn = probe_syn_stats(r->probe);
 
 	if (r->dir)
 		dirlink_get_counters(r->dir, &d);
-#define C(name, val, type, help) do {						\
-	if (n < cap)								\
-		v[n++] = (struct ctl_counter){ name, (unsigned long long)(val),	\
-		    type, help };						\
-} while (0)
+#define C(...) ctl_counter_add(cs, __VA_ARGS__)
 	C("pipes_open", c->pipes_open, CTL_GAUGE, "Pipes joined and splicing.");
 	C("pipes_pending", c->pipes_pending, CTL_GAUGE,
 	    "Pipes connecting to the server or waiting for the client's data connection.");
@@ -129,36 +123,30 @@ stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap)
 	C("dir_revoked", r->revoked.n, CTL_GAUGE,
 	    "Serials in the directory's revocation list held.");
 #undef C
-	return n;
 }
 
 static void
-status(struct relay *r, bool json, struct ctl_out *o)
+status(void *user, struct ctl_kv *kv)
 {
-	struct ctl_kv kv = { o, json };
+	struct relay *r = user;
 	struct dirlink_counters d = { 0 };
 	const struct rconf *c = &r->conf;
 	char b[EP_STRLEN];
 
 	if (r->dir)
 		dirlink_get_counters(r->dir, &d);
-	if (json)
-		ctl_json_open(o, &r->ident);
-	ctl_kv_ident(&kv, &r->ident);
-	ctl_kv_str(&kv, "probe_listen", ep_fmt(&c->probe_listen, b));
-	ctl_kv_str(&kv, "control_listen", ep_fmt(&c->control_listen, b));
-	ctl_kv_str(&kv, "data_listen", ep_fmt(&c->data_listen, b));
-	ctl_kv_str(&kv, "metrics_listen", c->metrics_listen.addr.family ?
+	ctl_kv_str(kv, "probe_listen", ep_fmt(&c->probe_listen, b));
+	ctl_kv_str(kv, "control_listen", ep_fmt(&c->control_listen, b));
+	ctl_kv_str(kv, "data_listen", ep_fmt(&c->data_listen, b));
+	ctl_kv_str(kv, "metrics_listen", c->metrics_listen.addr.family ?
 	    ep_fmt(&c->metrics_listen, b) : NULL);
-	ctl_kv_uint(&kv, "pipes_open", r->ctr.pipes_open);
-	ctl_kv_uint(&kv, "pipes_pending", r->ctr.pipes_pending);
-	ctl_kv_uint(&kv, "control_conns", r->ctr.control_conns);
-	ctl_kv_uint(&kv, "peers", peers_count(r->peers));
-	ctl_kv_uint(&kv, "directories", c->dir_urls.n);
-	ctl_kv_uint(&kv, "dir_registered", d.registered);
-	ctl_kv_bool(&kv, "draining", r->draining);
-	if (json)
-		ctl_json_close(o);
+	ctl_kv_uint(kv, "pipes_open", r->ctr.pipes_open);
+	ctl_kv_uint(kv, "pipes_pending", r->ctr.pipes_pending);
+	ctl_kv_uint(kv, "control_conns", r->ctr.control_conns);
+	ctl_kv_uint(kv, "peers", peers_count(r->peers));
+	ctl_kv_uint(kv, "directories", c->dir_urls.n);
+	ctl_kv_uint(kv, "dir_registered", d.registered);
+	ctl_kv_bool(kv, "draining", r->draining);
 }
 
 static const struct ctl_col pipe_cols[] = {
@@ -192,13 +180,9 @@ pipe_row(void *arg, const struct pipe_view *v)
 }
 
 static void
-pipes(struct relay *r, bool json, struct ctl_out *o)
+pipes(void *user, struct ctl_table *t)
 {
-	struct ctl_table t;
-
-	ctl_answer_table_begin(&t, o, json, &r->ident, "pipes", pipe_cols, CTL_NCOLS(pipe_cols));
-	pipes_view(r, pipe_row, &t);
-	ctl_table_end(&t);
+	pipes_view(user, pipe_row, t);
 }
 
 static const struct ctl_col cache_cols[] = {
@@ -227,15 +211,13 @@ cache_row(void *arg, const struct probe_cache_view *v)
 }
 
 static void
-cache(struct relay *r, bool json, struct ctl_out *o)
+cache(void *user, struct ctl_table *t)
 {
-	struct ctl_table t;
+	struct relay *r = user;
 
-	ctl_answer_table_begin(&t, o, json, &r->ident, "cache", cache_cols, CTL_NCOLS(cache_cols));
 	/* Draining: the responder and its cache are gone. */
 	if (r->probe)
-		probe_cache_view(r->probe, cache_row, &t);
-	ctl_table_end(&t);
+		probe_cache_view(r->probe, cache_row, t);
 }
 
 static const struct ctl_col relay_cols[] = {
@@ -246,67 +228,74 @@ static const struct ctl_col relay_cols[] = {
 
 /* The other relays of the directory's list, as measured for it. */
 static void
-relays(struct relay *r, bool json, struct ctl_out *o)
+relays(void *user, struct ctl_table *t)
 {
-	struct ctl_table t;
+	struct relay *r = user;
 	char b[EP_STRLEN];
 
-	ctl_answer_table_begin(&t, o, json, &r->ident, "relays", relay_cols, CTL_NCOLS(relay_cols));
 	for (size_t i = 0; i < peers_count(r->peers); i++) {
 		struct endpoint ep;
 		uint32_t rtt;
 		unsigned ns;
 		peers_get(r->peers, i, &ep, &rtt, &ns);
-		ctl_cell_str(&t, ep_fmt(&ep, b));
+		ctl_cell_str(t, ep_fmt(&ep, b));
 		if (ns)
-			ctl_cell_us(&t, rtt);
+			ctl_cell_us(t, rtt);
 		else
-			ctl_cell_none(&t);
-		ctl_cell_uint(&t, ns);
+			ctl_cell_none(t);
+		ctl_cell_uint(t, ns);
 	}
+}
+
+/* The first version's command, kept as it was: the counters as one flat
+ * object. */
+static void
+json(void *user, const struct ctl_req *q, struct ctl_out *o)
+{
+	struct ctl_counters cs = { 0 };
+
+	(void)q;
+	counters(user, &cs);
+	ctl_counters_json(o, cs.v, cs.n);
+	ctl_printf(o, "\n");
+}
+
+/* The first version's listing, which scripts parse; its JSON is that of
+ * "relays". */
+static void
+peers(void *user, const struct ctl_req *q, struct ctl_out *o)
+{
+	struct relay *r = user;
+	struct ctl_table t;
+
+	if (!q->json) {
+		peers_format(r->peers, o);
+		return;
+	}
+	ctl_answer_table_begin(&t, o, true, &r->ident, "relays", relay_cols,
+	    CTL_NCOLS(relay_cols));
+	relays(r, &t);
 	ctl_table_end(&t);
 }
+
+static const struct ctl_cmd cmds[] = {
+	CTL_CMD_STATUS,
+	CTL_CMD_TABLE("pipes", pipes, pipe_cols),
+	CTL_CMD_TABLE("cache", cache, cache_cols),
+	CTL_CMD_TABLE("relays", relays, relay_cols),
+	CTL_CMD_COUNTERS,
+	CTL_CMD_METRICS,
+	CTL_CMD("json", json),
+	CTL_CMD("peers", peers),
+	CTL_CMD_REFUSED("rules", "slot-relayd installs no packet-filter rules (slotd does)"),
+};
+
+static const struct ctl_cmds cmdset = { cmds, CTL_NCMDS(cmds), status, counters };
 
 void
 stats_handle(void *user, const char *line, struct ctl_out *out)
 {
 	struct relay *r = user;
-	struct ctl_counter v[96];
-	struct ctl_req q;
-	size_t n;
 
-	if (ctl_req_parse(line, &q) == -1) {
-		ctl_error(out, "bad request (expected a command, then \"json\" or nothing)");
-		return;
-	}
-	if (strcmp(q.cmd, "status") == 0) {
-		status(r, q.json, out);
-	} else if (strcmp(q.cmd, "pipes") == 0) {
-		pipes(r, q.json, out);
-	} else if (strcmp(q.cmd, "cache") == 0) {
-		cache(r, q.json, out);
-	} else if (strcmp(q.cmd, "relays") == 0) {
-		relays(r, q.json, out);
-	} else if (strcmp(q.cmd, "json") == 0) {
-		/* The first version's command, kept as it was: the counters
-		 * as one flat object. */
-		n = stats_counters(r, v, sizeof(v) / sizeof(v[0]));
-		ctl_counters_json(out, v, n);
-		ctl_printf(out, "\n");
-	} else if (strcmp(q.cmd, "peers") == 0) {
-		/* The first version's listing, which scripts parse; its JSON
-		 * is that of "relays". */
-		if (q.json)
-			relays(r, true, out);
-		else
-			peers_format(r->peers, out);
-	} else if (strcmp(q.cmd, "rules") == 0) {
-		ctl_error(out, "slot-relayd installs no packet-filter rules (slotd does); "
-		    "it answers %s", COMMANDS);
-	} else {
-		n = stats_counters(r, v, sizeof(v) / sizeof(v[0]));
-		if (!ctl_answer_counters(out, &r->ident, &q, v, n))
-			ctl_error(out, "unknown command \"%s\" for slot-relayd; it answers %s",
-			    q.cmd, COMMANDS);
-	}
+	ctl_cmd_answer(&cmdset, r, &r->ident, line, out);
 }

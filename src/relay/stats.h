@@ -17,8 +17,4 @@
  * the metrics listener's. */
 void stats_handle(void *user, const char *cmd, struct ctl_out *out);
 
-/* The counters, with their metric types, into v (at most cap). Returns how
- * many. */
-size_t stats_counters(const struct relay *r, struct ctl_counter *v, size_t cap);
-
 #endif

@@ -1,8 +1,8 @@
-/* The metrics listener's HTTP request head (src/core/ctlsrv.c), read as
- * http_read_cb reads it: the input arrives in pieces (its first byte, taken
- * off, sets their size), the end of the head is looked for from the last few
- * old bytes on, and a complete head is routed (ctl_http_route). A head
- * that does not end within 4 KiB gets 431. */
+/* The metrics listener's HTTP request head (src/core/ctlhttp.c), read as
+ * ctlsrv.c's client_read_cb reads it: the input arrives in pieces (its first
+ * byte, taken off, sets their size), the end of the head is looked for from
+ * the last few old bytes on, and a complete head is routed
+ * (ctl_http_route). A head that does not end within 4 KiB gets 431. */
 #include "slot/ctlsrv.h"
 #include "fuzz.h"
 

@@ -1,7 +1,8 @@
-/* The control socket's command line (src/core/ctlsrv.c): what a client of
- * the unix socket sends, cut as line_read_cb cuts it (at the first newline,
- * a CR before it dropped, at most 128 bytes), parsed by ctl_req_parse and
- * ctl_req_parse_arg, which every daemon's command handler calls. */
+/* The control socket's command line (src/core/ctlcmd.c): what a client of
+ * the unix socket sends, cut as ctlsrv.c's client_read_cb cuts it (at the
+ * first newline, a CR before it dropped, at most 128 bytes), parsed by
+ * ctl_req_parse and ctl_req_parse_arg, which every daemon's command table
+ * (ctl_cmd_answer) calls. */
 #include <ctype.h>
 
 #include "slot/ctlsrv.h"

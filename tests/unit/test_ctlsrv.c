@@ -1,7 +1,8 @@
 /* The command socket server (src/core/ctlsrv.c) over a real unix socket,
  * and its HTTP mode over TCP on 127.0.0.1, with the clients driven from the
- * same event loop as the server; and the answer helpers (requests, tables,
- * key/value lists, counters, Prometheus metrics). */
+ * same event loop as the server; and the answer helpers (ctlout.c: tables,
+ * key/value lists, counters, Prometheus metrics), the requests and the
+ * command table (ctlcmd.c). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1111,6 +1112,128 @@ test_counters_and_metrics(void **state)
 	free(o.buf);
 }
 
+/* ---- the command table (ctl_cmd_answer) ---- */
+
+static void
+cmd_echo(void *daemon, const struct ctl_req *q, struct ctl_out *out)
+{
+	ctl_printf(out, "%s %s [%s]%s\n", (const char *)daemon, q->cmd, q->arg,
+	    q->json ? " json" : "");
+}
+
+static void
+cmd_status(void *daemon, struct ctl_kv *kv)
+{
+	ctl_kv_str(kv, "who", daemon);
+}
+
+static void
+cmd_counters(void *daemon, struct ctl_counters *c)
+{
+	(void)daemon;
+	ctl_counter_add(c, "pipes_open", 3, CTL_GAUGE, "Pipes open.");
+	ctl_counter_add(c, "pipes_total", 9, CTL_COUNTER, "Pipes.");
+}
+
+static const struct ctl_col cmd_cols[] = {
+	{ "name", CTL_STR, NULL },
+	{ "n", CTL_UINT, NULL },
+};
+
+static void
+cmd_rows(void *daemon, struct ctl_table *t)
+{
+	ctl_cell_str(t, daemon);
+	ctl_cell_uint(t, 7);
+}
+
+static char *
+cmd_answer(const struct ctl_cmds *set, const struct ctl_ident *id, const char *line)
+{
+	struct ctl_out o = { 0 };
+
+	ctl_cmd_answer(set, "d", id, line, &o);
+	assert_false(o.oom);
+	assert_non_null(o.buf);
+	return o.buf;
+}
+
+static bool
+starts_with(const char *s, const char *prefix)
+{
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+#define assert_cmd(set, id, line, want) do {					\
+	char *a_ = cmd_answer(set, id, line);					\
+	assert_string_equal(a_, want);						\
+	free(a_);								\
+} while (0)
+
+static void
+test_cmd_table(void **state)
+{
+	static const struct ctl_cmd with_arg[] = {
+		CTL_CMD_STATUS,
+		CTL_CMD("echo", cmd_echo),
+		CTL_CMD_ARG("flush", cmd_echo, "flush [SERVER]"),
+		CTL_CMD_TABLE("rows", cmd_rows, cmd_cols),
+		CTL_CMD_COUNTERS,
+		CTL_CMD_METRICS,
+		CTL_CMD_REFUSED("rules", "slot-test has no rules (slotd does)"),
+	};
+	static const struct ctl_cmd no_arg[] = {
+		CTL_CMD("echo", cmd_echo),
+		CTL_CMD_COUNTERS,
+	};
+	const struct ctl_cmds a = { with_arg, CTL_NCMDS(with_arg), cmd_status, cmd_counters };
+	const struct ctl_cmds b = { no_arg, CTL_NCMDS(no_arg), cmd_status, cmd_counters };
+	struct ctl_ident id;
+	char *m;
+	(void)state;
+
+	ctl_ident_init(&id, "slot-test", "slot_test", "1.0", "/");
+	assert_cmd(&a, &id, " echo json ", "d echo [] json\n");
+	assert_cmd(&a, &id, "flush 10.0.0.1 json", "d flush [10.0.0.1] json\n");
+	assert_cmd(&a, &id, "echo 10.0.0.1",
+	    "error: \"echo\" takes no argument (only flush does: flush [SERVER])\n");
+	assert_cmd(&a, &id, "bogus x",
+	    "error: \"bogus\" takes no argument (only flush does: flush [SERVER])\n");
+	assert_cmd(&a, &id, "bogus", "error: unknown command \"bogus\" for slot-test; it "
+	    "answers status, echo, flush, rows, counters, metrics\n");
+	assert_cmd(&a, &id, "rules json", "error: slot-test has no rules (slotd does); it "
+	    "answers status, echo, flush, rows, counters, metrics\n");
+	assert_cmd(&a, &id, "",
+	    "error: bad request (expected a command, then \"json\" or nothing)\n");
+	/* No command takes an argument: one is a bad request. */
+	assert_cmd(&b, &id, "echo x",
+	    "error: bad request (expected a command, then \"json\" or nothing)\n");
+	assert_cmd(&b, &id, "status", "error: unknown command \"status\" for slot-test; it "
+	    "answers echo, counters\n");
+
+	assert_cmd(&a, &id, "rows", "name  n\nd     7\n");
+	assert_cmd(&a, &id, "rows json",
+	    "{\"daemon\":\"slot-test\",\"rows\":[{\"name\":\"d\",\"n\":7}]}\n");
+	assert_cmd(&a, &id, "counters", "pipes_open 3\npipes_total 9\n");
+	assert_cmd(&a, &id, "counters json",
+	    "{\"daemon\":\"slot-test\",\"counters\":{\"pipes_open\":3,\"pipes_total\":9}}\n");
+	assert_cmd(&a, &id, "metrics json", "error: metrics come in the Prometheus text format "
+	    "only (\"counters json\" has them in JSON)\n");
+	m = cmd_answer(&a, &id, "metrics");
+	assert_non_null(strstr(m,
+	    "\n# TYPE slot_test_pipes_total counter\nslot_test_pipes_total 9\n"));
+	free(m);
+
+	m = cmd_answer(&a, &id, "status");
+	assert_true(starts_with(m, "daemon              slot-test\nversion             1.0\n"));
+	assert_non_null(strstr(m, "\nwho                 d\n"));
+	free(m);
+	m = cmd_answer(&a, &id, "status json");
+	assert_true(starts_with(m, "{\"daemon\":\"slot-test\",\"version\":\"1.0\",\"pid\":"));
+	assert_non_null(strstr(m, ",\"who\":\"d\"}\n"));
+	free(m);
+}
+
 int
 main(void)
 {
@@ -1152,6 +1275,7 @@ main(void)
 		cmocka_unit_test(test_table_many_rows),
 		cmocka_unit_test(test_kv),
 		cmocka_unit_test(test_counters_and_metrics),
+		cmocka_unit_test(test_cmd_table),
 	};
 	int r;
 
