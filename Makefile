@@ -15,6 +15,11 @@ CC         ?= cc
 PKG_CONFIG ?= pkg-config
 B          ?= build
 
+# The version the programs print (-V, slotctl status) and the Debian
+# packages': debian/changelog's first entry says the same (scripts/deb.sh
+# checks), and debian/rules passes the changelog's here.
+SLOT_VERSION ?= 0.1.0
+
 CFLAGS     ?= -O2 -g
 WARNFLAGS  := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
               -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral -Wpointer-arith \
@@ -75,10 +80,14 @@ TOOL_BINS  := $(patsubst tests/integration/%.c,$(B)/tests/%,$(TOOL_SRC))
 FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(B)/%,$(FUZZ_SRC))
 
 .PHONY: all deps check unit asan-unit integration bench install uninstall clean help demo
+.PHONY: programs deb
 .PHONY: fuzz fuzz-smoke fuzz-build fuzz-bins
 .DELETE_ON_ERROR:
 
 all: $(BINS) $(LIBSLOT) $(TOOL_BINS) $(TESTBED)
+
+# What make install installs, without the test tools (debian/rules).
+programs: $(BINS) $(LIBSLOT)
 
 help:
 	@echo "make               build daemons, libslot and test tools into $(B)/"
@@ -91,6 +100,7 @@ help:
 	@echo "make bench         benchmarks; rewrites docs/benchmarks.md (root)"
 	@echo "                   BENCH='e2e_files e2e_geo': only these; BENCH=--assemble: re-assemble only"
 	@echo "make install       PREFIX=$(PREFIX) DESTDIR=$(DESTDIR)"
+	@echo "make deb           Debian packages (debhelper, lintian) into $(B)/deb/"
 
 deps:
 	@./scripts/deps.sh
@@ -98,6 +108,14 @@ deps:
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+# The files that print SLOT_VERSION get it here, and are rebuilt when it
+# changes: their objects depend on a stamp named after it.
+VERSION_SRC := $(shell grep -rl --include='*.c' SLOT_VERSION src 2>/dev/null)
+$(call obj,$(VERSION_SRC)): ALL_CPPFLAGS += -DSLOT_VERSION='"$(SLOT_VERSION)"'
+$(call obj,$(VERSION_SRC)): $(B)/version-$(SLOT_VERSION)
+$(B)/version-$(SLOT_VERSION):
+	@mkdir -p $(B) && rm -f $(B)/version-* && touch $@
 
 $(CORE_LIB): $(call obj,$(CORE_SRC))
 	@mkdir -p $(dir $@)
@@ -233,6 +251,7 @@ check: deps
 	@$(MAKE) --no-print-directory $(BUILD_J) unit
 	@$(MAKE) --no-print-directory $(BUILD_J) asan-unit
 	@$(MAKE) --no-print-directory $(BUILD_J) fuzz-smoke
+	@$(MAKE) --no-print-directory deb
 	@$(MAKE) --no-print-directory integration
 
 # The README's first command: an emulated WAN of real cities, curl directly and
@@ -323,6 +342,14 @@ uninstall:
 	        d=$$(dirname "$$d"); \
 	    done; \
 	done
+
+# Debian packages (debian/; docs/deploy.md, "The Debian packages"):
+# debhelper builds them in a copy of this tree ($(B)/deb/src, objects in
+# $(B)/deb/obj), so that the tree gets no debian/tmp and its parent no .deb;
+# the packages and the .changes land in $(B)/deb/, and lintian's errors or
+# warnings fail it.
+deb:
+	@./scripts/deb.sh $(B)/deb
 
 clean:
 	rm -rf build

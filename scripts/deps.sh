@@ -13,6 +13,7 @@ nginx curl wget iperf3 haproxy socat valgrind openssh-server openssh-client rsyn
 ansible-core ansible-lint
 groff-base man-db mandoc
 clang libclang-rt-14-dev
+debhelper dh-python dpkg-dev fakeroot lintian
 "
 
 missing=""

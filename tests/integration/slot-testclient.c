@@ -4,7 +4,9 @@
  * Establishes one pipe over a control connection and then behaves like
  * netcat on the data connection (stdin -> socket, socket -> stdout), or sends
  * UDP probes, or misbehaves on request (stale, replayed or badly signed
- * messages, data connections without a pipe, resets, slow reading).
+ * messages, data connections without a pipe, resets, slow reading). With
+ * --id-key, --id-cert and --ca it speaks [auth] mode identity: a HELLO with
+ * a client certificate first, then the pair key it shares with the relay.
  *
  * stderr gets one line per event; the exit code says how it ended:
  *   0 clean close, 1 other error, 2 usage, 3 PIPE_FAIL, 4 ERROR reply or
@@ -22,11 +24,13 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "slot/addr.h"
 #include "slot/auth.h"
 #include "slot/clock.h"
+#include "slot/ident.h"
 #include "slot/proto.h"
 #include "slot/sock.h"
 
@@ -45,6 +49,7 @@ enum {
 
 struct opts {
 	const char *key_file;
+	const char *id_key, *id_cert, *ca;	/* identity mode */
 	const char *wrong_key_file;
 	struct endpoint relay;
 	uint16_t data_port;
@@ -67,6 +72,9 @@ struct opts {
 
 static struct opts o;
 static struct auth_key key, sign_key;
+static struct ident id;			/* identity mode: ours */
+static struct proto_pair pair;		/* and the relay's, once its HELLO came */
+static bool have_id, have_pair;
 static uint64_t deadline;	/* monotonic us; 0 = none */
 
 static void
@@ -90,6 +98,7 @@ usage(void)
 	fprintf(stderr,
 	    "usage: slot-testclient --key FILE --relay ADDR:PORT --server ADDR:PORT\n"
 	    "           [--data-port P] [--bind ADDR] [--timeout S]\n"
+	    "  identity mode, instead of --key: --id-key FILE --id-cert FILE --ca FILE\n"
 	    "  hostile: --stale S  --replay  --wrong-key FILE  --no-pipe\n"
 	    "           --pause-read S  --rst-after BYTES  --count N\n"
 	    "           --connect-delay S  --no-connect S\n"
@@ -461,6 +470,16 @@ struct rbuf {
 	size_t len;
 };
 
+/* Identity mode before the relay's HELLO: no sender is known (a HELLO needs
+ * no key). */
+static const struct auth_key *
+no_key(void *arg, const struct proto_hdr *h)
+{
+	(void)arg;
+	(void)h;
+	return NULL;
+}
+
 /* Reads the next message from the control connection. Returns 1 with *m, 0
  * if the relay closed the connection, -1 on a bad message or socket error. */
 static int
@@ -470,8 +489,12 @@ ctl_next(int fd, struct rbuf *rb, struct proto_msg *m)
 		enum proto_err why = PERR_NONE;
 		size_t used = 0;
 		ssize_t n;
+		enum proto_result r = !have_id ?
+		    proto_decode(rb->b, rb->len, &key, m, &used, &why) :
+		    proto_decode_with(rb->b, rb->len, have_pair ? proto_key_pair : no_key,
+			&pair, m, &used, &why);
 
-		switch (proto_decode(rb->b, rb->len, &key, m, &used, &why)) {
+		switch (r) {
 		case PROTO_OK:
 			memmove(rb->b, rb->b + used, rb->len - used);
 			rb->len -= used;
@@ -497,6 +520,48 @@ ctl_next(int fd, struct rbuf *rb, struct proto_msg *m)
 			return 0;
 		rb->len += (size_t)n;
 	}
+}
+
+/* Identity mode: our HELLO, then the relay's (a relay certificate of our
+ * CA), whose key gives the pair key every later message is MACed with.
+ * Returns 0, or an exit code. */
+static int
+hello(int ctl, struct rbuf *rb)
+{
+	struct proto_msg m = { .type = PROTO_HELLO };
+	uint8_t buf[PROTO_MAX_LEN];
+	char why[256];
+	int n, e, r;
+
+	m.ts_us = msg_timestamp();
+	m.nonce = random_u64();
+	if ((n = proto_encode_hello(&m, &id, buf, sizeof(buf))) < 0) {
+		say("error encode hello");
+		return EXIT_OTHER;
+	}
+	if ((e = send_all(ctl, buf, (size_t)n)) != 0) {
+		say("error control send: %s", strerror(e));
+		return EXIT_ERROR;
+	}
+	if ((r = ctl_next(ctl, rb, &m)) <= 0) {
+		say("error %s", r == 0 ? "closed" : "hello");
+		return r == 0 ? EXIT_ERROR : EXIT_OTHER;
+	}
+	if (m.type != PROTO_HELLO) {
+		say("error %s before the relay's hello", proto_type_str(m.type));
+		return EXIT_ERROR;
+	}
+	if (ident_cert_check(&m.u.hello.cert, id.ca_pk, IDENT_MASK(IDENT_ROLE_RELAY),
+	    (uint64_t)time(NULL), NULL, why, sizeof(why)) == -1 ||
+	    ident_pair_key(&id, m.u.hello.cert.pk, &pair.key) == -1) {
+		say("error relay refused: %s", why);
+		return EXIT_ERROR;
+	}
+	memcpy(pair.pk, m.u.hello.cert.pk, PROTO_PK_LEN);
+	key = sign_key = pair.key;
+	have_pair = true;
+	say("hello ok relay=%s", m.u.hello.cert.name);
+	return 0;
 }
 
 static int
@@ -529,6 +594,8 @@ run_establish(void)
 	}
 	if (o.have_bind)
 		local.addr = o.bind;
+	if (have_id && (e = hello(ctl, &rb)) != 0)
+		return e;
 
 	for (int i = 0; i < o.count; i++) {
 		struct proto_msg m = { .type = PROTO_PIPE_ESTABLISH };
@@ -546,6 +613,8 @@ run_establish(void)
 		m.id = (uint32_t)i + 1;
 		m.u.establish.client = cep[i];
 		m.u.establish.server = o.server;
+		if (have_id)
+			memcpy(m.sender, id.cert.pk, PROTO_PK_LEN);
 		n = proto_encode(&m, &sign_key, buf, sizeof(buf));
 		if (n < 0) {
 			say("error encode");
@@ -731,6 +800,9 @@ main(int argc, char **argv)
 		{ "rst-after", required_argument, NULL, 'X' },
 		{ "connect-delay", required_argument, NULL, 'D' },
 		{ "no-connect", required_argument, NULL, 'C' },
+		{ "id-key", required_argument, NULL, 'I' },
+		{ "id-cert", required_argument, NULL, 'J' },
+		{ "ca", required_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -769,12 +841,18 @@ main(int argc, char **argv)
 		case 'X': o.rst_after = (long long)num_arg(optarg, 0); break;
 		case 'D': o.connect_delay_s = num_arg(optarg, 0); break;
 		case 'C': o.no_connect = true; o.hold_s = num_arg(optarg, 0); break;
+		case 'I': o.id_key = optarg; break;
+		case 'J': o.id_cert = optarg; break;
+		case 'A': o.ca = optarg; break;
 		default: usage();
 		}
 	}
 	if (optind != argc || !o.have_relay || o.count > MAX_COUNT)
 		usage();
-	if (!o.no_pipe && (!o.key_file || !o.have_server))
+	have_id = o.id_key || o.id_cert || o.ca;
+	if (have_id && (!o.id_key || !o.id_cert || !o.ca || o.key_file || o.wrong_key_file))
+		usage();
+	if (!o.no_pipe && ((!o.key_file && !have_id) || !o.have_server))
 		usage();
 	if ((o.no_pipe || (!o.probe && !o.replay && !o.no_connect)) && o.data_port == 0)
 		usage();
@@ -788,6 +866,15 @@ main(int argc, char **argv)
 	}
 	if (o.key_file && load_key(o.key_file, &key) < 0)
 		return EXIT_OTHER;
+	if (have_id) {
+		char err[256];
+
+		if (ident_load(o.id_key, o.id_cert, o.ca, IDENT_MASK(IDENT_ROLE_CLIENT), &id,
+		    err, sizeof(err)) == -1) {
+			say("error identity: %s", err);
+			return EXIT_OTHER;
+		}
+	}
 	sign_key = key;
 	if (o.wrong_key_file && load_key(o.wrong_key_file, &sign_key) < 0)
 		return EXIT_OTHER;

@@ -477,3 +477,40 @@ def test_deployed_daemons_form_the_overlay(dep):
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def test_package_route_checks_its_debs_and_removes_the_build_copies(dep):
+    """slot_debs (docs/deploy.md, "The Debian packages"; test_deb.py runs
+    that route for real, apt and systemd included, on a throwaway root):
+    nothing is built or copied; a host lacking one of its packages stops
+    before any change; on the others, what the build route copied goes (a
+    unit in /etc/systemd/system would hide the package's) and the
+    configuration stays. (slot_manage_packages is false here: the packages
+    themselves are neither copied nor installed.)"""
+    debs = [os.path.join(dep.dir, "slot-%s_9.9_all.deb" % p) for p in ("common", "tools", "relay")]
+    dep.host_vars["hostB"].pop("slot_relay_settings", None)   # the value refused above
+    dep.write_inventory()
+    before = {h: snapshot_host(dep, h) for h in HOSTS}
+    out, recap = dep.playbook("-e", json.dumps({"slot_debs": debs}), expect_fail=True)
+    assert {h: r["failed"] for h, r in recap.items()} == {"hostA": 1, "hostB": 0, "hostC": 1}
+    assert "one .deb file of each of slot-common, slot-tools, slot-directory, slot-relay" in out
+    assert "one .deb file of each of slot-common, slot-tools, slot-client" in out
+    for h in ("hostA", "hostC"):
+        assert snapshot_host(dep, h) == before[h], h
+    assert not os.path.exists(dep.root("hostB", "etc/systemd/system/slot-relayd.service"))
+    assert set(os.listdir(dep.root("hostB", "usr/local/sbin"))) == set()
+    conf = dep.root("hostB", "etc/slot/relayd.conf")
+    assert open(conf, "rb").read() == before["hostB"][conf]
+    # nothing built or staged: every task of slot_build skipped
+    build = re.findall(r"^TASK \[slot_build : [^\]]*\][^\n]*\n((?:.+\n)*)", out, re.M)
+    assert build and all(re.fullmatch(r"(skipping: .*\n)+", b) for b in build), build
+
+
+def snapshot_host(dep, host):
+    out = {}
+    for d, _, files in os.walk(dep.root(host)):
+        for f in files:
+            p = os.path.join(d, f)
+            if not os.path.islink(p) and os.path.isfile(p):
+                out[p] = open(p, "rb").read()
+    return out

@@ -159,7 +159,12 @@ COVERAGE = {
                        Ref("tests/integration/test_demo.py::test_make_demo_installs_builds_then_runs",
                            '"demo"')],
     "sudo make check": [Ref(THIS + "::test_make_check_is_what_ci_runs", '"check"')],
-    # Installing
+    # Installing: the Debian packages, built and installed in a throwaway root
+    "make deb": [Ref("tests/integration/test_deb.py::built", '"deb"')],
+    "sudo apt install ./build/deb/slot-common_*.deb ./build/deb/slot-tools_*.deb "
+    "./build/deb/slot-relay_*.deb": [
+        Ref("tests/integration/test_deb.py::test_install_enables_each_unit_and_starts_none_"
+            "without_a_key", '"apt-get", "install"', "*.deb")],
     "sudo ./scripts/deps.sh": [HOST],
     "make": [SANDBOX],
     "sudo make install": [SANDBOX],
