@@ -1,12 +1,13 @@
-#ifndef SLOT_CLIENT_CAPS_H
-#define SLOT_CLIENT_CAPS_H
+#ifndef SLOT_CAPS_H
+#define SLOT_CAPS_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-/* slotd's privileges once it is set up: another user, and a few
- * capabilities (masks of 1 << CAP_x). */
+/* A daemon's privileges once it is set up: another user, and a few
+ * capabilities (masks of 1 << CAP_x): slotd keeps CAP_NET_ADMIN,
+ * slot-relayd none. */
 
 /* Looks user up: its uid and primary gid. Returns 0, or -1 with a reason
  * in err. "root" is uid 0, gid 0. */

@@ -25,7 +25,7 @@
 #include "slot/notify.h"
 #include "slot/sock.h"
 #include "slot/synprobe.h"
-#include "caps.h"
+#include "slot/caps.h"
 #include "cstats.h"
 #include "ctdel.h"
 #include "dirsync.h"

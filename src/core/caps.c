@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include <linux/capability.h>
 
-#include "caps.h"
+#include "slot/caps.h"
 
 static int
 last_cap(void)

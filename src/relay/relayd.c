@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "slot/auth.h"
+#include "slot/caps.h"
 #include "slot/clock.h"
 #include "slot/daemon.h"
 #include "slot/log.h"
@@ -345,7 +346,8 @@ nofile_check(const struct rconf *c)
 static int
 drop_privileges(const struct rconf *c, char *err, size_t errlen)
 {
-	struct passwd *pw;
+	uid_t uid;
+	gid_t gid;
 
 	if (geteuid() != 0)
 		return 0;
@@ -353,16 +355,15 @@ drop_privileges(const struct rconf *c, char *err, size_t errlen)
 		log_warnx("running as root: set [relay] user to an unprivileged account");
 		return 0;
 	}
-	if ((pw = getpwnam(c->user)) == NULL) {
-		snprintf(err, errlen, "user '%s' does not exist (create it, or set [relay] user)",
-		    c->user);
+	if (caps_lookup(c->user, &uid, &gid, err, errlen) == -1)
 		return -1;
-	}
 	/* Let the operator's group read the counters. */
-	if (chown(c->stats_socket, pw->pw_uid, pw->pw_gid) == -1)
+	if (chown(c->stats_socket, uid, gid) == -1)
 		log_warn("chown %s", c->stats_socket);
-	if (setgroups(0, NULL) == -1 || setgid(pw->pw_gid) == -1 ||
-	    setuid(pw->pw_uid) == -1) {
+	/* No capability kept: the raw socket of the probes is open already,
+	 * and setuid() clears them. (Not caps_drop: the unit leaves the
+	 * relay no CAP_SETPCAP to empty its bounding set with.) */
+	if (setgroups(0, NULL) == -1 || setgid(gid) == -1 || setuid(uid) == -1) {
 		snprintf(err, errlen, "cannot drop privileges to %s: %s", c->user,
 		    strerror(errno));
 		return -1;
