@@ -941,6 +941,11 @@ asyncio.run(main())
 '''
 
 
+# Alone (run.sh's serial phase): 500 cold connections at once on a host
+# whose other workers starve it (test_deploy's Ansible runs) held SYNs past
+# their 1 s retransmission and PIPE_ESTABLISH past its timeout; one of the
+# failures then met synack_hold's known race and was reset (CI, twice).
+@pytest.mark.serial
 def test_burst_of_new_connections(sb, slotd):
     s = slotd(["relay1"])
     script = os.path.join(sb.dir, "burst.py")
