@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+import sysboot
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.path.abspath(os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build")))
 
@@ -559,37 +561,10 @@ exec env -i container=slot-test PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/u
     /lib/systemd/systemd --unit=slot-test.target --log-target=journal --show-status=no
 """
 
-# Units of the host's boot that have no business in this test.
-MASKED = ["systemd-remount-fs.service", "systemd-udevd.service",
-          "systemd-udev-trigger.service", "systemd-udevd-control.socket",
-          "systemd-udevd-kernel.socket", "dbus.socket", "dbus.service",
-          "systemd-journald-audit.socket", "systemd-networkd.service",
-          "systemd-resolved.service", "systemd-timesyncd.service",
-          "systemd-logind.service"]
-
-
-def cgroup2_mount():
-    for line in open("/proc/self/mounts"):
-        f = line.split()
-        if f[2] == "cgroup2":
-            return f[1]
-    return None
-
-
-def systemd_boot_unavailable():
-    if os.environ.get("SLOT_NO_SYSTEMD_BOOT"):
-        return "SLOT_NO_SYSTEMD_BOOT is set"
-    if not os.access("/lib/systemd/systemd", os.X_OK):
-        return "systemd is not installed"
-    if open("/proc/1/comm").read().strip() == "systemd":
-        # A host run by systemd: a second one in our cgroups would fight it.
-        return "systemd is PID 1 here: test the units with it directly"
-    for tool in ("unshare", "nsenter", "ip"):
-        if shutil.which(tool) is None:
-            return tool + " is missing"
-    if cgroup2_mount() is None:
-        return "no cgroup2 hierarchy is mounted"
-    return None
+# The systemd boot helpers are test_deb.py's too (sysboot.py).
+MASKED = sysboot.MASKED
+cgroup2_mount = sysboot.cgroup2_mount
+systemd_boot_unavailable = sysboot.unavailable
 
 
 def status(text):
