@@ -301,6 +301,32 @@ def loop_rtt(path):
     return max(rtt(a, b) for a, b in zip(hops, hops[1:]))
 
 
+def plot(res, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = ["direct\n%d ms" % rtt("client", "server"), "slot\n(slotd's choice)",
+              "HAProxy on a\nbest single, %d ms" % loop_rtt([BEST_SINGLE]),
+              "chain's ideal\nslowest loop alone, %d ms" % loop_rtt(CHAIN)]
+    series = [[r["direct"] for r in res], [r["slot"] for r in res], [r["single"] for r in res],
+              [min(r[m] for m in MODES if m.startswith("loop:")) for r in res]]
+    meds = [statistics.median(v) for v in series]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.bar(range(len(series)), meds, 0.6,
+           yerr=[[m - min(v) for m, v in zip(meds, series)],
+                 [max(v) - m for m, v in zip(meds, series)]], capsize=4,
+           color=["#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c"])
+    ax.set_xticks(range(len(series)))
+    ax.set_xticklabels(labels, fontsize=9)
+    ax.set_ylabel("download rate (Mbit/s)")
+    ax.set_title("Scenario 8: a chain of two relays (longest loop: path RTT under each bar), "
+                 "median of %d" % len(res), fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def report(res, paths, args, info):
     ideal = [min(r[m] for m in MODES if m.startswith("loop:")) for r in res]
     o = []
@@ -367,6 +393,7 @@ def report(res, paths, args, info):
                  "met" if statistics.median(rs) >= 0.9 else "not met",
                  statistics.median(gain), min(gain), max(gain)))
     o.append("")
+    o.append(info.get("png_note") or "![scenario 8](img/%s)\n" % os.path.basename(info["png"]))
     o.append("Reproduce: `/usr/bin/python3 scripts/bench/e2e_chain.py --reps %d` (root, after "
              "`make all`; this run: %.0f s), or `make bench`.\n" % (args.reps, info["elapsed"]))
     return "\n".join(o) + "\n"
@@ -386,7 +413,7 @@ def main():
     if args.quick:
         args.reps, args.seconds = min(args.reps, 2), 6
     args.build = os.path.abspath(args.build)
-    _needs.check("e2e_chain", args, modules=("cryptography",), tools=("haproxy", "curl", "nginx"),
+    _needs.check("e2e_chain", args, modules=("matplotlib", "cryptography"), tools=("haproxy", "curl", "nginx"),
                  files=[os.path.join(args.build, b)
                         for b in ("slot-relayd", "slotd", "slot-dird", "slot-wanem")])
     os.environ["SLOT_BUILD"] = args.build
@@ -424,6 +451,10 @@ def main():
     finally:
         c.down()
     info = {"tree": tree, "elapsed": time.monotonic() - t0}
+    img = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.out))), "img")
+    os.makedirs(img, exist_ok=True)
+    info["png"] = os.path.join(img, "bench_chain.png")
+    _, info["png_note"] = _needs.draw("e2e_chain", "rates per path", plot, res, info["png"])
     text = report(res, paths, args, info)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
