@@ -548,8 +548,18 @@ test_connect_request_and_descriptor(void **state)
 	    port_of(&sa));
 	assert_string_equal(f.got, want);
 
-	/* A chain goes as one relay= list, normalised, first relay first. */
+	/* The very socket, bound before it went: slotd knows it by its port. */
+	assert_int_equal(f.npassed, 1);
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_true(S_ISSOCK(f.passed_st.st_mode));
+	assert_int_equal(f.passed_st.st_ino, st.st_ino);
+	assert_int_equal(f.passed_st.st_dev, st.st_dev);
+	assert_true(f.passed_port != 0);
+	assert_int_equal(f.passed_port, local_port(fd));
+	assert_accepted(l, fd);
 	close(fd);
+
+	/* A chain goes as one relay= list, normalised, first relay first. */
 	assert_int_equal(slot_opts_set_relay(o, "192.0.2.7:7000,[2001:DB8::8]:7000"), 0);
 	assert_int_equal(slot_opts_avoid_relay(o, NULL), 0);
 	fd = tcp_socket(AF_INET);
@@ -559,14 +569,6 @@ test_connect_request_and_descriptor(void **state)
 	snprintf(want, sizeof(want), "connect 127.0.0.1:%u relay=192.0.2.7:7000,"
 	    "[2001:db8::8]:7000 deadline_ms=1500\n", port_of(&sa));
 	assert_string_equal(f.got, want);
-	/* The very socket, bound before it went: slotd knows it by its port. */
-	assert_int_equal(f.npassed, 1);
-	assert_int_equal(fstat(fd, &st), 0);
-	assert_true(S_ISSOCK(f.passed_st.st_mode));
-	assert_int_equal(f.passed_st.st_ino, st.st_ino);
-	assert_int_equal(f.passed_st.st_dev, st.st_dev);
-	assert_true(f.passed_port != 0);
-	assert_int_equal(f.passed_port, local_port(fd));
 	assert_accepted(l, fd);
 	close(fd);
 
