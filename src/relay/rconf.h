@@ -1,6 +1,7 @@
 #ifndef SLOT_RELAY_RCONF_H
 #define SLOT_RELAY_RCONF_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "slot/addr.h"
@@ -43,6 +44,10 @@ struct rconf {
 	uint64_t keepalive_interval_ms;
 	uint64_t keepalive_count;
 	uint64_t user_timeout_ms;	/* TCP_USER_TIMEOUT; 0: the kernel's */
+
+	/* [chain] */
+	bool chain_allow;		/* be the first or a middle relay of chains */
+	uint64_t chain_link_idle_ms;	/* an unused link to a next relay closes */
 
 	/* [policy] */
 	struct policy policy;	/* ports, allow, deny; self filled by the daemon */
