@@ -73,6 +73,12 @@ struct crelay {
 	uint32_t rtt_us;		/* RTT(client, relay) of its last probe reply; 0: none */
 	uint32_t rtt_est_us;		/* what the ranking took for RTT(client, relay); 0: none */
 	uint32_t rank;			/* in the cover ranking (rank.h); SEL_NO_RANK: none */
+	/* Chains (rank.h): the best lead-in to this relay through other
+	 * relays, set with the ranking: its longest loop (0: none) and the
+	 * relays on it, in path order. */
+	uint32_t lead_us;
+	struct crelay *lead_via[SEL_MAX_CHAIN - 1];
+	unsigned nlead;
 	uint64_t rules_gen;		/* the first rule set with its DNAT rule: it is
 					 * used only once that set is in the kernel */
 };
@@ -153,6 +159,7 @@ struct slotd {
 
 	ev_timer rank_timer;		/* rank.h */
 	size_t ranked, rank_greedy;	/* relays ranked; of them by the landmarks */
+	size_t chain_ends;		/* relays with a lead-in (rank.c) */
 };
 
 #endif

@@ -147,6 +147,8 @@ counters(void *user, struct ctl_counters *cs)
 	    "Relays in the cover ranking (strategy cover).");
 	C("relays_ranked_by_landmarks", d->rank_greedy, CTL_GAUGE,
 	    "Of them, chosen for the landmarks they cover (the rest: nearest first).");
+	C("relays_with_lead_in", d->chain_ends, CTL_GAUGE,
+	    "Relays a chain can end at: a lead-in through other relays is known (max_chain > 1).");
 	C("dir_cache_loaded", ds.cache_loaded, CTL_GAUGE,
 	    "1 if slotd started with the relays of its cache file.");
 #undef C

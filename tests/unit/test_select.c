@@ -77,6 +77,7 @@ test_defaults_and_names(void **state)
 	assert_int_equal(s, SEL_COVER);
 	assert_string_equal(sel_strategy_name(SEL_COVER), "cover");
 	assert_true(p.c_wait == 1.25 && p.min_gain == 1.1);
+	assert_true(p.max_chain == 3 && p.chain_gain == 1.1);
 	assert_int_equal(sel_strategy_parse("randgroup", &s), 0);
 	assert_int_equal(s, SEL_RANDGROUP_K);
 	assert_int_equal(sel_strategy_parse("random", &s), 0);
