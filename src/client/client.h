@@ -33,6 +33,7 @@ struct client_counters {
 	unsigned long long direct_probes;
 	unsigned long long direct_probes_connect;	/* by connect: no raw socket for the family */
 	unsigned long long decisions_direct, decisions_relay;
+	unsigned long long decisions_chain;	/* of decisions_relay... chosen: a chain */
 	unsigned long long direct_no_family_relay;	/* no relay of the connection's
 							 * family (IPv6 through v4-only relays) */
 	unsigned long long repairs;		/* relay taken: direct failed or silent past repair_timeout */
@@ -89,6 +90,8 @@ struct decision {
 	struct endpoint client, server;
 	bool relayed;
 	struct endpoint relay;
+	struct endpoint next[SEL_MAX_CHAIN - 1];	/* a chain: the relays after relay */
+	unsigned nnext;
 	const char *why;
 	uint32_t rtt_direct_us, path_rtt_us;
 	uint64_t select_us;		/* SYN to the choice of path */
