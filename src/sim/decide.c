@@ -34,8 +34,9 @@ decide_model_default(struct decide_model *m)
 	memset(m, 0, sizeof(*m));
 	sel_params_default(&m->sel);
 	m->sel.min_gain = 1.0;
-	/* Chains as slotd's defaults (cconf.c). */
-	m->sel.max_chain = 3;
+	/* One relay, the paper's model and every figure before chains; with
+	 * --max-chain, slotd's chain_gain. */
+	m->sel.max_chain = 1;
 	m->sel.chain_gain = 1.1;
 	m->relay_timeout_us = 2000000;
 }

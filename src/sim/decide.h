@@ -42,8 +42,8 @@ struct decide_model {
 };
 
 /* sel_params_default, except min_gain 1.0: any shorter path is taken, so
- * "benefit" means a path shorter than the direct one; chains as slotd's
- * defaults (max_chain 3, chain_gain 1.1). Relay probe timeout
+ * "benefit" means a path shorter than the direct one; and max_chain 1 (one
+ * relay, as the paper; slotd's default is 3) with slotd's chain_gain 1.1. Relay probe timeout
  * 2 s (slot-relayd's default), cold caches, failing direct probes. */
 void decide_model_default(struct decide_model *m);
 

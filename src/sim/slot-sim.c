@@ -132,10 +132,11 @@ usage(FILE *f)
 "                               hole) instead of failing at once\n"
 "    --exact                    hand sel_decide every single reply (slow;\n"
 "                               the same verdicts, for checking)\n"
-"    --max-chain N              relays on a path, 1 (no chains) to 3 (default\n"
-"                               3, as slotd): a chain's lead-in to the relay\n"
-"                               probed comes from RTT(c,r) and the relays'\n"
-"                               RTTs to the landmarks (chain_reach)\n"
+"    --max-chain N              relays on a path, 1 to 3 (default 1, the\n"
+"                               paper's one relay; slotd's default is 3): a\n"
+"                               chain ends at a relay probed, its lead-in\n"
+"                               comes from RTT(c,r) and the relays' RTTs to\n"
+"                               the landmarks (chain_reach)\n"
 "    --chain-gain X             take a chain only if its path * X <= the best\n"
 "                               single relay's (default 1.1, as slotd)\n"
 "    --plain-rank               with chains, Cover-k ranks as without them\n"
@@ -1057,8 +1058,10 @@ run(struct opts *o)
 			rows[n++] = r->main_[i];
 		report_table(stdout, rows, n);
 	}
-	printf("\nRelays on the path taken (share of all pairs) and the wait:\n");
-	report_relays_table(stdout, r->main_, r->nmain);
+	if (o->model.sel.max_chain > 1) {
+		printf("\nRelays on the path taken (share of all pairs) and the wait:\n");
+		report_relays_table(stdout, r->main_, r->nmain);
+	}
 	if (o->hops > 0) {
 		printf("\nOptimal min-max paths, up to i intermediaries (no probing, no "
 		    "wait rule):\n");

@@ -364,6 +364,7 @@ test_chain_settled_matches_full_wait(void **state)
 		sim_of(&d, N, ms);
 		decide_model_default(&m);
 		m.warm = round % 2 == 1;
+		m.sel.max_chain = 3;
 		m.sel.c_wait = round % 3 == 2 ? 3.0 : 1.25;
 		m.sel.chain_gain = round % 4 == 0 ? 1.0 : round % 4 == 1 ? 1.1 : 1.5;
 		m.sel.min_gain = round % 5 == 4 ? 1.1 : 1.0;
