@@ -40,10 +40,14 @@ struct chain_lead {
 	uint32_t us;
 	uint32_t via[CHAIN_MAX - 1];	/* the relays before j, in path order */
 	uint8_t nvia;			/* 0 when us is CHAIN_NONE */
+	/* The best lead-in through one relay alone (equal to us when that is
+	 * the best): a longer chain must beat it by chain_gain. */
+	uint32_t us1;
+	uint32_t via1;
 };
 
-/* Fills out[0..nrelay) with each relay's best lead-in. Ties go to fewer
- * relays. A lead-in never passes through its own end. Returns 0, or -1 out
+/* Fills out[0..nrelay) with each relay's best lead-in, and its best
+ * through one relay alone. Ties go to fewer relays. A lead-in never passes through its own end. Returns 0, or -1 out
  * of memory (or max_chain out of range). */
 int chain_reach(const struct chain_input *in, struct chain_lead *out);
 

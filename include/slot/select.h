@@ -84,16 +84,21 @@ struct sel_reply {
 	uint32_t rtt_rs_us;	/* relay to server */
 	uint64_t at_us;		/* when the reply arrived */
 	/* The best lead-in to this relay through other relays (chain_reach):
-	 * the longest loop before it; SEL_NO_LEAD: none, no chain ends here. */
+	 * the longest loop before it; SEL_NO_LEAD: none, no chain ends here.
+	 * rtt_lead1_us: the best through one relay alone (a chain of two);
+	 * rtt_lead_us, when it differs, is through two (a chain of three),
+	 * taken only if it beats the chain of two by chain_gain. */
 	uint32_t rtt_lead_us;
+	uint32_t rtt_lead1_us;
 };
 
 /* 0, so that a reply filled without chains in mind has no lead-in. */
 #define SEL_NO_LEAD 0
 
-/* A relay probed whose reply is still due, with a lead-in: the chain it
- * would end has a path of at least max(lead_us, t - cr_us) at time t (its
- * reply comes after cr + rs). cr_us is the caller's estimate of RTT(c,r). */
+/* A relay probed whose reply is still due, with a lead-in (the shorter of
+ * its two): the chain it would end has a path of at least max(lead_us,
+ * t - cr_us) at time t (its reply comes after cr + rs). cr_us is the
+ * caller's estimate of RTT(c,r). */
 struct sel_due {
 	uint32_t lead_us;
 	uint32_t cr_us;		/* 0: unknown, the bound is the lead-in alone */
@@ -119,7 +124,9 @@ struct sel_result {
 	uint32_t relay;		/* SEL_GO_RELAY: the chosen relay index */
 	uint32_t path_rtt_us;	/* SEL_GO_RELAY: max(RTT(c,r), RTT(r,s)), or
 				 * for a chain max(lead-in, RTT(r,s)) */
-	bool chain;		/* SEL_GO_RELAY: through relay's lead-in, relay last */
+	/* SEL_GO_RELAY: 0 the relay alone, else a chain of this many relays
+	 * (2: through its one-relay lead-in, 3: its two-relay one), relay last */
+	unsigned chain;
 	uint64_t wake_us;	/* SEL_WAIT: decide again by then at the latest */
 	const char *why;	/* for the log line */
 };

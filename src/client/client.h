@@ -80,6 +80,8 @@ struct crelay {
 	uint32_t lead_us;
 	struct crelay *lead_via[SEL_MAX_CHAIN - 1];
 	unsigned nlead;
+	uint32_t lead1_us;		/* the best through one relay alone (0: none) */
+	struct crelay *lead1_via;
 	uint64_t rules_gen;		/* the first rule set with its DNAT rule: it is
 					 * used only once that set is in the kernel */
 };

@@ -634,7 +634,8 @@ establish_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 static void decide_timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
-static bool lead_usable(const struct slotd *d, const struct crelay *r, uint64_t now);
+static bool lead_usable(const struct slotd *d, const struct crelay *r, unsigned len,
+    uint64_t now);
 
 /* Runs the selection on what has come in so far. */
 static void
@@ -657,7 +658,7 @@ evaluate(struct hconn *c)
 	for (size_t i = 0; c->due && i < c->ncand; i++)
 		if (!c->pr[i].answered && c->cand[i] && c->cand[i]->lead_us)
 			c->due[s.ndue++] = (struct sel_due){ c->cand[i]->lead_us,
-			    c->cand[i]->rtt_est_us };
+			    c->cand[i]->rtt_est_us };	/* lead_us <= lead1_us */
 	s.due = c->due;
 	sel_decide(&d->conf.sel, &s, &res);
 	switch (res.verdict) {
@@ -689,17 +690,21 @@ evaluate(struct hconn *c)
 		c->nnext = 0;
 		/* The ranking may have run since the reply (every 10 s): a
 		 * lead-in no longer there or usable leaves the relay alone. */
-		if (res.chain && !lead_usable(d, via, now))
-			res.chain = false;
-		if (res.chain) {
+		if (res.chain && !lead_usable(d, via, res.chain, now))
+			res.chain = 0;
+		if (res.chain == 2) {
+			c->next[c->nnext++] = via;
+			via = via->lead1_via;
+		} else if (res.chain == 3) {
 			struct crelay *last = via;
 
 			via = last->lead_via[0];
 			for (unsigned i = 1; i < last->nlead; i++)
 				c->next[c->nnext++] = last->lead_via[i];
 			c->next[c->nnext++] = last;
-			d->ctr.decisions_chain++;
 		}
+		if (res.chain)
+			d->ctr.decisions_chain++;
 		/* A repair proper: the direct path failed, or stayed silent
 		 * until repair_timeout. Otherwise the relay won before the
 		 * direct probe answered, whatever it turns out to be. */
@@ -937,13 +942,25 @@ oom:
 /* Whether r's lead-in (set by the ranking) can be taken now: every relay
  * on it still usable, of the connection's family. */
 static bool
-lead_usable(const struct slotd *d, const struct crelay *r, uint64_t now)
+via_usable(const struct slotd *d, const struct crelay *r, const struct crelay *x,
+    uint64_t now)
 {
-	if (d->conf.sel.max_chain < 2 || r->lead_us == 0 || r->nlead == 0)
+	return x != NULL && relay_usable(d, x, now) &&
+	    x->conf.control.addr.family == r->conf.control.addr.family;
+}
+
+/* len 2: through one relay (lead1); len 3: the best lead-in (lead). */
+static bool
+lead_usable(const struct slotd *d, const struct crelay *r, unsigned len, uint64_t now)
+{
+	if (d->conf.sel.max_chain < len)
+		return false;
+	if (len == 2)
+		return r->lead1_us != 0 && via_usable(d, r, r->lead1_via, now);
+	if (r->lead_us == 0 || r->nlead == 0)
 		return false;
 	for (unsigned i = 0; i < r->nlead; i++)
-		if (r->lead_via[i] == NULL || !relay_usable(d, r->lead_via[i], now) ||
-		    r->lead_via[i]->conf.control.addr.family != r->conf.control.addr.family)
+		if (!via_usable(d, r, r->lead_via[i], now))
 			return false;
 	return true;
 }
@@ -1060,8 +1077,10 @@ probe_read(struct slotd *d, int fd)
 		    (uint32_t)(elapsed - m.u.probe_reply.hold_us) : 1;
 		r->rtt_rs_us = m.u.probe_reply.rtt_us;
 		r->at_us = now > c->t0_us ? now - c->t0_us : 0;
-		r->rtt_lead_us = lead_usable(d, c->cand[p->idx], now) ?
+		r->rtt_lead_us = lead_usable(d, c->cand[p->idx], 3, now) ?
 		    c->cand[p->idx]->lead_us : SEL_NO_LEAD;
+		r->rtt_lead1_us = lead_usable(d, c->cand[p->idx], 2, now) ?
+		    c->cand[p->idx]->lead1_us : SEL_NO_LEAD;
 		c->cand[p->idx]->rtt_us = r->rtt_cr_us;		/* for "slotctl relays" */
 		evaluate(c);
 	}

@@ -53,8 +53,9 @@ rank_update(struct slotd *d)
 
 		r->rank = SEL_NO_RANK;
 		r->rtt_est_us = 0;
-		r->lead_us = 0;
+		r->lead_us = r->lead1_us = 0;
 		r->nlead = 0;
+		r->lead1_via = NULL;
 	}
 	d->ranked = d->rank_greedy = 0;
 	d->chain_ends = 0;
@@ -136,6 +137,10 @@ rank_update(struct slotd *d)
 			r->nlead = reach[i].nvia;
 			for (unsigned x = 0; x < reach[i].nvia; x++)
 				r->lead_via[x] = d->relays[reach[i].via[x]];
+			if (reach[i].us1 != CHAIN_NONE) {
+				r->lead1_us = reach[i].us1 ? reach[i].us1 : 1;
+				r->lead1_via = d->relays[reach[i].via1];
+			}
 			nchain++;
 		}
 		d->chain_ends = nchain;

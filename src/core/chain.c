@@ -123,7 +123,8 @@ chain_reach(const struct chain_input *in, struct chain_lead *out)
 	if (in->max_chain < 1 || in->max_chain > CHAIN_MAX)
 		return -1;
 	for (size_t j = 0; j < n; j++)
-		out[j] = (struct chain_lead){ .us = CHAIN_NONE };
+		out[j] = (struct chain_lead){ .us = CHAIN_NONE, .us1 = CHAIN_NONE,
+		    .via1 = CHAIN_NONE };
 	if (in->max_chain == 1 || n == 0)
 		return 0;
 	p0 = malloc(3 * n * sizeof(*p0));
@@ -146,7 +147,7 @@ chain_reach(const struct chain_input *in, struct chain_lead *out)
 		first[j] = d1[j].m[0];
 		if (d1[j].v[0] != CHAIN_NONE)
 			out[j] = (struct chain_lead){ .us = d1[j].v[0], .via = { d1[j].m[0] },
-			    .nvia = 1 };
+			    .nvia = 1, .us1 = d1[j].v[0], .via1 = d1[j].m[0] };
 	}
 	if (in->max_chain >= 3) {
 		relax(in, land_of, d1, first, d2);
@@ -156,8 +157,10 @@ chain_reach(const struct chain_input *in, struct chain_lead *out)
 
 			if (d2[j].v[0] >= out[j].us)
 				continue;
-			out[j] = (struct chain_lead){ .us = d2[j].v[0], .nvia = 2,
-			    .via = { first[b] != j ? d1[b].m[0] : d1[b].m[1], b } };
+			out[j].us = d2[j].v[0];
+			out[j].nvia = 2;
+			out[j].via[0] = first[b] != j ? d1[b].m[0] : d1[b].m[1];
+			out[j].via[1] = b;
 		}
 	}
 	free(p0);

@@ -161,18 +161,47 @@ sel_path_rtt(const struct sel_reply *r)
 	return r->rtt_cr_us > r->rtt_rs_us ? r->rtt_cr_us : r->rtt_rs_us;
 }
 
+#define NO_CHAIN UINT32_MAX
+
 static uint32_t
-chain_rtt(const struct sel_reply *r)
+max32(uint32_t a, uint32_t b)
 {
-	return r->rtt_lead_us > r->rtt_rs_us ? r->rtt_lead_us : r->rtt_rs_us;
+	return a > b ? a : b;
+}
+
+/* The chain a reply ends, and its relays (*len; NO_CHAIN: none): through
+ * its one-relay lead-in, or its two-relay one when max_chain allows and
+ * that beats the shorter chain by chain_gain (each extra relay costs). */
+static uint32_t
+chain_rtt(const struct sel_params *p, const struct sel_reply *r, unsigned *len)
+{
+	uint32_t best = NO_CHAIN;
+
+	*len = 0;
+	if (r->rtt_lead1_us != SEL_NO_LEAD) {
+		best = max32(r->rtt_lead1_us, r->rtt_rs_us);
+		*len = 2;
+	}
+	if (p->max_chain >= 3 && r->rtt_lead_us != SEL_NO_LEAD &&
+	    r->rtt_lead_us != r->rtt_lead1_us) {
+		uint32_t c = max32(r->rtt_lead_us, r->rtt_rs_us);
+
+		if (best == NO_CHAIN || (c < best && (double)c * p->chain_gain <= best)) {
+			best = c;
+			*len = 3;
+		}
+	}
+	return best;
 }
 
 /* The path in hand: the best single relay (ties to the shorter first hop,
  * then the lower index, so results are stable), and the best chain (ties
- * to the shorter lead-in, then the lower index), taken when it beats the
- * single relay by chain_gain. */
+ * to fewer relays, then the lower index), taken when it beats the single
+ * relay by chain_gain. */
 struct pick {
 	const struct sel_reply *single, *chain;
+	uint32_t chain_path;
+	unsigned chain_len;
 	bool use_chain;
 	uint32_t path;		/* of the one taken */
 };
@@ -189,6 +218,8 @@ pick_best(const struct sel_params *p, const struct sel_state *s, bool bounded,
     uint64_t until, struct pick *pk)
 {
 	const struct sel_reply *best = NULL, *ch = NULL;
+	uint32_t cp = NO_CHAIN;
+	unsigned cl = 0;
 
 	for (size_t i = 0; i < s->nreplies; i++) {
 		const struct sel_reply *r = &s->replies[i];
@@ -199,19 +230,27 @@ pick_best(const struct sel_params *p, const struct sel_state *s, bool bounded,
 		    (r->rtt_cr_us < best->rtt_cr_us ||
 		    (r->rtt_cr_us == best->rtt_cr_us && r->relay < best->relay))))
 			best = r;
-		if (!chains_on(p) || r->rtt_lead_us == SEL_NO_LEAD)
+		if (!chains_on(p))
 			continue;
-		if (ch == NULL || chain_rtt(r) < chain_rtt(ch) ||
-		    (chain_rtt(r) == chain_rtt(ch) &&
-		    (r->rtt_lead_us < ch->rtt_lead_us ||
-		    (r->rtt_lead_us == ch->rtt_lead_us && r->relay < ch->relay))))
+		unsigned len;
+		uint32_t v = chain_rtt(p, r, &len);
+
+		if (v == NO_CHAIN)
+			continue;
+		if (ch == NULL || v < cp || (v == cp && (len < cl ||
+		    (len == cl && r->relay < ch->relay)))) {
 			ch = r;
+			cp = v;
+			cl = len;
+		}
 	}
 	pk->single = best;
 	pk->chain = ch;
-	pk->use_chain = ch != NULL && chain_rtt(ch) < sel_path_rtt(best) &&
-	    (double)chain_rtt(ch) * p->chain_gain <= (double)sel_path_rtt(best);
-	pk->path = pk->use_chain ? chain_rtt(ch) : best ? sel_path_rtt(best) : 0;
+	pk->chain_path = cp;
+	pk->chain_len = cl;
+	pk->use_chain = ch != NULL && cp < sel_path_rtt(best) &&
+	    (double)cp * p->chain_gain <= (double)sel_path_rtt(best);
+	pk->path = pk->use_chain ? cp : best ? sel_path_rtt(best) : 0;
 }
 
 static void
@@ -222,7 +261,7 @@ go(struct sel_result *o, enum sel_verdict v, const struct pick *pk, const char *
 	o->verdict = v;
 	o->relay = r ? r->relay : 0;
 	o->path_rtt_us = r ? pk->path : 0;
-	o->chain = r != NULL && pk->use_chain;
+	o->chain = r != NULL && pk->use_chain ? pk->chain_len : 0;
 	o->wake_us = 0;
 	o->why = why;
 }
@@ -233,7 +272,7 @@ wait_until(struct sel_result *o, uint64_t t)
 	o->verdict = SEL_WAIT;
 	o->relay = 0;
 	o->path_rtt_us = 0;
-	o->chain = false;
+	o->chain = 0;
 	o->wake_us = t;
 	o->why = "waiting";
 }

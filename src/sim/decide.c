@@ -217,6 +217,17 @@ make_reply(const struct decide_model *m, const struct decide_probe *p,
 	r->at_us = (uint64_t)cr + (m->warm ? 0 : reached ? rs : m->relay_timeout_us);
 	r->rtt_lead_us = chains(m, p) && isfinite(p->lead[j]) ?
 	    lead_us(p->lead[j]) : SEL_NO_LEAD;
+	r->rtt_lead1_us = chains(m, p) && p->lead1 && isfinite(p->lead1[j]) ?
+	    lead_us(p->lead1[j]) : SEL_NO_LEAD;
+}
+
+/* The shorter of a relay's two lead-ins; SEL_NO_LEAD: none. */
+static uint32_t
+min_lead(uint32_t a, uint32_t b)
+{
+	if (a == SEL_NO_LEAD)
+		return b;
+	return b == SEL_NO_LEAD || a < b ? a : b;
 }
 
 /* The replies still due at this step that may end a chain: those after
@@ -228,14 +239,20 @@ collect_due(const struct decide_probe *p, const struct decide_scratch *sc, size_
 {
 	size_t k = 0;
 
-	for (size_t i = passed; i < ns; i++)
-		if (sc->rep[i].rtt_lead_us != SEL_NO_LEAD)
-			sc->due[k++] = (struct sel_due){ sc->rep[i].rtt_lead_us,
-			    sc->rep[i].rtt_cr_us };
-	for (size_t j = 0; j < p->n; j++)
-		if (!isfinite(p->cr[j]) && isfinite(p->lead[j]) &&
+	for (size_t i = passed; i < ns; i++) {
+		uint32_t l = min_lead(sc->rep[i].rtt_lead_us, sc->rep[i].rtt_lead1_us);
+
+		if (l != SEL_NO_LEAD)
+			sc->due[k++] = (struct sel_due){ l, sc->rep[i].rtt_cr_us };
+	}
+	for (size_t j = 0; j < p->n; j++) {
+		uint32_t l = min_lead(isfinite(p->lead[j]) ? lead_us(p->lead[j]) : SEL_NO_LEAD,
+		    p->lead1 && isfinite(p->lead1[j]) ? lead_us(p->lead1[j]) : SEL_NO_LEAD);
+
+		if (!isfinite(p->cr[j]) && l != SEL_NO_LEAD &&
 		    (long)j != p->skip[0] && (long)j != p->skip[1])
-			sc->due[k++] = (struct sel_due){ lead_us(p->lead[j]), 0 };
+			sc->due[k++] = (struct sel_due){ l, 0 };
+	}
 	return k;
 }
 

@@ -160,7 +160,7 @@ struct cover_sim {
 	 * floats (+inf: none) padded for decide_probe. */
 	struct chain_lead *reach;
 	uint32_t *lead;
-	float *leadf;
+	float *leadf, *lead1f;
 };
 
 static void
@@ -174,6 +174,7 @@ cover_sim_free(struct cover_sim *cs)
 	free(cs->reach);
 	free(cs->lead);
 	free(cs->leadf);
+	free(cs->lead1f);
 	memset(cs, 0, sizeof(*cs));
 }
 
@@ -193,7 +194,9 @@ cover_sim_init(const struct eval_ctx *ctx, struct cover_sim *cs)
 		cs->reach = malloc((n ? n : 1) * sizeof(*cs->reach));
 		cs->lead = malloc((n ? n : 1) * sizeof(*cs->lead));
 		cs->leadf = malloc((n + VECF_N) * sizeof(*cs->leadf));
-		if (cs->reach == NULL || cs->lead == NULL || cs->leadf == NULL)
+		cs->lead1f = malloc((n + VECF_N) * sizeof(*cs->lead1f));
+		if (cs->reach == NULL || cs->lead == NULL || cs->leadf == NULL ||
+		    cs->lead1f == NULL)
 			goto fail;
 	}
 	if (cs->land == NULL || cs->weight == NULL || cs->cr == NULL || cs->rank == NULL ||
@@ -242,9 +245,11 @@ cover_sim_rank(const struct eval_ctx *ctx, struct cover_sim *cs, uint32_t c, uns
 		for (size_t j = 0; j < n; j++) {
 			cs->lead[j] = cs->reach[j].us;
 			cs->leadf[j] = cs->lead[j] == CHAIN_NONE ? INFINITY : (float)cs->lead[j];
+			cs->lead1f[j] = cs->reach[j].us1 == CHAIN_NONE ? INFINITY :
+			    (float)cs->reach[j].us1;
 		}
 		for (size_t j = n; j < n + VECF_N; j++)
-			cs->leadf[j] = INFINITY;
+			cs->leadf[j] = cs->lead1f[j] = INFINITY;
 		if (!ctx->plain_rank)
 			in.lead_us = cs->lead;
 	}
@@ -271,18 +276,31 @@ pair_lead(const struct cover_sim *cs, size_t j, long jc, long js)
 	return cs->leadf[j];
 }
 
+/* The same for its lead-in through one relay alone. */
+static float
+pair_lead1(const struct cover_sim *cs, size_t j, long jc, long js)
+{
+	const struct chain_lead *r = &cs->reach[j];
+
+	if (r->us1 == CHAIN_NONE || (long)r->via1 == jc || (long)r->via1 == js)
+		return INFINITY;
+	return cs->lead1f[j];
+}
+
 /* The RTT of the chain client -> via... -> relay column j -> server: its
  * longest loop, from the matrix. */
 static uint32_t
-chain_true_path(const struct eval_ctx *ctx, const struct chain_lead *r, size_t j,
-    uint32_t c, uint32_t s)
+chain_true_path(const struct eval_ctx *ctx, const struct chain_lead *r, unsigned len,
+    size_t j, uint32_t c, uint32_t s)
 {
 	const uint32_t *node = ctx->roles->relay;
-	float v = simmat_row(ctx->d, c)[node[r->via[0]]];
+	const uint32_t *via = len == 2 ? &r->via1 : r->via;
+	unsigned nvia = len - 1;
+	float v = simmat_row(ctx->d, c)[node[via[0]]];
 
-	for (unsigned x = 0; x < r->nvia; x++) {
-		size_t next = x + 1 < r->nvia ? r->via[x + 1] : j;
-		float h = simmat_row(ctx->d, node[r->via[x]])[node[next]];
+	for (unsigned x = 0; x < nvia; x++) {
+		size_t next = x + 1 < nvia ? via[x + 1] : j;
+		float h = simmat_row(ctx->d, node[via[x]])[node[next]];
 
 		v = h > v ? h : v;
 	}
@@ -302,7 +320,7 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 	struct sel_candidate *cand = NULL;
 	struct decide_scratch sc;
 	uint32_t *idx = NULL;
-	float *cr = NULL, *rs = NULL, *lead = NULL;
+	float *cr = NULL, *rs = NULL, *lead = NULL, *lead1 = NULL;
 	struct rng rng;
 	struct cover_sim cs;
 	bool chains = ctx->model.sel.max_chain > 1;
@@ -338,7 +356,8 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 		st->max_chain = model.sel.max_chain;
 		st->chain_gain = model.sel.chain_gain;
 		lead = malloc(cap * sizeof(*lead));
-		if (lead == NULL) {
+		lead1 = malloc(cap * sizeof(*lead1));
+		if (lead == NULL || lead1 == NULL) {
 			errbuf_set(err, errlen, "out of memory");
 			goto out;
 		}
@@ -372,9 +391,12 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 			probe.skip[0] = jc;
 			probe.skip[1] = js;
 			if (chains) {
-				for (size_t x = 0; x < nrel + VECF_N; x++)
+				for (size_t x = 0; x < nrel + VECF_N; x++) {
 					lead[x] = x < nrel ? pair_lead(&cs, x, jc, js) : INFINITY;
+					lead1[x] = x < nrel ? pair_lead1(&cs, x, jc, js) : INFINITY;
+				}
 				probe.lead = lead;
+				probe.lead1 = lead1;
 			}
 		} else {
 			for (size_t x = 0; x < cs.nrank; x++)
@@ -406,10 +428,14 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 			probe.rs = rs;
 			probe.n = m;
 			if (chains) {
-				for (size_t x = 0; x < m + VECF_N && x < cap; x++)
+				for (size_t x = 0; x < m + VECF_N && x < cap; x++) {
 					lead[x] = x < m ? pair_lead(&cs, idx[x], jc, js) :
 					    INFINITY;
+					lead1[x] = x < m ? pair_lead1(&cs, idx[x], jc, js) :
+					    INFINITY;
+				}
 				probe.lead = lead;
+				probe.lead1 = lead1;
 			}
 		}
 		if (decide_pair(&model, &probe, &sc, &res, err, errlen) < 0)
@@ -418,8 +444,8 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 
 		if (res.verdict == SEL_GO_RELAY && res.chain) {
 			/* What the chain really gives: the longest of its loops. */
-			res.path_us = chain_true_path(ctx, &cs.reach[col], col, c, s);
-			st->nrelays[1 + cs.reach[col].nvia]++;
+			res.path_us = chain_true_path(ctx, &cs.reach[col], res.chain, col, c, s);
+			st->nrelays[res.chain]++;
 		} else {
 			st->nrelays[res.verdict == SEL_GO_RELAY]++;
 		}
@@ -448,6 +474,7 @@ out:
 	free(cr);
 	free(rs);
 	free(lead);
+	free(lead1);
 	return rc;
 }
 

@@ -58,6 +58,9 @@ test_reach_by_hand(void **state)
 	assert_int_equal(r[3].nvia, 2);
 	assert_int_equal(r[3].via[0], 2);
 	assert_int_equal(r[3].via[1], 1);
+	/* The best through one relay alone is kept beside it. */
+	assert_int_equal(r[3].us1, 60);
+	assert_int_equal(r[3].via1, 0);
 	/* Ties go to fewer relays: 1 stays at 25 through 2 alone. */
 	assert_int_equal(r[1].us, 25);
 	assert_int_equal(r[1].nvia, 1);
@@ -181,6 +184,10 @@ test_reach_brute_force(void **state)
 					}
 				}
 				assert_int_equal(r[j].us, best);
+				assert_true(r[j].us <= r[j].us1);
+				if (r[j].us1 != N)
+					assert_int_equal(r[j].us1, mx(cr[r[j].via1],
+					    chain_rr(&in, lo, r[j].via1, j)));
 				if (best == N) {
 					assert_int_equal(r[j].nvia, 0);
 					continue;

@@ -674,6 +674,35 @@ test_chain_in_hand_settles(void **state)
 	assert_int_equal(o.verdict, SEL_GO_RELAY);
 }
 
+static void
+test_chain_of_three_pays_the_gain(void **state)
+{
+	/* Relay 1 alone 100; its lead-in through one relay 50, through two
+	 * 44: 44 * 1.1 = 48.4 <= 50, three relays; 46 * 1.1 > 50, two. */
+	struct sel_reply r[] = { chain_reply(1, 100, 20, 120, 44) };
+	struct sel_result o;
+	(void)state;
+
+	r[0].rtt_lead1_us = 50 * MS;
+	o = decide_chain(3, 1.1, SEL_DIRECT_OK, 300, r, 1, 1, NULL, 0, 120);
+	assert_int_equal(o.chain, 3);
+	assert_int_equal(o.path_rtt_us, 44 * MS);
+	r[0].rtt_lead_us = 46 * MS;
+	o = decide_chain(3, 1.1, SEL_DIRECT_OK, 300, r, 1, 1, NULL, 0, 120);
+	assert_int_equal(o.chain, 2);
+	assert_int_equal(o.path_rtt_us, 50 * MS);
+	/* max_chain 2: never three. */
+	r[0].rtt_lead_us = 30 * MS;
+	o = decide_chain(2, 1.1, SEL_DIRECT_OK, 300, r, 1, 1, NULL, 0, 120);
+	assert_int_equal(o.chain, 2);
+	assert_int_equal(o.path_rtt_us, 50 * MS);
+	/* The server loop dominates both: the shorter chain, 60. */
+	r[0].rtt_rs_us = 60 * MS;
+	o = decide_chain(3, 1.1, SEL_DIRECT_OK, 300, r, 1, 1, NULL, 0, 120);
+	assert_int_equal(o.chain, 2);
+	assert_int_equal(o.path_rtt_us, 60 * MS);
+}
+
 int
 main(void)
 {
@@ -681,6 +710,7 @@ main(void)
 		cmocka_unit_test(test_chain_taken_by_gain),
 		cmocka_unit_test(test_chain_settled_waits_for_late_chain_end),
 		cmocka_unit_test(test_chain_in_hand_settles),
+		cmocka_unit_test(test_chain_of_three_pays_the_gain),
 		cmocka_unit_test(test_rng_reproducible_and_bounded),
 		cmocka_unit_test(test_rng_below_is_uniform),
 		cmocka_unit_test(test_defaults_and_names),

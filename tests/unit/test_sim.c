@@ -343,9 +343,9 @@ test_chain_settled_matches_full_wait(void **state)
 {
 	enum { N = 14 };
 	double ms[N * N];
-	float lead[N + 16];
+	float lead[N + 16], lead1[N + 16];
 	struct rng rng;
-	size_t checked = 0, chains = 0, early = 0;
+	size_t checked = 0, chains = 0, early = 0, threes = 0;
 	(void)state;
 
 	rng_seed(&rng, 11);
@@ -369,15 +369,22 @@ test_chain_settled_matches_full_wait(void **state)
 		m.sel.chain_gain = round % 4 == 0 ? 1.0 : round % 4 == 1 ? 1.1 : 1.5;
 		m.sel.min_gain = round % 5 == 4 ? 1.1 : 1.0;
 		for (uint32_t c = 0; c < N; c++) {
-			for (size_t j = 0; j < N + 16; j++)
-				lead[j] = j < N && rng_below(&rng, 3) != 0 ?
+			/* A lead-in through one relay, and one through two that
+			 * is shorter or the same (the best of both). */
+			for (size_t j = 0; j < N + 16; j++) {
+				lead1[j] = j < N && rng_below(&rng, 3) != 0 ?
 				    (float)(1000 * (1 + rng_below(&rng, 150))) : INFINITY;
+				lead[j] = j < N && rng_below(&rng, 2) != 0 ?
+				    (float)(1000 * (1 + rng_below(&rng, 150))) : INFINITY;
+				if (lead1[j] < lead[j])
+					lead[j] = lead1[j];
+			}
 			for (uint32_t s = 0; s < N; s++) {
 				const float *cr = simmat_row(&d, c), *rs = simmat_row(&d, s);
 				float dir = cr[s];
 				struct decide_probe p = {
 					.cr = cr, .rs = rs, .n = N, .skip = { (long)c, (long)s },
-					.direct = dir, .lead = lead,
+					.direct = dir, .lead = lead, .lead1 = lead1,
 				};
 				struct decide_scratch sc;
 				struct decide_result r;
@@ -404,10 +411,17 @@ test_chain_settled_matches_full_wait(void **state)
 					uint32_t v1 = a > b ? a : b;
 
 					S = v1 < S ? v1 : S;
-					if (isfinite(lead[j])) {
-						uint32_t l = (uint32_t)lead[j], v = l > b ? l : b;
-						C = v < C ? v : C;
-					}
+					/* Its chain: of two, or of three if that beats
+					 * it by the gain. */
+					uint32_t c2 = UINT32_MAX, c3 = UINT32_MAX, cj;
+
+					if (isfinite(lead1[j]))
+						c2 = (uint32_t)lead1[j] > b ? (uint32_t)lead1[j] : b;
+					if (isfinite(lead[j]) && lead[j] != lead1[j])
+						c3 = (uint32_t)lead[j] > b ? (uint32_t)lead[j] : b;
+					cj = c3 != UINT32_MAX && (c2 == UINT32_MAX ||
+					    (c3 < c2 && (double)c3 * m.sel.chain_gain <= c2)) ? c3 : c2;
+					C = cj < C ? cj : C;
 				}
 				bool use_chain = C < S && (double)C * m.sel.chain_gain <= (double)S;
 				uint32_t V = use_chain ? C : S;
@@ -417,9 +431,10 @@ test_chain_settled_matches_full_wait(void **state)
 				assert_int_equal(r.verdict, relay ? SEL_GO_RELAY : SEL_GO_DIRECT);
 				assert_int_equal(r.path_us, relay ? V : (uint32_t)dir);
 				if (relay)
-					assert_int_equal(r.chain, use_chain);
+					assert_int_equal(r.chain != 0, use_chain);
 				assert_true(r.at_us <= deadline);
 				chains += relay && use_chain;
+				threes += relay && r.chain == 3;
 				early += r.at_us < deadline;
 				checked++;
 			}
@@ -429,6 +444,7 @@ test_chain_settled_matches_full_wait(void **state)
 	/* The cases are there: chains taken, decisions before the deadline. */
 	assert_true(checked > 1000);
 	assert_true(chains > 100);
+	assert_true(threes > 10 && threes < chains);
 	assert_true(early > 100);
 }
 
