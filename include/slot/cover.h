@@ -36,10 +36,11 @@ struct cover_input {
 	const uint32_t *rl_us;
 	/* Chains (slot/chain.h): NULL, or lead_us[i] = the best lead-in to
 	 * relay i through other relays (COVER_NONE: none). Relay i then stands
-	 * for the better of itself alone and the chain ending at it, as the
-	 * selection takes them: the chain when its path * chain_gain is no
-	 * longer. A relay near the server but far from the client is a good
-	 * chain end. */
+	 * for the better of itself alone and the chain ending at it, the chain
+	 * counted at its path * chain_gain (the price the selection asks of a
+	 * chain, so that high gains do not spend probes on chain ends the
+	 * decision then refuses). A relay near the server but far from the
+	 * client is a good chain end. */
 	const uint32_t *lead_us;
 	double chain_gain;
 	/* With lead_us: the wait rule's c_wait (0: none). A chain's relay is

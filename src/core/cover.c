@@ -19,8 +19,8 @@ cmp_byrtt(const void *a, const void *b)
 }
 
 /* The path to a server at a landmark RTT rl from relay i: through i alone,
- * or through the chain ending at i when the selection would take it;
- * +inf when unknown. */
+ * or through the chain ending at i, counted at its path * chain_gain when
+ * that is shorter and its reply comes in time; +inf when unknown. */
 static inline float
 via(const struct cover_input *in, size_t i, uint32_t rl, float direct)
 {
@@ -34,7 +34,7 @@ via(const struct cover_input *in, size_t i, uint32_t rl, float direct)
 	    (in->c_wait > 0 && (float)cr + (float)rl > (float)in->c_wait * direct))
 		return single;
 	chain = (float)(rl > in->lead_us[i] ? rl : in->lead_us[i]);
-	return chain < single && chain * (float)in->chain_gain <= single ? chain : single;
+	return chain * (float)in->chain_gain < single ? chain * (float)in->chain_gain : single;
 }
 
 int
