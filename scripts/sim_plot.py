@@ -9,6 +9,7 @@ Writes into IMGDIR, for what DIR holds:
   PREFIXrandgroup_k.png   RandGroup-k likewise (paper Fig. 9)
   PREFIXk_sweep.png       share of Select-All's average reduction and benefit against k
   PREFIXmultihop.png      optimal paths with 1..I intermediaries, and phi(i,i+1)
+  PREFIXchains.png        with --max-chain: the runs with chains against the optimal paths
 Needs matplotlib (Debian: python3-matplotlib, in scripts/deps.sh).
 """
 
@@ -178,6 +179,24 @@ def plot_multihop(cs, phicdf, data, imgdir, prefix):
     save(fig, imgdir, prefix + "multihop.png")
 
 
+def plot_chains(cs, data, imgdir, prefix):
+    """Runs with chains (labels like Cover-20+3) against the optimal paths."""
+    chains = [l for l in cs if "+" in l]
+    if not chains:
+        return
+    opt = sorted((l for l, c in cs.items() if c[0] == "optimal"), key=lambda l: cs[l][1])
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    for l in opt:
+        n = cs[l][1]
+        step(ax, cs[l], label="optimal, up to %d relay%s" % (n, "" if n == 1 else "s"),
+             color="k", linestyle=[":", "--", "-."][min(n, 3) - 1])
+    for l in chains:
+        step(ax, cs[l], label=l + " (chains of up to %s relays)" % l.split("+")[1])
+    cdf_axes(ax, "Chains of relays, with the wait rule\n" + data,
+             xmax_of([cs[l] for l in chains + opt]))
+    save(fig, imgdir, prefix + "chains.png")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir", help="slot-sim's --out directory")
@@ -198,6 +217,7 @@ def main():
     plot_family(cs, "cover", "Cover", 0, a.data, a.imgdir, a.prefix)
     plot_sweep(summary, a.data, a.imgdir, a.prefix)
     plot_multihop(cs, read(os.path.join(a.dir, "phi_cdf.csv")), a.data, a.imgdir, a.prefix)
+    plot_chains(cs, a.data, a.imgdir, a.prefix)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,19 @@ struct cover_input {
 	const float *land_weight;	/* NULL: every landmark weighs 1 */
 	/* rl_us[i * nland + l] = RTT(relay i, landmark l); COVER_NONE: unknown. */
 	const uint32_t *rl_us;
+	/* Chains (slot/chain.h): NULL, or lead_us[i] = the best lead-in to
+	 * relay i through other relays (COVER_NONE: none). Relay i then stands
+	 * for the better of itself alone and the chain ending at it, the chain
+	 * counted at its path * chain_gain (the price the selection asks of a
+	 * chain, so that high gains do not spend probes on chain ends the
+	 * decision then refuses). A relay near the server but far from the
+	 * client is a good chain end. */
+	const uint32_t *lead_us;
+	double chain_gain;
+	/* With lead_us: the wait rule's c_wait (0: none). A chain's relay is
+	 * probed from the client, so its reply comes after RTT(c,r) + RTT(r,s),
+	 * and counts for a landmark only by c_wait * its direct RTT. */
+	double c_wait;
 };
 
 /* Ranks up to max relays into out (room for max): first the greedy

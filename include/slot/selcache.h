@@ -32,11 +32,16 @@ enum selc_why {
 
 /* Ports a relay entry remembers as reached (LRU beyond that). */
 #define SELC_REACHED_MAX 8
+/* Relays after the first on a cached chain (select.h's SEL_MAX_CHAIN - 1). */
+#define SELC_NEXT_MAX 2
 
 struct selc_entry {
 	enum selc_choice choice;
 	enum selc_why why;
-	struct endpoint relay;		/* SELC_RELAY: the relay's control endpoint */
+	struct endpoint relay;		/* SELC_RELAY: the relay's control endpoint (a
+					 * chain's first) */
+	struct endpoint next[SELC_NEXT_MAX];	/* a chain: the relays after it */
+	unsigned nnext;
 	uint32_t path_rtt_us;		/* the path RTT measured at selection */
 	uint64_t made_us;		/* monotonic; set by selc_put */
 	uint64_t expires_us;		/* monotonic; set by selc_put */
@@ -82,8 +87,8 @@ bool selc_mark_reached(struct selcache *c, const struct endpoint *server,
 bool selc_invalidate(struct selcache *c, const struct endpoint *key,
     const struct endpoint *relay);
 
-/* Forgets every entry that uses relay (it left the relay set or its control
- * connection died). Returns how many went. */
+/* Forgets every entry that uses relay, anywhere on its chain (it left the
+ * relay set or its control connection died). Returns how many went. */
 size_t selc_invalidate_relay(struct selcache *c, const struct endpoint *relay);
 
 /* Forgets the entries of server, the address's and its ports', or with

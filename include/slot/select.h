@@ -27,7 +27,14 @@ struct sel_params {
 	double c_wait;			/* wait at most c_wait * RTT_direct; default 1.25 */
 	double min_gain;		/* relay only if RTT_direct / path >= min_gain; default 1.1 */
 	uint64_t repair_timeout_us;	/* direct path failed or silent; default 3 s */
+	/* Chains (slot/chain.h): relays on a path, 1 (no chains) ..
+	 * SEL_MAX_CHAIN; a chain is taken over the best single relay only if
+	 * its path * chain_gain <= the single relay's path (and shorter). */
+	unsigned max_chain;
+	double chain_gain;
 };
+
+#define SEL_MAX_CHAIN 3
 
 void sel_params_default(struct sel_params *p);
 
@@ -76,6 +83,25 @@ struct sel_reply {
 	uint32_t rtt_cr_us;	/* client to relay (elapsed - hold) */
 	uint32_t rtt_rs_us;	/* relay to server */
 	uint64_t at_us;		/* when the reply arrived */
+	/* The best lead-in to this relay through other relays (chain_reach):
+	 * the longest loop before it; SEL_NO_LEAD: none, no chain ends here.
+	 * rtt_lead1_us: the best through one relay alone (a chain of two);
+	 * rtt_lead_us, when it differs, is through two (a chain of three),
+	 * taken only if it beats the chain of two by chain_gain. */
+	uint32_t rtt_lead_us;
+	uint32_t rtt_lead1_us;
+};
+
+/* 0, so that a reply filled without chains in mind has no lead-in. */
+#define SEL_NO_LEAD 0
+
+/* A relay probed whose reply is still due, with a lead-in (the shorter of
+ * its two): the chain it would end has a path of at least max(lead_us,
+ * t - cr_us) at time t (its reply comes after cr + rs). cr_us is the
+ * caller's estimate of RTT(c,r). */
+struct sel_due {
+	uint32_t lead_us;
+	uint32_t cr_us;		/* 0: unknown, the bound is the lead-in alone */
 };
 
 struct sel_state {
@@ -85,6 +111,10 @@ struct sel_state {
 	size_t nreplies;
 	size_t nprobed;		/* relays probed: replies still due = nprobed - nreplies */
 	uint64_t now_us;
+	/* The replies still due whose relay has a lead-in (those not listed
+	 * have none); only read with max_chain > 1. */
+	const struct sel_due *due;
+	size_t ndue;
 };
 
 enum sel_verdict { SEL_WAIT = 0, SEL_GO_DIRECT, SEL_GO_RELAY };
@@ -92,7 +122,11 @@ enum sel_verdict { SEL_WAIT = 0, SEL_GO_DIRECT, SEL_GO_RELAY };
 struct sel_result {
 	enum sel_verdict verdict;
 	uint32_t relay;		/* SEL_GO_RELAY: the chosen relay index */
-	uint32_t path_rtt_us;	/* SEL_GO_RELAY: max(RTT(c,r), RTT(r,s)) */
+	uint32_t path_rtt_us;	/* SEL_GO_RELAY: max(RTT(c,r), RTT(r,s)), or
+				 * for a chain max(lead-in, RTT(r,s)) */
+	/* SEL_GO_RELAY: 0 the relay alone, else a chain of this many relays
+	 * (2: through its one-relay lead-in, 3: its two-relay one), relay last */
+	unsigned chain;
 	uint64_t wake_us;	/* SEL_WAIT: decide again by then at the latest */
 	const char *why;	/* for the log line */
 };
@@ -101,10 +135,12 @@ struct sel_result {
 uint32_t sel_path_rtt(const struct sel_reply *r);
 
 /* Decides now, or says until when to wait. Call again on every new reply,
- * when the direct probe finishes, and at wake_us. "Settled" below: all
- * replies are in, or the best path in hand is no longer than half the time
- * since the probes went out (a reply still due at t has a path above t/2:
- * cr + rs > t), so the replies still due cannot change the choice.
+ * when the direct probe finishes, and at wake_us. The path in hand: the
+ * best single relay, or the best chain (a reply with a lead-in) when it
+ * beats that by chain_gain. "Settled" below: all replies are in, or the
+ * replies still due cannot change the choice: a reply still due at t has
+ * a single-relay path above t/2 (cr + rs > t), and a chain path of at least
+ * max(lead, t - cr) (see sel_due).
  * - direct OK: relay replies count if they arrived by c_wait * RTT_direct;
  *   decide when settled or at that deadline; take the best relay if
  *   RTT_direct / path >= min_gain, else go direct.

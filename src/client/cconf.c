@@ -254,6 +254,8 @@ static const struct conf_key keys[] = {
 	{ F("select", "k", CK_UINT, sel.k), .min = 1, .max = 100000 },
 	{ F("select", "c_wait", CK_DOUBLE, sel.c_wait), .dmin = 1, .dmax = 10 },
 	{ F("select", "min_gain", CK_DOUBLE, sel.min_gain), .dmin = 1, .dmax = 100 },
+	{ F("select", "max_chain", CK_UINT, sel.max_chain), .min = 1, .max = SEL_MAX_CHAIN },
+	{ F("select", "chain_gain", CK_DOUBLE, sel.chain_gain), .dmin = 1, .dmax = 100 },
 	{ F("select", "repair_timeout", CK_US, sel.repair_timeout_us), .min = 100, .max = 60000 },
 	{ F("select", "hold_timeout", CK_MS, hold_timeout_ms), .min = 100, .max = 120000 },
 	{ F("select", "establish_timeout", CK_MS, establish_timeout_ms), .min = 100, .max = 60000 },

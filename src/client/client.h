@@ -33,6 +33,7 @@ struct client_counters {
 	unsigned long long direct_probes;
 	unsigned long long direct_probes_connect;	/* by connect: no raw socket for the family */
 	unsigned long long decisions_direct, decisions_relay;
+	unsigned long long decisions_chain;	/* of decisions_relay... chosen: a chain */
 	unsigned long long direct_no_family_relay;	/* no relay of the connection's
 							 * family (IPv6 through v4-only relays) */
 	unsigned long long repairs;		/* relay taken: direct failed or silent past repair_timeout */
@@ -73,6 +74,14 @@ struct crelay {
 	uint32_t rtt_us;		/* RTT(client, relay) of its last probe reply; 0: none */
 	uint32_t rtt_est_us;		/* what the ranking took for RTT(client, relay); 0: none */
 	uint32_t rank;			/* in the cover ranking (rank.h); SEL_NO_RANK: none */
+	/* Chains (rank.h): the best lead-in to this relay through other
+	 * relays, set with the ranking: its longest loop (0: none) and the
+	 * relays on it, in path order. */
+	uint32_t lead_us;
+	struct crelay *lead_via[SEL_MAX_CHAIN - 1];
+	unsigned nlead;
+	uint32_t lead1_us;		/* the best through one relay alone (0: none) */
+	struct crelay *lead1_via;
 	uint64_t rules_gen;		/* the first rule set with its DNAT rule: it is
 					 * used only once that set is in the kernel */
 };
@@ -83,6 +92,8 @@ struct decision {
 	struct endpoint client, server;
 	bool relayed;
 	struct endpoint relay;
+	struct endpoint next[SEL_MAX_CHAIN - 1];	/* a chain: the relays after relay */
+	unsigned nnext;
 	const char *why;
 	uint32_t rtt_direct_us, path_rtt_us;
 	uint64_t select_us;		/* SYN to the choice of path */
@@ -153,6 +164,7 @@ struct slotd {
 
 	ev_timer rank_timer;		/* rank.h */
 	size_t ranked, rank_greedy;	/* relays ranked; of them by the landmarks */
+	size_t chain_ends;		/* relays with a lead-in (rank.c) */
 };
 
 #endif

@@ -61,6 +61,8 @@ counters(void *user, struct ctl_counters *cs)
 	C("direct_no_family_relay", c->direct_no_family_relay, CTL_COUNTER,
 	    "Connections sent direct because no relay has a data endpoint of their "
 	    "family (the kernel rewrites a destination only within a family).");
+	C("decisions_chain", c->decisions_chain, CTL_COUNTER,
+	    "Selections that chose a chain of relays (max_chain > 1).");
 	C("decisions_relay", c->decisions_relay, CTL_COUNTER,
 	    "Connections sent through a relay.");
 	C("repairs", c->repairs, CTL_COUNTER,
@@ -147,6 +149,8 @@ counters(void *user, struct ctl_counters *cs)
 	    "Relays in the cover ranking (strategy cover).");
 	C("relays_ranked_by_landmarks", d->rank_greedy, CTL_GAUGE,
 	    "Of them, chosen for the landmarks they cover (the rest: nearest first).");
+	C("relays_with_lead_in", d->chain_ends, CTL_GAUGE,
+	    "Relays a chain can end at: a lead-in through other relays is known (max_chain > 1).");
 	C("dir_cache_loaded", ds.cache_loaded, CTL_GAUGE,
 	    "1 if slotd started with the relays of its cache file.");
 #undef C
@@ -193,16 +197,23 @@ json(void *user, const struct ctl_req *q, struct ctl_out *o)
 	for (size_t i = 0; i < d->nrecent; i++) {
 		size_t k = (d->recent_next + RECENT_MAX - d->nrecent + i) % RECENT_MAX;
 		const struct decision *x = &d->recent[k];
-		char relay[EP_STRLEN + 2] = "null";
+		char relay[EP_STRLEN + 2] = "null", chain[SEL_MAX_CHAIN * (EP_STRLEN + 3)];
+		size_t cl = 0;
 		if (x->relayed)
 			snprintf(relay, sizeof(relay), "\"%s\"", ep_fmt(&x->relay, r));
+		/* The relays after "relay" on a chain, in path order. */
+		chain[cl++] = '[';
+		for (unsigned j = 0; j < x->nnext; j++)
+			cl += (size_t)snprintf(chain + cl, sizeof(chain) - cl, "%s\"%s\"",
+			    j ? "," : "", ep_fmt(&x->next[j], r));
+		snprintf(chain + cl, sizeof(chain) - cl, "]");
 		ctl_printf(o, "%s{\"client\":\"%s\",\"server\":\"%s\",\"verdict\":\"%s\","
-		    "\"relay\":%s,\"why\":\"%s\",\"rtt_direct_us\":%u,\"path_rtt_us\":%u,"
+		    "\"relay\":%s,\"chain\":%s,\"why\":\"%s\",\"rtt_direct_us\":%u,\"path_rtt_us\":%u,"
 		    "\"select_us\":%llu,\"decide_us\":%llu,\"probes\":%u,\"cached\":%s,"
 		    "\"early\":%s}",
 		    i ? "," : "",
 		    ep_fmt(&x->client, a), ep_fmt(&x->server, b),
-		    x->relayed ? "relay" : "direct", relay, x->why, x->rtt_direct_us,
+		    x->relayed ? "relay" : "direct", relay, chain, x->why, x->rtt_direct_us,
 		    x->path_rtt_us, (unsigned long long)x->select_us,
 		    (unsigned long long)x->decide_us, x->probes,
 		    x->cached ? "true" : "false", x->early ? "true" : "false");
@@ -308,7 +319,18 @@ cache_row(void *arg, const struct endpoint *key, const struct selc_entry *e)
 	/* An address's entry is for every port; a port's names its port. */
 	ctl_cell_str(w->t, key->port ? ep_fmt(key, b) : addr_fmt(&key->addr, b));
 	ctl_cell_str(w->t, e->choice == SELC_RELAY ? "relay" : "direct");
-	ctl_cell_str(w->t, e->choice == SELC_RELAY ? ep_fmt(&e->relay, b) : NULL);
+	if (e->choice == SELC_RELAY) {
+		/* A chain: its relays in path order. */
+		char path[SEL_MAX_CHAIN * (EP_STRLEN + 3)];
+		size_t pl = (size_t)snprintf(path, sizeof(path), "%s", ep_fmt(&e->relay, b));
+
+		for (unsigned i = 0; i < e->nnext; i++)
+			pl += (size_t)snprintf(path + pl, sizeof(path) - pl, " > %s",
+			    ep_fmt(&e->next[i], b));
+		ctl_cell_str(w->t, path);
+	} else {
+		ctl_cell_str(w->t, NULL);
+	}
 	if (e->path_rtt_us)
 		ctl_cell_us(w->t, e->path_rtt_us);
 	else

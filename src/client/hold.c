@@ -68,14 +68,15 @@ struct hconn {
 	size_t ncand;
 	struct sel_reply *rep;
 	size_t nrep;
+	struct sel_due *due;		/* room for ncand: replies due with a lead-in */
 	uint32_t nprobes;		/* relay probes sent */
 	uint64_t selected_us;		/* when the path was chosen, monotonic */
 
 	/* establishing */
 	struct crelay *via;
-	/* A chain: the relays after via (PIPE_ESTABLISH_CHAIN); nnext 0: via
-	 * alone. The selection sets them; a relay that leaves the set ends
-	 * the connection's chain as it ends via. */
+	/* A chain (docs/slotd.md, "Chains of relays"): the relays after via,
+	 * in path order (PIPE_ESTABLISH_CHAIN), the last one the relay probed;
+	 * nnext 0: via alone. A relay that leaves the set ends the chain. */
 	struct crelay *next[PROTO_CHAIN_MAX_HOPS];
 	unsigned nnext;
 	uint32_t req_id;
@@ -145,9 +146,11 @@ conn_stop_probing(struct hconn *c)
 	free(c->cand);
 	free(c->pr);
 	free(c->rep);
+	free(c->due);
 	c->cand = NULL;
 	c->pr = NULL;
 	c->rep = NULL;
+	c->due = NULL;
 	c->ncand = c->nrep = 0;
 }
 
@@ -182,8 +185,12 @@ record(struct slotd *d, const struct hconn *c, uint64_t now)
 	x->client = c->client;
 	x->server = c->server;
 	x->relayed = c->relayed;
-	if (c->relayed && c->via)
+	if (c->relayed && c->via) {
 		x->relay = c->via->conf.control;
+		for (unsigned i = 0; i < c->nnext; i++)
+			if (c->next[i])
+				x->next[x->nnext++] = c->next[i]->conf.control;
+	}
 	x->why = c->why ? c->why : "";
 	x->rtt_direct_us = c->direct == SEL_DIRECT_OK ? c->rtt_direct_us : 0;
 	x->path_rtt_us = c->path_rtt_us;
@@ -293,6 +300,8 @@ conn_release(struct hconn *c, struct crelay *via, const char *why)
 	c->req_id = 0;
 	c->relayed = via != NULL;
 	c->via = via;
+	if (via == NULL)
+		c->nnext = 0;
 	c->why = why;
 	if (c->syn_out)
 		synack_settle(c, via != NULL);
@@ -360,11 +369,17 @@ cache_decision(struct slotd *d, const struct hconn *c, struct crelay *via)
 	struct selc_entry e = { .choice = via ? SELC_RELAY : SELC_DIRECT, .why = SELC_SELECTED };
 	struct endpoint k = addr_key(c);
 
-	if (!cache_on(d) || (c->lib && (c->lib->has_relay || c->lib->navoid > 0)) ||
-	    c->nnext > 0)
+	if (!cache_on(d) || (c->lib && (c->lib->has_relay || c->lib->navoid > 0)))
 		return;
-	if (via)
+	if (via) {
 		e.relay = via->conf.control;
+		/* A chain is cached whole: a hit takes the same relays. */
+		for (unsigned i = 0; i < c->nnext; i++) {
+			if (c->next[i] == NULL)
+				return;
+			e.next[e.nnext++] = c->next[i]->conf.control;
+		}
+	}
 	e.path_rtt_us = via ? c->path_rtt_us : c->rtt_direct_us;
 	(void)selc_put(d->cache, &k, &e, clock_mono_us(), d->conf.cache_ttl_ms * 1000);
 }
@@ -402,8 +417,9 @@ learn_ok(struct slotd *d, const struct hconn *c, struct crelay *via)
 {
 	if (!c->cached)
 		cache_decision(d, c, via);
-	/* A chain reached the server from its last relay, not from via. */
-	if (cache_on(d) && c->nnext == 0)
+	/* The entry's path (via alone, or the chain from via) reached it; a
+	 * path the program forced may not be the entry's. */
+	if (cache_on(d) && !(c->lib && c->lib->has_relay))
 		(void)selc_mark_reached(d->cache, &c->server, &via->conf.control,
 		    clock_mono_us());
 }
@@ -671,6 +687,8 @@ establish_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 static void decide_timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
+static bool lead_usable(const struct slotd *d, const struct crelay *r, unsigned len,
+    uint64_t now);
 
 /* Runs the selection on what has come in so far. */
 static void
@@ -688,6 +706,13 @@ evaluate(struct hconn *c)
 	uint64_t now = clock_mono_us();
 
 	s.now_us = now - c->t0_us;
+	/* The relays still due that may end a chain, with the RTT the
+	 * ranking took for them: their chain is at least max(lead, t - cr). */
+	for (size_t i = 0; c->due && i < c->ncand; i++)
+		if (!c->pr[i].answered && c->cand[i] && c->cand[i]->lead_us)
+			c->due[s.ndue++] = (struct sel_due){ c->cand[i]->lead_us,
+			    c->cand[i]->rtt_est_us };	/* lead_us <= lead1_us */
+	s.due = c->due;
 	sel_decide(&d->conf.sel, &s, &res);
 	switch (res.verdict) {
 	case SEL_WAIT: {
@@ -713,6 +738,26 @@ evaluate(struct hconn *c)
 			conn_release(c, NULL, "chosen relay left the set");
 			return;
 		}
+		/* A chain: the client's SYN goes to the lead-in's first relay;
+		 * the one probed comes last. */
+		c->nnext = 0;
+		/* The ranking may have run since the reply (every 10 s): a
+		 * lead-in no longer there or usable leaves the relay alone. */
+		if (res.chain && !lead_usable(d, via, res.chain, now))
+			res.chain = 0;
+		if (res.chain == 2) {
+			c->next[c->nnext++] = via;
+			via = via->lead1_via;
+		} else if (res.chain == 3) {
+			struct crelay *last = via;
+
+			via = last->lead_via[0];
+			for (unsigned i = 1; i < last->nlead; i++)
+				c->next[c->nnext++] = last->lead_via[i];
+			c->next[c->nnext++] = last;
+		}
+		if (res.chain)
+			d->ctr.decisions_chain++;
 		/* A repair proper: the direct path failed, or stayed silent
 		 * until repair_timeout. Otherwise the relay won before the
 		 * direct probe answered, whatever it turns out to be. */
@@ -917,7 +962,9 @@ start_probing(struct slotd *d, struct hconn *c)
 	c->cand = calloc(k, sizeof(*c->cand));
 	c->pr = calloc(k, sizeof(*c->pr));
 	c->rep = calloc(k, sizeof(*c->rep));
-	if (c->cand == NULL || c->pr == NULL || c->rep == NULL)
+	c->due = d->conf.sel.max_chain > 1 ? calloc(k, sizeof(*c->due)) : NULL;
+	if (c->cand == NULL || c->pr == NULL || c->rep == NULL ||
+	    (d->conf.sel.max_chain > 1 && c->due == NULL))
 		goto oom;
 	c->ncand = k;
 	for (size_t i = 0; i < k; i++)
@@ -943,6 +990,32 @@ oom:
 	free(idx);
 	log_warnx("out of memory while probing");
 	conn_release(c, NULL, "out of memory");
+}
+
+/* Whether r's lead-in (set by the ranking) can be taken now: every relay
+ * on it still usable, of the connection's family. */
+static bool
+via_usable(const struct slotd *d, const struct crelay *r, const struct crelay *x,
+    uint64_t now)
+{
+	return x != NULL && relay_usable(d, x, now) &&
+	    x->conf.control.addr.family == r->conf.control.addr.family;
+}
+
+/* len 2: through one relay (lead1); len 3: the best lead-in (lead). */
+static bool
+lead_usable(const struct slotd *d, const struct crelay *r, unsigned len, uint64_t now)
+{
+	if (d->conf.sel.max_chain < len)
+		return false;
+	if (len == 2)
+		return r->lead1_us != 0 && via_usable(d, r, r->lead1_via, now);
+	if (r->lead_us == 0 || r->nlead == 0)
+		return false;
+	for (unsigned i = 0; i < r->nlead; i++)
+		if (!via_usable(d, r, r->lead_via[i], now))
+			return false;
+	return true;
 }
 
 /* A reply counts only as the answer to a request still outstanding, once:
@@ -1057,6 +1130,10 @@ probe_read(struct slotd *d, int fd)
 		    (uint32_t)(elapsed - m.u.probe_reply.hold_us) : 1;
 		r->rtt_rs_us = m.u.probe_reply.rtt_us;
 		r->at_us = now > c->t0_us ? now - c->t0_us : 0;
+		r->rtt_lead_us = lead_usable(d, c->cand[p->idx], 3, now) ?
+		    c->cand[p->idx]->lead_us : SEL_NO_LEAD;
+		r->rtt_lead1_us = lead_usable(d, c->cand[p->idx], 2, now) ?
+		    c->cand[p->idx]->lead1_us : SEL_NO_LEAD;
 		c->cand[p->idx]->rtt_us = r->rtt_cr_us;		/* for "slotctl relays" */
 		evaluate(c);
 	}
@@ -1165,6 +1242,18 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 			return;
 		}
 		struct crelay *r = relay_find(d, &e.relay);
+		/* A cached chain: every relay of it still in the set and usable. */
+		c->nnext = 0;
+		for (unsigned i = 0; r && i < e.nnext && i < SEL_MAX_CHAIN - 1; i++) {
+			struct crelay *x = relay_find(d, &e.next[i]);
+
+			if (x == NULL || !relay_usable(d, x, now) ||
+			    lib_opts_avoids(c->lib, &e.next[i]))
+				r = NULL;
+			c->next[c->nnext++] = x;
+		}
+		if (r == NULL)
+			c->nnext = 0;
 		if (r && relay_usable(d, r, now)) {
 			d->ctr.cache_hits++;
 			c->cached = true;
@@ -1329,6 +1418,15 @@ hold_answer(struct slotd *d, const struct endpoint *client, const struct endpoin
 	return false;
 }
 
+static bool
+in_chain(const struct hconn *c, const struct crelay *r)
+{
+	for (unsigned i = 0; i < c->nnext; i++)
+		if (c->next[i] == r)
+			return true;
+	return false;
+}
+
 void
 hold_relay_gone(struct slotd *d, struct crelay *r)
 {
@@ -1336,10 +1434,7 @@ hold_relay_gone(struct slotd *d, struct crelay *r)
 
 	for (c = TAILQ_FIRST(&d->held); c; c = t) {
 		t = TAILQ_NEXT(c, link);
-		bool in_chain = false;
-		for (unsigned i = 0; i < c->nnext; i++)
-			in_chain |= c->next[i] == r;
-		if (c->state == HC_ESTABLISHING && (c->via == r || in_chain)) {
+		if (c->state == HC_ESTABLISHING && (c->via == r || in_chain(c, r))) {
 			conn_release(c, NULL, "relay left the set");
 			continue;
 		}

@@ -1,12 +1,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slot/chain.h"
+#include "slot/clock.h"
 #include "slot/cover.h"
 #include "slot/log.h"
 #include "slot/select.h"
 #include "dirsync.h"
 #include "rank.h"
 #include "slot/rlink.h"
+#include "relays.h"
 
 struct row {
 	const struct endpoint *ep;
@@ -37,15 +40,26 @@ rank_update(struct slotd *d)
 	const struct dirc_landmarks *land = NULL;
 	const struct dirc_relay *list = dirsync_listing(d, &nl, &land);
 	uint32_t *cr = NULL, *lr = NULL, *rl = NULL, *out = NULL, *row_of = NULL;
+	uint32_t *lead = NULL;
+	struct chain_lead *reach = NULL;
+	bool *avoid = NULL;
 	struct row *rows = NULL;
-	size_t nout = 0, ngreedy = 0;
+	size_t nout = 0, ngreedy = 0, nchain = 0;
+	bool cover = d->conf.sel.strategy == SEL_COVER, chains = d->conf.sel.max_chain > 1;
+	uint64_t now = clock_mono_us();
 
 	for (size_t i = 0; i < n; i++) {
-		d->relays[i]->rank = SEL_NO_RANK;
-		d->relays[i]->rtt_est_us = 0;
+		struct crelay *r = d->relays[i];
+
+		r->rank = SEL_NO_RANK;
+		r->rtt_est_us = 0;
+		r->lead_us = r->lead1_us = 0;
+		r->nlead = 0;
+		r->lead1_via = NULL;
 	}
 	d->ranked = d->rank_greedy = 0;
-	if (d->conf.sel.strategy != SEL_COVER || n == 0)
+	d->chain_ends = 0;
+	if ((!cover && !chains) || n == 0)
 		return;
 	if (land != NULL && land->nland > 0 && land->nrelay == nl)
 		L = land->nland;
@@ -55,8 +69,13 @@ rank_update(struct slotd *d)
 	lr = malloc((L ? L : 1) * sizeof(*lr));
 	rl = malloc((n * L > 0 ? n * L : 1) * sizeof(*rl));
 	rows = malloc((nl ? nl : 1) * sizeof(*rows));
+	if (chains) {
+		lead = malloc(n * sizeof(*lead));
+		reach = malloc(n * sizeof(*reach));
+		avoid = malloc(n * sizeof(*avoid));
+	}
 	if (cr == NULL || row_of == NULL || out == NULL || lr == NULL || rl == NULL ||
-	    rows == NULL) {
+	    rows == NULL || (chains && (lead == NULL || reach == NULL || avoid == NULL))) {
 		log_warnx("relay ranking: out of memory; probing relays at random");
 		goto out;
 	}
@@ -92,9 +111,47 @@ rank_update(struct slotd *d)
 			rl[i * L + l] = v == DIRC_LAND_NONE ? COVER_NONE :
 			    (uint32_t)v * DIRC_LAND_UNIT_US;
 		}
+	/* Chains: every relay's best lead-in, once per ranking (chain.h). A
+	 * relay out of use now starts or carries none; hold.c checks the
+	 * relays of a lead-in again when it takes one. */
+	if (chains) {
+		struct chain_input ch = {
+			.nrelay = n, .cr_us = cr, .nland = L, .land_relay = lr, .rl_us = rl,
+			.max_chain = d->conf.sel.max_chain, .avoid = avoid,
+		};
+
+		for (size_t i = 0; i < n; i++)
+			avoid[i] = !relay_usable(d, d->relays[i], now);
+		if (chain_reach(&ch, reach) < 0) {
+			log_warnx("relay ranking: out of memory for chains; single relays only");
+			chains = false;
+		}
+		for (size_t i = 0; chains && i < n; i++) {
+			struct crelay *r = d->relays[i];
+
+			lead[i] = reach[i].us;
+			if (reach[i].us == CHAIN_NONE)
+				continue;
+			/* 0 means none to sel_decide. */
+			r->lead_us = reach[i].us ? reach[i].us : 1;
+			r->nlead = reach[i].nvia;
+			for (unsigned x = 0; x < reach[i].nvia; x++)
+				r->lead_via[x] = d->relays[reach[i].via[x]];
+			if (reach[i].us1 != CHAIN_NONE) {
+				r->lead1_us = reach[i].us1 ? reach[i].us1 : 1;
+				r->lead1_via = d->relays[reach[i].via1];
+			}
+			nchain++;
+		}
+		d->chain_ends = nchain;
+	}
+	if (!cover)
+		goto out;
 	struct cover_input in = {
 		.nrelay = n, .cr_us = cr, .nland = L, .land_relay = lr,
 		.land_weight = L ? land->weight : NULL, .rl_us = rl,
+		.lead_us = chains ? lead : NULL, .chain_gain = d->conf.sel.chain_gain,
+		.c_wait = d->conf.sel.c_wait,
 	};
 	if (cover_rank(&in, max < n ? max : n, out, &nout, &ngreedy) < 0) {
 		log_warnx("relay ranking: out of memory; probing relays at random");
@@ -105,7 +162,7 @@ rank_update(struct slotd *d)
 	d->ranked = nout;
 	d->rank_greedy = ngreedy;
 	log_debug("relay ranking: %zu relays, %zu landmarks, %zu ranked, %zu of them by "
-	    "the landmarks", n, L, nout, ngreedy);
+	    "the landmarks, %zu with a lead-in", n, L, nout, ngreedy, nchain);
 out:
 	free(cr);
 	free(row_of);
@@ -113,6 +170,9 @@ out:
 	free(lr);
 	free(rl);
 	free(rows);
+	free(lead);
+	free(reach);
+	free(avoid);
 }
 
 static void

@@ -18,6 +18,25 @@ cmp_byrtt(const void *a, const void *b)
 	return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
+/* The path to a server at a landmark RTT rl from relay i: through i alone,
+ * or through the chain ending at i, counted at its path * chain_gain when
+ * that is shorter and its reply comes in time; +inf when unknown. */
+static inline float
+via(const struct cover_input *in, size_t i, uint32_t rl, float direct)
+{
+	uint32_t cr = in->cr_us[i];
+	float single, chain;
+
+	if (rl == COVER_NONE)
+		return INFINITY;
+	single = (float)(rl > cr ? rl : cr);
+	if (in->lead_us == NULL || in->lead_us[i] == COVER_NONE ||
+	    (in->c_wait > 0 && (float)cr + (float)rl > (float)in->c_wait * direct))
+		return single;
+	chain = (float)(rl > in->lead_us[i] ? rl : in->lead_us[i]);
+	return chain * (float)in->chain_gain < single ? chain * (float)in->chain_gain : single;
+}
+
 int
 cover_rank(const struct cover_input *in, size_t max, uint32_t *out, size_t *nout,
     size_t *ngreedy)
@@ -28,11 +47,13 @@ cover_rank(const struct cover_input *in, size_t max, uint32_t *out, size_t *nout
 	size_t *col = malloc((L ? L : 1) * sizeof(*col));
 	float *cur = malloc((L ? L : 1) * sizeof(*cur));
 	float *scale = malloc((L ? L : 1) * sizeof(*scale));
+	float *dir = malloc((L ? L : 1) * sizeof(*dir));
 	bool *taken = calloc(n ? n : 1, sizeof(*taken));
 	struct byrtt *rest = malloc((n ? n : 1) * sizeof(*rest));
 	int rc = -1;
 
-	if (col == NULL || cur == NULL || scale == NULL || taken == NULL || rest == NULL)
+	if (col == NULL || cur == NULL || scale == NULL || dir == NULL || taken == NULL ||
+	    rest == NULL)
 		goto out;
 	for (size_t l = 0; l < L; l++) {
 		uint32_t r = in->land_relay[l];
@@ -43,6 +64,7 @@ cover_rank(const struct cover_input *in, size_t max, uint32_t *out, size_t *nout
 			continue;
 		col[nl] = l;
 		cur[nl] = (float)in->cr_us[r];
+		dir[nl] = cur[nl];
 		scale[nl] = w / (float)in->cr_us[r];
 		nl++;
 	}
@@ -57,13 +79,16 @@ cover_rank(const struct cover_input *in, size_t max, uint32_t *out, size_t *nout
 
 			if (taken[i] || cr == COVER_NONE)
 				continue;
-			for (size_t x = 0; x < nl; x++) {
-				uint32_t rl = row[col[x]];
-				float p;
+			/* No path through i is shorter than its first loop: the
+			 * landmarks already closer are skipped at once. */
+			float lo = in->lead_us && in->lead_us[i] < cr ?
+			    (float)in->lead_us[i] : (float)cr;
 
-				if (rl == COVER_NONE || (float)cr >= cur[x])
+			for (size_t x = 0; x < nl; x++) {
+				if (lo >= cur[x])
 					continue;
-				p = (float)(rl > cr ? rl : cr);
+				float p = via(in, i, row[col[x]], dir[x]);
+
 				if (p < cur[x])
 					g += (double)((cur[x] - p) * scale[x]);
 			}
@@ -77,13 +102,10 @@ cover_rank(const struct cover_input *in, size_t max, uint32_t *out, size_t *nout
 		taken[bi] = true;
 		out[k++] = (uint32_t)bi;
 		for (size_t x = 0; x < nl; x++) {
-			uint32_t rl = in->rl_us[bi * L + col[x]], cr = in->cr_us[bi];
+			float p = via(in, bi, in->rl_us[bi * L + col[x]], dir[x]);
 
-			if (rl != COVER_NONE) {
-				float p = (float)(rl > cr ? rl : cr);
-				if (p < cur[x])
-					cur[x] = p;
-			}
+			if (p < cur[x])
+				cur[x] = p;
 		}
 	}
 	if (ngreedy != NULL)
@@ -101,6 +123,7 @@ out:
 	free(col);
 	free(cur);
 	free(scale);
+	free(dir);
 	free(taken);
 	free(rest);
 	return rc;

@@ -198,6 +198,17 @@ selc_invalidate(struct selcache *c, const struct endpoint *key, const struct end
 	return true;
 }
 
+static bool
+uses(const struct selc_entry *e, const struct endpoint *relay)
+{
+	if (ep_eq(&e->relay, relay))
+		return true;
+	for (unsigned i = 0; i < e->nnext && i < SELC_NEXT_MAX; i++)
+		if (ep_eq(&e->next[i], relay))
+			return true;
+	return false;
+}
+
 size_t
 selc_invalidate_relay(struct selcache *c, const struct endpoint *relay)
 {
@@ -206,7 +217,7 @@ selc_invalidate_relay(struct selcache *c, const struct endpoint *relay)
 
 	for (n = TAILQ_FIRST(&c->all); n; n = next) {
 		next = TAILQ_NEXT(n, link);
-		if (n->e.choice == SELC_RELAY && ep_eq(&n->e.relay, relay)) {
+		if (n->e.choice == SELC_RELAY && uses(&n->e, relay)) {
 			node_drop(c, n);
 			k++;
 		}

@@ -34,6 +34,10 @@ decide_model_default(struct decide_model *m)
 	memset(m, 0, sizeof(*m));
 	sel_params_default(&m->sel);
 	m->sel.min_gain = 1.0;
+	/* One relay, the paper's model and every figure before chains; with
+	 * --max-chain, slotd's chain_gain. */
+	m->sel.max_chain = 1;
+	m->sel.chain_gain = 1.1;
 	m->relay_timeout_us = 2000000;
 }
 
@@ -41,6 +45,7 @@ void
 decide_scratch_init(struct decide_scratch *sc)
 {
 	sc->rep = NULL;
+	sc->due = NULL;
 	sc->cap = 0;
 }
 
@@ -48,6 +53,7 @@ void
 decide_scratch_free(struct decide_scratch *sc)
 {
 	free(sc->rep);
+	free(sc->due);
 	decide_scratch_init(sc);
 }
 
@@ -173,8 +179,26 @@ reserve(struct decide_scratch *sc, size_t n)
 	if (r == NULL)
 		return -1;
 	sc->rep = r;
+	struct sel_due *d = realloc(sc->due, n * sizeof(*d));
+
+	if (d == NULL)
+		return -1;
+	sc->due = d;
 	sc->cap = n;
 	return 0;
+}
+
+static bool
+chains(const struct decide_model *m, const struct decide_probe *p)
+{
+	return p->lead != NULL && m->sel.max_chain > 1;
+}
+
+/* A lead-in in whole microseconds, never SEL_NO_LEAD (0). */
+static uint32_t
+lead_us(float v)
+{
+	return v >= 1.0f ? (uint32_t)v : 1;
 }
 
 /* The reply of relay j as slotd would record it. */
@@ -191,6 +215,45 @@ make_reply(const struct decide_model *m, const struct decide_probe *p,
 	r->rtt_cr_us = cr;
 	r->rtt_rs_us = rs;
 	r->at_us = (uint64_t)cr + (m->warm ? 0 : reached ? rs : m->relay_timeout_us);
+	r->rtt_lead_us = chains(m, p) && isfinite(p->lead[j]) ?
+	    lead_us(p->lead[j]) : SEL_NO_LEAD;
+	r->rtt_lead1_us = chains(m, p) && p->lead1 && isfinite(p->lead1[j]) ?
+	    lead_us(p->lead1[j]) : SEL_NO_LEAD;
+}
+
+/* The shorter of a relay's two lead-ins; SEL_NO_LEAD: none. */
+static uint32_t
+min_lead(uint32_t a, uint32_t b)
+{
+	if (a == SEL_NO_LEAD)
+		return b;
+	return b == SEL_NO_LEAD || a < b ? a : b;
+}
+
+/* The replies still due at this step that may end a chain: those after
+ * the first `passed` of S, and the relays that never answer (their cr
+ * unknown to the bound). Exact replay only, so S is every reply. */
+static size_t
+collect_due(const struct decide_probe *p, const struct decide_scratch *sc, size_t ns,
+    size_t passed)
+{
+	size_t k = 0;
+
+	for (size_t i = passed; i < ns; i++) {
+		uint32_t l = min_lead(sc->rep[i].rtt_lead_us, sc->rep[i].rtt_lead1_us);
+
+		if (l != SEL_NO_LEAD)
+			sc->due[k++] = (struct sel_due){ l, sc->rep[i].rtt_cr_us };
+	}
+	for (size_t j = 0; j < p->n; j++) {
+		uint32_t l = min_lead(isfinite(p->lead[j]) ? lead_us(p->lead[j]) : SEL_NO_LEAD,
+		    p->lead1 && isfinite(p->lead1[j]) ? lead_us(p->lead1[j]) : SEL_NO_LEAD);
+
+		if (!isfinite(p->cr[j]) && l != SEL_NO_LEAD &&
+		    (long)j != p->skip[0] && (long)j != p->skip[1])
+			sc->due[k++] = (struct sel_due){ l, 0 };
+	}
+	return k;
 }
 
 /* Collects S into sc->rep (see the top of the file); *nu and *u_last give
@@ -217,7 +280,7 @@ collect(const struct decide_model *m, const struct decide_probe *p,
 		load_chunk(p, c, q, &cr, &rs);
 		lane_times(cr, rs, to, m->warm, &path, &t);
 		vecm answers = vecf_lt(t, inf);
-		vecm want = m->exact ? answers : vecm_and(answers,
+		vecm want = m->exact || chains(m, p) ? answers : vecm_and(answers,
 		    vecm_or(vecf_le(t, vt), vecf_eq(path, vp)));
 		vecm rest = vecm_andnot(want, answers);
 		unsigned bits = vecm_bits(want);
@@ -275,6 +338,10 @@ decide_pair(const struct decide_model *m, const struct decide_probe *p,
 
 		st.nreplies = si;
 		st.nprobed = ns + (rest_due ? 1 : 0) + b.nsilent;
+		if (chains(m, p)) {
+			st.due = sc->due;
+			st.ndue = collect_due(p, sc, ns, si);
+		}
 		sel_decide(&m->sel, &st, &res);
 		out->ncalls++;
 		if (res.verdict != SEL_WAIT)
@@ -331,6 +398,7 @@ decide_pair(const struct decide_model *m, const struct decide_probe *p,
 	if (res.verdict == SEL_GO_RELAY) {
 		out->relay = res.relay;
 		out->path_us = res.path_rtt_us;
+		out->chain = res.chain;
 	} else {
 		out->path_us = isfinite(p->direct) ? (uint32_t)p->direct :
 		    DECIDE_NO_PATH;

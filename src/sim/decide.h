@@ -42,7 +42,8 @@ struct decide_model {
 };
 
 /* sel_params_default, except min_gain 1.0: any shorter path is taken, so
- * "benefit" means a path shorter than the direct one. Relay probe timeout
+ * "benefit" means a path shorter than the direct one; and max_chain 1 (one
+ * relay, as the paper; slotd's default is 3) with slotd's chain_gain 1.1. Relay probe timeout
  * 2 s (slot-relayd's default), cold caches, failing direct probes. */
 void decide_model_default(struct decide_model *m);
 
@@ -55,6 +56,12 @@ struct decide_probe {
 	size_t n;
 	long skip[2];		/* entries not probed (the pair's endpoints), or -1 */
 	float direct;		/* RTT(client, server), +inf when missing */
+	/* Chains (sel.max_chain > 1): lead[j] = the best lead-in to relay j
+	 * (chain_reach), lead1[j] its best through one relay alone, +inf:
+	 * none; NULL: no chains. The replay is then exact, and every reply
+	 * still due with a lead-in is handed to sel_decide with its cr (the
+	 * client's estimate is the true RTT here). */
+	const float *lead, *lead1;
 };
 
 #define DECIDE_NO_PATH UINT32_MAX
@@ -63,6 +70,7 @@ struct decide_result {
 	enum sel_verdict verdict;	/* SEL_GO_DIRECT or SEL_GO_RELAY */
 	uint32_t relay;		/* SEL_GO_RELAY: index j of the relay */
 	uint32_t path_us;	/* RTT of the path taken; DECIDE_NO_PATH: none */
+	unsigned chain;		/* SEL_GO_RELAY: 0, or relays on the chain (sel_result) */
 	uint64_t at_us;		/* when sel_decide decided */
 	uint32_t nprobed;	/* relay probes sent */
 	uint32_t ncalls;	/* calls to sel_decide */
@@ -70,6 +78,7 @@ struct decide_result {
 
 struct decide_scratch {
 	struct sel_reply *rep;
+	struct sel_due *due;
 	size_t cap;
 };
 

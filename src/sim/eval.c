@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slot/chain.h"
 #include "slot/cover.h"
 #include "slot/errbuf.h"
 #include "slot/rng.h"
@@ -155,6 +156,11 @@ struct cover_sim {
 	uint32_t *rank;		/* the client's ranking */
 	size_t nrank;
 	uint32_t client;	/* whose ranking rank is; UINT32_MAX: none */
+	/* Chains: the client's lead-ins, and their bottlenecks as a row of
+	 * floats (+inf: none) padded for decide_probe. */
+	struct chain_lead *reach;
+	uint32_t *lead;
+	float *leadf, *lead1f;
 };
 
 static void
@@ -165,6 +171,10 @@ cover_sim_free(struct cover_sim *cs)
 	free(cs->rl);
 	free(cs->cr);
 	free(cs->rank);
+	free(cs->reach);
+	free(cs->lead);
+	free(cs->leadf);
+	free(cs->lead1f);
 	memset(cs, 0, sizeof(*cs));
 }
 
@@ -180,6 +190,15 @@ cover_sim_init(const struct eval_ctx *ctx, struct cover_sim *cs)
 	cs->weight = malloc((max ? max : 1) * sizeof(*cs->weight));
 	cs->cr = malloc((n ? n : 1) * sizeof(*cs->cr));
 	cs->rank = malloc((n ? n : 1) * sizeof(*cs->rank));
+	if (ctx->model.sel.max_chain > 1) {
+		cs->reach = malloc((n ? n : 1) * sizeof(*cs->reach));
+		cs->lead = malloc((n ? n : 1) * sizeof(*cs->lead));
+		cs->leadf = malloc((n + VECF_N) * sizeof(*cs->leadf));
+		cs->lead1f = malloc((n + VECF_N) * sizeof(*cs->lead1f));
+		if (cs->reach == NULL || cs->lead == NULL || cs->leadf == NULL ||
+		    cs->lead1f == NULL)
+			goto fail;
+	}
 	if (cs->land == NULL || cs->weight == NULL || cs->cr == NULL || cs->rank == NULL ||
 	    cover_landmarks(n, relay_rtt, (void *)(uintptr_t)ctx, max, NULL, cs->land, cs->weight,
 	    &cs->nland) < 0)
@@ -207,6 +226,12 @@ cover_sim_rank(const struct eval_ctx *ctx, struct cover_sim *cs, uint32_t c, uns
 	struct cover_input in = {
 		.nrelay = n, .cr_us = cs->cr, .nland = cs->nland, .land_relay = cs->land,
 		.land_weight = cs->weight, .rl_us = cs->rl,
+		.chain_gain = ctx->model.sel.chain_gain,
+		.c_wait = ctx->model.warm ? 0 : ctx->model.sel.c_wait,
+	};
+	struct chain_input ch = {
+		.nrelay = n, .cr_us = cs->cr, .nland = cs->nland, .land_relay = cs->land,
+		.rl_us = cs->rl, .max_chain = ctx->model.sel.max_chain,
 	};
 
 	if (cs->client == c)
@@ -214,11 +239,75 @@ cover_sim_rank(const struct eval_ctx *ctx, struct cover_sim *cs, uint32_t c, uns
 	for (size_t j = 0; j < n; j++)
 		cs->cr[j] = ctx->roles->relay[j] == c || !isfinite(row[j]) ? COVER_NONE :
 		    (uint32_t)row[j];
-	if (cover_rank(&in, (size_t)k + 2 < n ? (size_t)k + 2 : n, cs->rank, &cs->nrank,
-	    NULL) < 0)
+	if (cs->reach != NULL) {
+		if (chain_reach(&ch, cs->reach) < 0)
+			return -1;
+		for (size_t j = 0; j < n; j++) {
+			cs->lead[j] = cs->reach[j].us;
+			cs->leadf[j] = cs->lead[j] == CHAIN_NONE ? INFINITY : (float)cs->lead[j];
+			cs->lead1f[j] = cs->reach[j].us1 == CHAIN_NONE ? INFINITY :
+			    (float)cs->reach[j].us1;
+		}
+		for (size_t j = n; j < n + VECF_N; j++)
+			cs->leadf[j] = cs->lead1f[j] = INFINITY;
+		if (!ctx->plain_rank)
+			in.lead_us = cs->lead;
+	}
+	cs->nrank = 0;
+	if (k > 0 && cover_rank(&in, (size_t)k + 2 < n ? (size_t)k + 2 : n, cs->rank,
+	    &cs->nrank, NULL) < 0)
 		return -1;
 	cs->client = c;
 	return 0;
+}
+
+/* Relay j's lead-in for the pair whose endpoints are relay columns jc and
+ * js (-1: not relays): none if it passes through either (a lead-in is
+ * computed once per client, and through the server it would not be a
+ * path to it). */
+static float
+pair_lead(const struct cover_sim *cs, size_t j, long jc, long js)
+{
+	const struct chain_lead *r = &cs->reach[j];
+
+	for (unsigned x = 0; x < r->nvia; x++)
+		if ((long)r->via[x] == jc || (long)r->via[x] == js)
+			return INFINITY;
+	return cs->leadf[j];
+}
+
+/* The same for its lead-in through one relay alone. */
+static float
+pair_lead1(const struct cover_sim *cs, size_t j, long jc, long js)
+{
+	const struct chain_lead *r = &cs->reach[j];
+
+	if (r->us1 == CHAIN_NONE || (long)r->via1 == jc || (long)r->via1 == js)
+		return INFINITY;
+	return cs->lead1f[j];
+}
+
+/* The RTT of the chain client -> via... -> relay column j -> server: its
+ * longest loop, from the matrix. */
+static uint32_t
+chain_true_path(const struct eval_ctx *ctx, const struct chain_lead *r, unsigned len,
+    size_t j, uint32_t c, uint32_t s)
+{
+	const uint32_t *node = ctx->roles->relay;
+	const uint32_t *via = len == 2 ? &r->via1 : r->via;
+	unsigned nvia = len - 1;
+	float v = simmat_row(ctx->d, c)[node[via[0]]];
+
+	for (unsigned x = 0; x < nvia; x++) {
+		size_t next = x + 1 < nvia ? via[x + 1] : j;
+		float h = simmat_row(ctx->d, node[via[x]])[node[next]];
+
+		v = h > v ? h : v;
+	}
+	float last = simmat_row(ctx->d, node[j])[s];
+
+	v = last > v ? last : v;
+	return isfinite(v) ? (uint32_t)v : DECIDE_NO_PATH;
 }
 
 int
@@ -231,9 +320,10 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 	struct sel_candidate *cand = NULL;
 	struct decide_scratch sc;
 	uint32_t *idx = NULL;
-	float *cr = NULL, *rs = NULL;
+	float *cr = NULL, *rs = NULL, *lead = NULL, *lead1 = NULL;
 	struct rng rng;
 	struct cover_sim cs;
+	bool chains = ctx->model.sel.max_chain > 1;
 	int rc = -1;
 
 	memset(&cs, 0, sizeof(cs));
@@ -258,7 +348,23 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 		cand[j].usable = true;
 		cand[j].rank = SEL_NO_RANK;
 	}
-	if (kind == EVAL_COVER && cover_sim_init(ctx, &cs) < 0) {
+	if (chains) {
+		size_t len = strlen(st->label);
+
+		snprintf(st->label + len, sizeof(st->label) - len, "+%u",
+		    model.sel.max_chain);
+		st->max_chain = model.sel.max_chain;
+		st->chain_gain = model.sel.chain_gain;
+		lead = malloc(cap * sizeof(*lead));
+		lead1 = malloc(cap * sizeof(*lead1));
+		if (lead == NULL || lead1 == NULL) {
+			errbuf_set(err, errlen, "out of memory");
+			goto out;
+		}
+	} else {
+		st->max_chain = 1;
+	}
+	if ((kind == EVAL_COVER || chains) && cover_sim_init(ctx, &cs) < 0) {
 		errbuf_set(err, errlen, "out of memory for the cover ranking");
 		goto out;
 	}
@@ -272,6 +378,11 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 		struct decide_result res;
 		size_t m = 0;
 
+		if ((kind == EVAL_COVER || chains) &&
+		    cover_sim_rank(ctx, &cs, c, kind == EVAL_COVER ? k : 0) < 0) {
+			errbuf_set(err, errlen, "out of memory");
+			goto out;
+		}
 		if (kind == EVAL_SELECT_ALL) {
 			/* The matrix is symmetric: RTT(r, s) is row s. */
 			probe.cr = simmat_row(ctx->dr, c);
@@ -279,15 +390,17 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 			probe.n = nrel;
 			probe.skip[0] = jc;
 			probe.skip[1] = js;
-		} else {
-			if (kind == EVAL_COVER) {
-				if (cover_sim_rank(ctx, &cs, c, k) < 0) {
-					errbuf_set(err, errlen, "out of memory");
-					goto out;
+			if (chains) {
+				for (size_t x = 0; x < nrel + VECF_N; x++) {
+					lead[x] = x < nrel ? pair_lead(&cs, x, jc, js) : INFINITY;
+					lead1[x] = x < nrel ? pair_lead1(&cs, x, jc, js) : INFINITY;
 				}
-				for (size_t x = 0; x < cs.nrank; x++)
-					cand[cs.rank[x]].rank = (uint32_t)x;
+				probe.lead = lead;
+				probe.lead1 = lead1;
 			}
+		} else {
+			for (size_t x = 0; x < cs.nrank; x++)
+				cand[cs.rank[x]].rank = (uint32_t)x;
 			/* A pair's endpoints are not its relays. */
 			if (jc >= 0)
 				cand[jc].usable = false;
@@ -314,16 +427,33 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 			probe.cr = cr;
 			probe.rs = rs;
 			probe.n = m;
+			if (chains) {
+				for (size_t x = 0; x < m + VECF_N && x < cap; x++) {
+					lead[x] = x < m ? pair_lead(&cs, idx[x], jc, js) :
+					    INFINITY;
+					lead1[x] = x < m ? pair_lead1(&cs, idx[x], jc, js) :
+					    INFINITY;
+				}
+				probe.lead = lead;
+				probe.lead1 = lead1;
+			}
 		}
 		if (decide_pair(&model, &probe, &sc, &res, err, errlen) < 0)
 			goto out;
+		uint32_t col = kind == EVAL_SELECT_ALL ? res.relay : idx[res.relay];
+
+		if (res.verdict == SEL_GO_RELAY && res.chain) {
+			/* What the chain really gives: the longest of its loops. */
+			res.path_us = chain_true_path(ctx, &cs.reach[col], res.chain, col, c, s);
+			st->nrelays[res.chain]++;
+		} else {
+			st->nrelays[res.verdict == SEL_GO_RELAY]++;
+		}
 		account(st, i, probe.direct, res.path_us);
 		if (isfinite(probe.direct))
 			st->wait_ratio[st->ndirect - 1] =
 			    (float)((double)res.at_us / (double)probe.direct);
 		if (st->via != NULL) {
-			uint32_t col = kind == EVAL_SELECT_ALL ? res.relay : idx[res.relay];
-
 			st->via[i] = res.verdict == SEL_GO_RELAY ?
 			    ctx->roles->relay[col] : UINT32_MAX;
 		}
@@ -343,6 +473,8 @@ out:
 	free(idx);
 	free(cr);
 	free(rs);
+	free(lead);
+	free(lead1);
 	return rc;
 }
 

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "slot/select.h"
 #include "decide.h"
 #include "roles.h"
 #include "simmat.h"
@@ -41,6 +42,9 @@ struct eval_ctx {
 	/* EVAL_COVER: landmarks among the relays (cover_landmarks), as
 	 * slot-dird picks them; 0: every relay. */
 	size_t nlandmarks;
+	/* Chains (model.sel.max_chain > 1): Cover-k ranks with the lead-ins
+	 * (cover_input.lead_us) unless plain_rank. */
+	bool plain_rank;
 };
 
 struct eval_stats {
@@ -61,6 +65,11 @@ struct eval_stats {
 					 * for Optimal) */
 	uint32_t *path_us;		/* per pair; DECIDE_NO_PATH: none; NULL unless asked */
 	uint32_t *via;			/* per pair: relay node, or UINT32_MAX; with path_us */
+	/* Pairs by relays on the path taken: nrelays[0] direct (or none),
+	 * [h] through h relays; not for Optimal. */
+	size_t nrelays[SEL_MAX_CHAIN + 1];
+	unsigned max_chain;		/* the run's */
+	double chain_gain;
 };
 
 /* Runs kind (not EVAL_OPTIMAL) with k over ctx->pairs, seeded from

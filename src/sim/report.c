@@ -97,6 +97,25 @@ report_sweep_table(FILE *f, const struct eval_stats *st, size_t n,
 }
 
 void
+report_relays_table(FILE *f, const struct eval_stats *st, size_t n)
+{
+	fprintf(f, "%-14s %7s %8s %8s %8s %9s %8s %8s %8s\n", "strategy", "direct",
+	    "1 relay", "2 relays", "3 relays", "chain gain", "wait/D", "p99", "max");
+	for (size_t i = 0; i < n; i++) {
+		const struct eval_stats *s = &st[i];
+
+		fprintf(f, "%-14s", s->label);
+		for (int h = 0; h <= SEL_MAX_CHAIN; h++)
+			cell(f, h == 0 ? 7 : 8, 1, pct(s->nrelays[h], s->npairs), "%");
+		cell(f, 9, 2, s->max_chain > 1 ? s->chain_gain : NAN, "");
+		cell(f, 8, 3, eval_quantile(s->wait_ratio, s->ndirect, 0.5), "");
+		cell(f, 8, 3, eval_quantile(s->wait_ratio, s->ndirect, 0.99), "");
+		cell(f, 8, 3, eval_quantile(s->wait_ratio, s->ndirect, 1.0), "");
+		fputc('\n', f);
+	}
+}
+
+void
 report_phi_table(FILE *f, const struct eval_phi *phi, size_t n)
 {
 	fprintf(f, "%-9s %8s %8s %8s %8s %8s %9s %9s\n", "", "mean", "median",
@@ -176,7 +195,8 @@ report_summary_csv(const char *path, const struct eval_stats *st, size_t n,
 	    "avg_reduction_pct,worse_pct,median_gain,p90_gain,missing_direct,"
 	    "repaired,repaired_pct,probes_per_decision,mean_decision_ms,"
 	    "frac_select_all_reduction,frac_select_all_benefit,"
-	    "median_wait_over_direct\n");
+	    "median_wait_over_direct,max_chain,chain_gain,relays1_pct,relays2_pct,"
+	    "relays3_pct,max_wait_over_direct\n");
 	for (size_t i = 0; i < n; i++) {
 		struct report_row r;
 
@@ -206,6 +226,21 @@ report_summary_csv(const char *path, const struct eval_stats *st, size_t n,
 		num(f, 4, ref != NULL ? r.benefit_pct / rr.benefit_pct : NAN);
 		fputc(',', f);
 		num(f, 4, r.wait_ratio_median);
+		fputc(',', f);
+		/* Chains: empty for Optimal, whose paths are not chosen. */
+		if (st[i].kind != EVAL_OPTIMAL) {
+			fprintf(f, "%u,", st[i].max_chain);
+			num(f, 3, st[i].max_chain > 1 ? st[i].chain_gain : NAN);
+			for (int h = 1; h <= SEL_MAX_CHAIN; h++) {
+				fputc(',', f);
+				num(f, 3, pct(st[i].nrelays[h], st[i].npairs));
+			}
+			fputc(',', f);
+			num(f, 4, st[i].wait_ratio != NULL ?
+			    eval_quantile(st[i].wait_ratio, st[i].ndirect, 1.0) : NAN);
+		} else {
+			fputs(",,,,,", f);
+		}
 		fputc('\n', f);
 	}
 	return csv_close(f, path, err, errlen);

@@ -38,6 +38,10 @@ void report_table(FILE *f, const struct eval_stats *st, size_t n);
 void report_sweep_table(FILE *f, const struct eval_stats *st, size_t n,
     const struct eval_stats *ref);
 
+/* Per run: the share of pairs through 0 (direct), 1, 2 and 3 relays, and
+ * the wait over the direct RTT (median, 99th percentile, largest). */
+void report_relays_table(FILE *f, const struct eval_stats *st, size_t n);
+
 void report_phi_table(FILE *f, const struct eval_phi *phi, size_t n);
 
 /* summary.csv: one row per run; ref (may be NULL) gives the frac_ columns. */

@@ -54,6 +54,7 @@ struct opts {
 	const char *out;
 	bool per_pair;
 	bool verbose;
+	bool plain_rank;		/* chains: Cover-k ranks without lead-ins */
 };
 
 static void
@@ -131,6 +132,14 @@ usage(FILE *f)
 "                               hole) instead of failing at once\n"
 "    --exact                    hand sel_decide every single reply (slow;\n"
 "                               the same verdicts, for checking)\n"
+"    --max-chain N              relays on a path, 1 to 3 (default 1, the\n"
+"                               paper's one relay; slotd's default is 3): a\n"
+"                               chain ends at a relay probed, its lead-in\n"
+"                               comes from RTT(c,r) and the relays' RTTs to\n"
+"                               the landmarks (chain_reach)\n"
+"    --chain-gain X             take a chain only if its path * X <= the best\n"
+"                               single relay's (default 1.1, as slotd)\n"
+"    --plain-rank               with chains, Cover-k ranks as without them\n"
 "    --inflation X              MCL inflation (default 2.0, as slot-dird)\n"
 "    --max-intra-rtt MS         split groups wider than MS (default 50, as\n"
 "                               slot-dird; 0: no bound)\n"
@@ -300,7 +309,7 @@ enum {
 	O_SYNTH = 256, O_SYNTH_STRETCH, O_SYNTH_MISSING, O_SAVE, O_CLIENTS,
 	O_RELAYS, O_SERVERS, O_SPLIT, O_SWEEP, O_LANDMARKS, O_CWAIT, O_MINGAIN, O_REPAIR,
 	O_RELAYTO, O_WARM, O_SILENT, O_EXACT, O_INFLATION, O_MAXINTRA, O_SAMPLE,
-	O_SEED, O_PERPAIR, O_SYNTH_SITES,
+	O_SEED, O_PERPAIR, O_SYNTH_SITES, O_MAXCHAIN, O_CHAINGAIN, O_PLAINRANK,
 };
 
 static const struct option longopts[] = {
@@ -326,6 +335,9 @@ static const struct option longopts[] = {
 	{ "warm", no_argument, NULL, O_WARM },
 	{ "silent-direct", no_argument, NULL, O_SILENT },
 	{ "exact", no_argument, NULL, O_EXACT },
+	{ "max-chain", required_argument, NULL, O_MAXCHAIN },
+	{ "chain-gain", required_argument, NULL, O_CHAINGAIN },
+	{ "plain-rank", no_argument, NULL, O_PLAINRANK },
 	{ "inflation", required_argument, NULL, O_INFLATION },
 	{ "max-intra-rtt", required_argument, NULL, O_MAXINTRA },
 	{ "hops", required_argument, NULL, 'H' },
@@ -455,6 +467,19 @@ parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case O_EXACT:
 			o->model.exact = true;
+			break;
+		case O_MAXCHAIN:
+			if (parse_size("--max-chain", optarg, 1, SEL_MAX_CHAIN, &u) < 0)
+				return -1;
+			o->model.sel.max_chain = (unsigned)u;
+			break;
+		case O_CHAINGAIN:
+			if (parse_double("--chain-gain", optarg, 1, 100,
+			    &o->model.sel.chain_gain) < 0)
+				return -1;
+			break;
+		case O_PLAINRANK:
+			o->plain_rank = true;
 			break;
 		case O_INFLATION:
 			if (parse_double("--inflation", optarg, 1.05, 10, &o->mcl.inflation) < 0)
@@ -782,6 +807,10 @@ header(const struct run *r)
 	    (double)o->model.relay_timeout_us / 1000.0, o->model.warm ? "warm" : "cold",
 	    o->model.silent_direct ? "silent" : "fails", o->model.exact ? "; exact" : "",
 	    (unsigned long long)o->seed);
+	if (o->model.sel.max_chain > 1)
+		printf("chains: up to %u relays, chain_gain %g, %s\n", o->model.sel.max_chain,
+		    o->model.sel.chain_gain, o->plain_rank ? "Cover-k ranks without lead-ins" :
+		    "Cover-k ranks with lead-ins");
 }
 
 static int
@@ -1001,7 +1030,7 @@ run(struct opts *o)
 	ctx = (struct eval_ctx){
 		.d = &r->d, .dr = r->dr, .roles = &r->roles, .pairs = &r->pairs,
 		.relay_pos = r->relay_pos, .group = r->group, .model = o->model,
-		.seed = o->seed, .nlandmarks = o->landmarks,
+		.seed = o->seed, .nlandmarks = o->landmarks, .plain_rank = o->plain_rank,
 	};
 	if (o->hops > 0) {
 		if (eval_optimal(&ctx, o->hops, o->per_pair, r->opt, r->phi, err,
@@ -1028,6 +1057,10 @@ run(struct opts *o)
 		for (size_t i = 0; i < r->nmain; i++)
 			rows[n++] = r->main_[i];
 		report_table(stdout, rows, n);
+	}
+	if (o->model.sel.max_chain > 1) {
+		printf("\nRelays on the path taken (share of all pairs) and the wait:\n");
+		report_relays_table(stdout, r->main_, r->nmain);
 	}
 	if (o->hops > 0) {
 		printf("\nOptimal min-max paths, up to i intermediaries (no probing, no "

@@ -89,6 +89,8 @@ test_defaults(void **state)
 	assert_int_equal(c.sel.k, 20);
 	assert_true(c.sel.c_wait == 1.25);
 	assert_true(c.sel.min_gain == 1.1);
+	assert_int_equal(c.sel.max_chain, 3);
+	assert_true(c.sel.chain_gain == 1.1);
 	assert_int_equal(c.sel.repair_timeout_us, 3000000);
 	assert_int_equal(c.hold_timeout_ms, 5000);
 	assert_int_equal(c.establish_timeout_ms, 3000);
@@ -226,6 +228,7 @@ test_values(void **state)
 	    "[hijack]\nports = 80, 8000-8099\ninclude = 203.0.113.0/24, 2001:db8::/32\n"
 	    "exclude = 203.0.113.7\n"
 	    "[select]\nstrategy = random\nk = 7\nc_wait = 2.5\nmin_gain = 1\n"
+	    "max_chain = 2\nchain_gain = 1.5\n"
 	    "repair_timeout = 250ms\nhold_timeout = 250ms\nestablish_timeout = 1m\n"
 	    "cache_ttl = 0\ncache_size = 10\nmax_held = 1\nseed = 18446744073709551615\n"
 	    "[relays]\nkeepalive_interval = 5s\nkeepalive_timeout = 100ms\n"
@@ -257,6 +260,8 @@ test_values(void **state)
 	assert_int_equal(c.sel.k, 7);
 	assert_true(c.sel.c_wait == 2.5);
 	assert_true(c.sel.min_gain == 1.0);
+	assert_int_equal(c.sel.max_chain, 2);
+	assert_true(c.sel.chain_gain == 1.5);
 	assert_int_equal(c.sel.repair_timeout_us, 250000);
 	assert_int_equal(c.hold_timeout_ms, 250);
 	assert_int_equal(c.establish_timeout_ms, 60000);
@@ -558,6 +563,9 @@ test_errors_name_the_line(void **state)
 	bad("[select]\nc_wait = 11\n", ":2:");
 	bad("[select]\nmin_gain = nan\n", ":2: [select] min_gain");
 	bad("[select]\nmin_gain = 101\n", ":2:");
+	bad("[select]\nmax_chain = 0\n", ":2: [select] max_chain");
+	bad("[select]\nmax_chain = 4\n", ":2: [select] max_chain");
+	bad("[select]\nchain_gain = 0.9\n", ":2: [select] chain_gain");
 	bad("[select]\nrepair_timeout = 99ms\n", ":2: [select] repair_timeout");
 	bad("[select]\nrepair_timeout = 61s\n", ":2:");
 	bad("[select]\nhold_timeout = 121s\n", ":2: [select] hold_timeout");

@@ -1,148 +1,227 @@
-/* The relay's checks of a chain request (src/relay/chain.c, chain_check):
- * chains allowed, each hop's data address its control address, no hop that
- * is this relay, no address twice. The chain itself, end to end, is
- * tests/integration/test_chain.py's. */
-#include <errno.h>
+/* Chains of relays (src/core/chain.c): lead-ins on a hand-checked overlay,
+ * the landmark rule (a relay-to-relay RTT is known only when one end is a
+ * landmark), relays to avoid, and a brute force over every lead-in of up to
+ * two relays on random overlays. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
-#include "../../src/relay/chain.h"
+#include "slot/chain.h"
+#include "slot/rng.h"
 
-/* relayd.c's, which pipe.c calls: not linked into the tests. */
-void
-relay_pipe_gone(struct relay *r)
+#define N CHAIN_NONE
+
+/* Four relays, 0 and 1 landmarks. The client is near 2 (cr 10) and far
+ * from 3 (cr 200); 3 is near landmark 1 (30), 1 is near 2 (25) and far
+ * from the client (120); 0 is in the middle (cr 60, 0-3 is 50). */
+static const uint32_t cr4[4] = { 60, 120, 10, 200 };
+static const uint32_t land4[2] = { 0, 1 };
+static const uint32_t rl4[4 * 2] = {
+	0, 90,		/* 0 */
+	90, 0,		/* 1 */
+	70, 25,		/* 2 */
+	50, 30,		/* 3 */
+};
+
+static void
+test_reach_by_hand(void **state)
 {
-	(void)r;
-}
-
-static struct relay R;
-static struct addr self_addrs[2];
-
-static struct endpoint
-ep(const char *s)
-{
-	struct endpoint e;
-
-	assert_int_equal(ep_parse(s, 0, &e), 0);
-	return e;
-}
-
-static struct rlink_hop
-hop(const char *ctl, const char *data)
-{
-	struct rlink_hop h = { .control = ep(ctl), .data = ep(data) };
-
-	return h;
-}
-
-static int
-setup(void **state)
-{
+	struct chain_input in = { 4, cr4, 2, land4, rl4, 2, NULL };
+	struct chain_lead r[4];
 	(void)state;
-	memset(&R, 0, sizeof(R));
-	rconf_defaults(&R.conf);
-	R.conf.control_listen = ep("0.0.0.0:7600");
-	/* This relay is 192.0.2.1 and 2001:db8::1 (its interfaces). */
-	self_addrs[0] = ep("192.0.2.1:1").addr;
-	self_addrs[1] = ep("[2001:db8::1]:1").addr;
-	R.conf.policy.self = self_addrs;
-	R.conf.policy.nself = 2;
-	return 0;
-}
 
-static int
-teardown(void **state)
-{
-	(void)state;
-	R.conf.policy.self = NULL;
-	R.conf.policy.nself = 0;
-	rconf_free(&R.conf);
-	return 0;
+	/* One relay before: to 3 through 0 is max(60, 50) = 60, through 1
+	 * max(120, 30) = 120, through 2: 2-3 unknown (neither a landmark). */
+	assert_int_equal(chain_reach(&in, r), 0);
+	assert_int_equal(r[3].us, 60);
+	assert_int_equal(r[3].nvia, 1);
+	assert_int_equal(r[3].via[0], 0);
+	/* To 1: through 2 (a non-landmark, 1 is one) max(10, 25) = 25. */
+	assert_int_equal(r[1].us, 25);
+	assert_int_equal(r[1].via[0], 2);
+	/* To 0: through 2, max(10, 70) = 70; through 3 (200) or 1 (120) worse. */
+	assert_int_equal(r[0].us, 70);
+	assert_int_equal(r[0].via[0], 2);
+	/* To 2: through 0 max(60, 70) = 70, through 1 max(120, 25) = 120. */
+	assert_int_equal(r[2].us, 70);
+	assert_int_equal(r[2].via[0], 0);
+
+	/* Two relays before: 3 through 2 then 1: max(10, 25, 30) = 30. */
+	in.max_chain = 3;
+	assert_int_equal(chain_reach(&in, r), 0);
+	assert_int_equal(r[3].us, 30);
+	assert_int_equal(r[3].nvia, 2);
+	assert_int_equal(r[3].via[0], 2);
+	assert_int_equal(r[3].via[1], 1);
+	/* The best through one relay alone is kept beside it. */
+	assert_int_equal(r[3].us1, 60);
+	assert_int_equal(r[3].via1, 0);
+	/* Ties go to fewer relays: 1 stays at 25 through 2 alone. */
+	assert_int_equal(r[1].us, 25);
+	assert_int_equal(r[1].nvia, 1);
+	/* 0 through 2, 1: max(10, 25, 90) = 90 > 70: one relay stays. */
+	assert_int_equal(r[0].us, 70);
+	assert_int_equal(r[0].nvia, 1);
+
+	/* No chains: no lead-ins. */
+	in.max_chain = 1;
+	assert_int_equal(chain_reach(&in, r), 0);
+	for (int j = 0; j < 4; j++) {
+		assert_int_equal(r[j].us, N);
+		assert_int_equal(r[j].nvia, 0);
+	}
+	in.max_chain = 4;
+	assert_int_equal(chain_reach(&in, r), -1);
 }
 
 static void
-test_valid_chains(void **state)
+test_reach_avoids_and_unknowns(void **state)
 {
-	struct chain_spec s = { .nhops = 1 };
+	struct chain_input in = { 4, cr4, 2, land4, rl4, 3, NULL };
+	bool avoid[4] = { false, true, false, false };
+	uint32_t cr[4];
+	struct chain_lead r[4];
 	(void)state;
 
-	s.hops[0] = hop("192.0.2.20:7600", "192.0.2.20:7601");
-	assert_int_equal(chain_check(&R, &s), 0);
-	/* the data port is the relay's own business */
-	s.hops[0] = hop("192.0.2.20:7600", "192.0.2.20:9000");
-	assert_int_equal(chain_check(&R, &s), 0);
-	s.nhops = 2;
-	s.hops[1] = hop("[2001:db8::30]:7600", "[2001:db8::30]:7601");
-	assert_int_equal(chain_check(&R, &s), 0);
-	/* our own address on another port is another relay */
-	s.hops[1] = hop("192.0.2.1:7700", "192.0.2.1:7701");
-	assert_int_equal(chain_check(&R, &s), 0);
+	/* Without relay 1, 3 is reached through 0 only (2-0-3 is 70). */
+	in.avoid = avoid;
+	assert_int_equal(chain_reach(&in, r), 0);
+	assert_int_equal(r[3].us, 60);
+	assert_int_equal(r[3].nvia, 1);
+	assert_int_equal(r[1].us, N);	/* avoided: no lead-in to it */
+	/* An unknown client RTT: the relay cannot start a lead-in. */
+	memcpy(cr, cr4, sizeof(cr));
+	cr[2] = N;
+	in.avoid = NULL;
+	in.cr_us = cr;
+	assert_int_equal(chain_reach(&in, r), 0);
+	/* 1 through 0 is max(60, 90); through 0 then 3 max(60, 50, 30). */
+	assert_int_equal(r[1].us, 60);
+	assert_int_equal(r[1].nvia, 2);
+	assert_int_equal(r[1].via[0], 0);
+	assert_int_equal(r[1].via[1], 3);
+	/* Without landmarks nothing is known between relays. */
+	in.cr_us = cr4;
+	in.nland = 0;
+	assert_int_equal(chain_reach(&in, r), 0);
+	for (int j = 0; j < 4; j++)
+		assert_int_equal(r[j].us, N);
 }
 
-static void
-test_refused_chains(void **state)
+static uint32_t
+mx(uint32_t a, uint32_t b)
 {
-	struct chain_spec s = { .nhops = 1 };
-	(void)state;
-
-	/* data elsewhere than the host that proves to be a relay */
-	s.hops[0] = hop("192.0.2.20:7600", "203.0.113.5:443");
-	assert_int_equal(chain_check(&R, &s), EINVAL);
-	s.hops[0] = hop("192.0.2.20:7600", "[2001:db8::20]:7601");
-	assert_int_equal(chain_check(&R, &s), EINVAL);
-	/* this relay itself, either family, first or second hop */
-	s.hops[0] = hop("192.0.2.1:7600", "192.0.2.1:7601");
-	assert_int_equal(chain_check(&R, &s), EINVAL);
-	s.hops[0] = hop("[2001:db8::1]:7600", "[2001:db8::1]:7601");
-	assert_int_equal(chain_check(&R, &s), EINVAL);
-	s.nhops = 2;
-	s.hops[0] = hop("192.0.2.20:7600", "192.0.2.20:7601");
-	s.hops[1] = hop("192.0.2.1:7600", "192.0.2.1:7601");
-	assert_int_equal(chain_check(&R, &s), EINVAL);
-	/* the same relay twice (even on other ports) */
-	s.hops[1] = hop("192.0.2.20:7600", "192.0.2.20:7601");
-	assert_int_equal(chain_check(&R, &s), EINVAL);
-	s.hops[1] = hop("192.0.2.20:7800", "192.0.2.20:7801");
-	assert_int_equal(chain_check(&R, &s), EINVAL);
-	/* hop counts the format cannot carry */
-	s.nhops = 0;
-	assert_int_equal(chain_check(&R, &s), EINVAL);
-	s.nhops = 3;
-	assert_int_equal(chain_check(&R, &s), EINVAL);
-	/* [chain] allow = no: refused before anything else */
-	s.nhops = 1;
-	s.hops[0] = hop("192.0.2.20:7600", "192.0.2.20:7601");
-	R.conf.chain_allow = false;
-	assert_int_equal(chain_check(&R, &s), EPERM);
+	return a > b ? a : b;
 }
 
-/* [policy] public_address is this relay too (1:1 NAT). */
+/* Every lead-in of one or two relays, checked against chain_reach, and
+ * the lead-in it names has the bottleneck it says. */
 static void
-test_public_address_is_self(void **state)
+test_reach_brute_force(void **state)
 {
-	struct chain_spec s = { .nhops = 1 };
-	char err[128];
+	struct rng rng;
 	(void)state;
 
-	assert_int_equal(cidr_list_parse("198.51.100.9", &R.conf.policy.public, err,
-	    sizeof(err)), 0);
-	s.hops[0] = hop("198.51.100.9:7600", "198.51.100.9:7601");
-	assert_int_equal(chain_check(&R, &s), EINVAL);
+	rng_seed(&rng, 17);
+	for (int round = 0; round < 60; round++) {
+		size_t n = 2 + (size_t)rng_below(&rng, 14), L = (size_t)rng_below(&rng, n + 1);
+		uint32_t *cr = malloc(n * sizeof(*cr)), *lr = malloc((L + 1) * sizeof(*lr));
+		uint32_t *rl = malloc((n * L + 1) * sizeof(*rl)), *lo = malloc(n * sizeof(*lo));
+		struct chain_lead *r = malloc(n * sizeof(*r));
+		bool *avoid = calloc(n, sizeof(*avoid));
+		size_t *perm = malloc(n * sizeof(*perm));
+
+		assert_non_null(cr);
+		assert_non_null(lr);
+		assert_non_null(rl);
+		assert_non_null(lo);
+		assert_non_null(r);
+		assert_non_null(avoid);
+		assert_non_null(perm);
+		for (size_t i = 0; i < n; i++)
+			perm[i] = i;
+		for (size_t i = 0; i < n; i++) {
+			size_t j = i + (size_t)rng_below(&rng, n - i), t = perm[i];
+			perm[i] = perm[j];
+			perm[j] = t;
+			cr[i] = rng_below(&rng, 8) == 0 ? N : 1 + (uint32_t)rng_below(&rng, 300);
+			avoid[i] = rng_below(&rng, 10) == 0;
+		}
+		for (size_t l = 0; l < L; l++)
+			lr[l] = (uint32_t)perm[l];
+		for (size_t i = 0; i < n; i++)
+			for (size_t l = 0; l < L; l++)
+				rl[i * L + l] = lr[l] == i ? 0 : rng_below(&rng, 8) == 0 ? N :
+				    1 + (uint32_t)rng_below(&rng, 300);
+		for (unsigned mc = 2; mc <= 3; mc++) {
+			struct chain_input in = { n, cr, L, lr, rl, mc, round % 2 ? avoid : NULL };
+
+			assert_int_equal(chain_reach(&in, r), 0);
+			chain_land_of(&in, lo);
+			for (size_t j = 0; j < n; j++) {
+				uint32_t best = N;
+				bool ok = !(in.avoid && in.avoid[j]);
+
+				for (size_t a = 0; a < n && ok; a++) {
+					if (a == j || (in.avoid && in.avoid[a]) || cr[a] == N)
+						continue;
+					uint32_t aj = chain_rr(&in, lo, a, j);
+					if (aj != N && mx(cr[a], aj) < best)
+						best = mx(cr[a], aj);
+					for (size_t b = 0; b < n && mc == 3; b++) {
+						if (b == a || b == j || (in.avoid && in.avoid[b]))
+							continue;
+						uint32_t ab = chain_rr(&in, lo, a, b),
+						    bj = chain_rr(&in, lo, b, j);
+						if (ab != N && bj != N &&
+						    mx(mx(cr[a], ab), bj) < best)
+							best = mx(mx(cr[a], ab), bj);
+					}
+				}
+				assert_int_equal(r[j].us, best);
+				assert_true(r[j].us <= r[j].us1);
+				if (r[j].us1 != N)
+					assert_int_equal(r[j].us1, mx(cr[r[j].via1],
+					    chain_rr(&in, lo, r[j].via1, j)));
+				if (best == N) {
+					assert_int_equal(r[j].nvia, 0);
+					continue;
+				}
+				/* The lead-in named has that bottleneck. */
+				uint32_t v = cr[r[j].via[0]], prev = r[j].via[0];
+				assert_true(r[j].nvia >= 1 && r[j].nvia <= mc - 1);
+				for (unsigned x = 1; x <= r[j].nvia; x++) {
+					uint32_t nx = x < r[j].nvia ? r[j].via[x] : (uint32_t)j;
+					assert_true(nx != prev);
+					v = mx(v, chain_rr(&in, lo, prev, nx));
+					prev = nx;
+				}
+				assert_int_equal(v, best);
+			}
+		}
+		free(cr);
+		free(lr);
+		free(rl);
+		free(lo);
+		free(r);
+		free(avoid);
+		free(perm);
+	}
 }
 
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_valid_chains, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_refused_chains, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_public_address_is_self, setup, teardown),
+		cmocka_unit_test(test_reach_by_hand),
+		cmocka_unit_test(test_reach_avoids_and_unknowns),
+		cmocka_unit_test(test_reach_brute_force),
 	};
 
-	return cmocka_run_group_tests_name("chain", tests, NULL, NULL);
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,7 +30,7 @@ static const uint32_t rl5[5 * 2] = {
 static void
 test_rank_prefers_the_relay_on_the_way(void **state)
 {
-	struct cover_input in = { 5, cr5, 2, land5, NULL, rl5 };
+	struct cover_input in = { 5, cr5, 2, land5, NULL, rl5, NULL, 0, 0 };
 	uint32_t out[5];
 	size_t n, ng;
 	(void)state;
@@ -56,7 +56,7 @@ static void
 test_rank_skips_unknown(void **state)
 {
 	uint32_t cr[5];
-	struct cover_input in = { 5, cr, 2, land5, NULL, rl5 };
+	struct cover_input in = { 5, cr, 2, land5, NULL, rl5, NULL, 0, 0 };
 	uint32_t out[5];
 	size_t n, ng;
 	(void)state;
@@ -95,7 +95,7 @@ test_rank_weighs_landmarks(void **state)
 	uint32_t land[2] = { 2, 3 };
 	uint32_t rl[4 * 2] = { 20, N, N, 20, 0, N, N, 0 };
 	float w[2] = { 1, 5 };
-	struct cover_input in = { 4, cr, 2, land, w, rl };
+	struct cover_input in = { 4, cr, 2, land, w, rl, NULL, 0, 0 };
 	uint32_t out[4];
 	size_t n, ng;
 	(void)state;
@@ -145,7 +145,7 @@ test_rank_greedy_on_random_overlays(void **state)
 
 	rng_seed(&g, 5);
 	for (int round = 0; round < 50; round++) {
-		struct cover_input in = { R, cr, L, land, NULL, rl };
+		struct cover_input in = { R, cr, L, land, NULL, rl, NULL, 0, 0 };
 		size_t n, ng;
 
 		for (int i = 0; i < R; i++)
@@ -229,12 +229,39 @@ test_landmarks_spread_and_weights(void **state)
 	assert_int_equal(n, 0);
 }
 
+/* With lead-ins, a relay far from the client but near the landmarks
+ * counts as the end of a chain: "far" (cr 300) next to both landmarks (10)
+ * with a lead-in of 25 reduces both landmarks' paths to 25, better than a2
+ * (30 and 40). Without lead-ins it is not ranked first. */
+static void
+test_rank_with_lead_ins(void **state)
+{
+	static const uint32_t rl[5 * 2] = { 140, 150, 30, 40, 0, 20, 20, 0, 10, 10 };
+	uint32_t lead[5] = { N, N, N, N, 25 };
+	struct cover_input in = { 5, cr5, 2, land5, NULL, rl, NULL, 1.0, 0 };
+	uint32_t out[5];
+	size_t n, ng;
+	(void)state;
+
+	assert_int_equal(cover_rank(&in, 5, out, &n, &ng), 0);
+	assert_int_equal(out[0], 1);
+	in.lead_us = lead;
+	assert_int_equal(cover_rank(&in, 5, out, &n, &ng), 0);
+	assert_int_equal(out[0], 4);
+	/* A gain the chain does not meet against the relay alone (25 * 13 >
+	 * 300): it counts alone again. */
+	in.chain_gain = 13;
+	assert_int_equal(cover_rank(&in, 5, out, &n, &ng), 0);
+	assert_int_equal(out[0], 1);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rank_prefers_the_relay_on_the_way),
 		cmocka_unit_test(test_rank_skips_unknown),
+		cmocka_unit_test(test_rank_with_lead_ins),
 		cmocka_unit_test(test_rank_weighs_landmarks),
 		cmocka_unit_test(test_rank_greedy_on_random_overlays),
 		cmocka_unit_test(test_landmarks_spread_and_weights),

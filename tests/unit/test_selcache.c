@@ -369,6 +369,36 @@ test_walk(void **state)
 	selc_free(c);
 }
 
+/* A chain's entry keeps its relays, and goes when any of them goes. */
+static void
+test_chain_entry(void **state)
+{
+	struct selcache *c = selc_new(10);
+	struct selc_entry ch = via("198.51.100.1:7600", 40), one = via("198.51.100.3:7600", 50);
+	struct selc_entry got;
+	struct endpoint s1 = A("203.0.113.1"), s2 = A("203.0.113.2");
+	struct endpoint mid = P("198.51.100.2:7600"), last = P("198.51.100.3:7600");
+	(void)state;
+
+	ch.next[0] = mid;
+	ch.next[1] = last;
+	ch.nnext = 2;
+	selc_put(c, &s1, &ch, 0, 60 * S);
+	selc_put(c, &s2, &one, 0, 60 * S);
+	assert_true(selc_get(c, &s1, 1, &got));
+	assert_int_equal(got.nnext, 2);
+	assert_true(ep_eq(&got.next[0], &mid) && ep_eq(&got.next[1], &last));
+	/* Its middle relay goes: the chain's entry goes, not the other. */
+	assert_int_equal(selc_invalidate_relay(c, &mid), 1);
+	assert_false(selc_get(c, &s1, 1, &got));
+	assert_true(selc_get(c, &s2, 1, &got));
+	/* Its last relay, also the first of another entry: both go. */
+	selc_put(c, &s1, &ch, 0, 60 * S);
+	assert_int_equal(selc_invalidate_relay(c, &last), 2);
+	assert_int_equal(selc_count(c), 0);
+	selc_free(c);
+}
+
 int
 main(void)
 {
@@ -379,6 +409,7 @@ main(void)
 		cmocka_unit_test(test_port_entry_is_about_one_port),
 		cmocka_unit_test(test_reached),
 		cmocka_unit_test(test_invalidate),
+		cmocka_unit_test(test_chain_entry),
 		cmocka_unit_test(test_flush),
 		cmocka_unit_test(test_bounded_evicts_oldest_put),
 		cmocka_unit_test(test_many_servers),

@@ -77,6 +77,7 @@ test_defaults_and_names(void **state)
 	assert_int_equal(s, SEL_COVER);
 	assert_string_equal(sel_strategy_name(SEL_COVER), "cover");
 	assert_true(p.c_wait == 1.25 && p.min_gain == 1.1);
+	assert_true(p.max_chain == 3 && p.chain_gain == 1.1);
 	assert_int_equal(sel_strategy_parse("randgroup", &s), 0);
 	assert_int_equal(s, SEL_RANDGROUP_K);
 	assert_int_equal(sel_strategy_parse("random", &s), 0);
@@ -293,7 +294,8 @@ test_sample_empty(void **state)
 static struct sel_reply
 reply(uint32_t relay, uint32_t cr_ms, uint32_t rs_ms, uint64_t at_ms)
 {
-	return (struct sel_reply){ relay, true, cr_ms * MS, rs_ms * MS, at_ms * MS };
+	return (struct sel_reply){ .relay = relay, .reached = true, .rtt_cr_us = cr_ms * MS,
+	    .rtt_rs_us = rs_ms * MS, .at_us = at_ms * MS };
 }
 
 static struct sel_result
@@ -301,7 +303,8 @@ decide(enum sel_direct d, uint32_t direct_ms, const struct sel_reply *rep, size_
     size_t nprobed, uint64_t now_ms)
 {
 	struct sel_params p;
-	struct sel_state s = { d, direct_ms * MS, rep, nrep, nprobed, now_ms * MS };
+	struct sel_state s = { .direct = d, .rtt_direct_us = direct_ms * MS, .replies = rep,
+	    .nreplies = nrep, .nprobed = nprobed, .now_us = now_ms * MS };
 	struct sel_result r;
 
 	sel_params_default(&p);
@@ -530,10 +533,184 @@ test_direct_pending_relay_sure_to_win(void **state)
 	assert_int_equal(o.verdict, SEL_GO_RELAY);
 }
 
+/* --- chains --- */
+
+static struct sel_reply
+chain_reply(uint32_t relay, uint32_t cr_ms, uint32_t rs_ms, uint64_t at_ms, uint32_t lead_ms)
+{
+	struct sel_reply r = reply(relay, cr_ms, rs_ms, at_ms);
+
+	r.rtt_lead_us = lead_ms * MS;
+	return r;
+}
+
+static struct sel_result
+decide_chain(unsigned max_chain, double gain, enum sel_direct d, uint32_t direct_ms,
+    const struct sel_reply *rep, size_t nrep, size_t nprobed, const struct sel_due *due,
+    size_t ndue, uint64_t now_ms)
+{
+	struct sel_params p;
+	struct sel_state s = { .direct = d, .rtt_direct_us = direct_ms * MS, .replies = rep,
+	    .nreplies = nrep, .nprobed = nprobed, .now_us = now_ms * MS, .due = due,
+	    .ndue = ndue };
+	struct sel_result r;
+
+	sel_params_default(&p);
+	p.max_chain = max_chain;
+	p.chain_gain = gain;
+	sel_decide(&p, &s, &r);
+	return r;
+}
+
+static void
+test_chain_taken_by_gain(void **state)
+{
+	/* Direct 200 ms. Relay 1: 100 + 100. Relay 2 is near the server (30)
+	 * but 180 from the client; its lead-in is 40: chain path 40. */
+	struct sel_reply r[] = { reply(1, 100, 100, 200), chain_reply(2, 180, 30, 210, 40) };
+	struct sel_result o;
+	(void)state;
+
+	o = decide_chain(3, 1.25, SEL_DIRECT_OK, 300, r, 2, 2, NULL, 0, 210);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+	assert_int_equal(o.relay, 2);
+	assert_true(o.chain);
+	assert_int_equal(o.path_rtt_us, 40 * MS);
+	/* 40 * 2.5 = 100 <= 100 still; 40 * 2.6 > 100: the single relay. */
+	o = decide_chain(3, 2.5, SEL_DIRECT_OK, 300, r, 2, 2, NULL, 0, 210);
+	assert_true(o.chain && o.relay == 2);
+	o = decide_chain(3, 2.6, SEL_DIRECT_OK, 300, r, 2, 2, NULL, 0, 210);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+	assert_false(o.chain);
+	assert_int_equal(o.relay, 1);
+	assert_int_equal(o.path_rtt_us, 100 * MS);
+	/* max_chain 1: lead-ins are not read. */
+	o = decide_chain(1, 1.0, SEL_DIRECT_OK, 300, r, 2, 2, NULL, 0, 210);
+	assert_false(o.chain);
+	assert_int_equal(o.relay, 1);
+	/* A chain never ties a single relay: lead 100 gives path 100. */
+	r[1].rtt_lead_us = 100 * MS;
+	o = decide_chain(3, 1.0, SEL_DIRECT_OK, 300, r, 2, 2, NULL, 0, 210);
+	assert_false(o.chain);
+	/* The chain's path counts against min_gain: direct 44 / 40 = 1.1. */
+	r[1].rtt_lead_us = 40 * MS;
+	o = decide_chain(3, 1.0, SEL_DIRECT_OK, 44, r, 2, 2, NULL, 0, 210);
+	assert_int_equal(o.verdict, SEL_GO_DIRECT);	/* arrived after 1.25 * 44 */
+	r[1].at_us = 50 * MS;
+	o = decide_chain(3, 1.0, SEL_DIRECT_OK, 44, r + 1, 1, 1, NULL, 0, 50);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+	assert_true(o.chain);
+}
+
+static void
+test_chain_settled_waits_for_late_chain_end(void **state)
+{
+	/* Direct 400 ms. Relay 1 answered at 50: path 25. Relay 2 is due:
+	 * 200 ms from the client, lead-in 20: its chain may reach 20. The
+	 * single-relay rule alone would settle at 2 * 25 = 50. */
+	struct sel_reply r[] = { reply(1, 25, 25, 50), chain_reply(2, 200, 15, 215, 20) };
+	struct sel_due due[] = { { 20 * MS, 200 * MS } };
+	struct sel_result o;
+	(void)state;
+
+	o = decide_chain(1, 1.0, SEL_DIRECT_OK, 400, r, 1, 2, due, 1, 50);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);	/* no chains: settled */
+	/* With chains (gain 1): its chain path is at least t - 200, which
+	 * reaches 25 at t = 225. */
+	o = decide_chain(3, 1.0, SEL_DIRECT_OK, 400, r, 1, 2, due, 1, 50);
+	assert_int_equal(o.verdict, SEL_WAIT);
+	assert_int_equal(o.wake_us, 225 * MS);
+	/* Its reply at 215: the chain, 20. */
+	o = decide_chain(3, 1.0, SEL_DIRECT_OK, 400, r, 2, 2, NULL, 0, 215);
+	assert_true(o.verdict == SEL_GO_RELAY && o.chain && o.relay == 2);
+	assert_int_equal(o.path_rtt_us, 20 * MS);
+	/* Gain 2: 20 * 2 > 25 would never be taken: settled at once. */
+	o = decide_chain(3, 2.0, SEL_DIRECT_OK, 400, r, 1, 2, due, 1, 50);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+	assert_false(o.chain);
+	/* Gain 1.2: 20 * 1.2 = 24 <= 25: waits until 200 + 25 / 1.2 = 221 ms
+	 * (rounded up to the microsecond). */
+	o = decide_chain(3, 1.2, SEL_DIRECT_OK, 400, r, 1, 2, due, 1, 50);
+	assert_int_equal(o.verdict, SEL_WAIT);
+	assert_int_equal(o.wake_us, 200 * MS + 20834);
+	o = decide_chain(3, 1.2, SEL_DIRECT_OK, 400, r, 1, 2, due, 1, 221);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+	/* The wait rule still bounds it: direct 100, deadline 125. */
+	o = decide_chain(3, 1.0, SEL_DIRECT_OK, 100, r, 1, 2, due, 1, 50);
+	assert_int_equal(o.verdict, SEL_WAIT);
+	assert_int_equal(o.wake_us, 125 * MS);
+}
+
+static void
+test_chain_in_hand_settles(void **state)
+{
+	/* Gain 1.3. Relay 2 (cr 50, rs 10, lead-in 30) answers first: chain
+	 * 30 against its own single path 50. A single reply still due beats
+	 * the chain only while t/2 < 30 * 1.3 = 39; a chain due (lead 25, cr
+	 * 100) while t - 100 < 30. */
+	struct sel_reply r[] = { chain_reply(2, 50, 10, 60, 30), reply(1, 40, 40, 80) };
+	struct sel_due due[] = { { 25 * MS, 100 * MS } };
+	struct sel_result o;
+	(void)state;
+
+	o = decide_chain(3, 1.3, SEL_DIRECT_FAILED, 0, r, 1, 3, NULL, 0, 70);
+	assert_int_equal(o.verdict, SEL_WAIT);
+	assert_int_equal(o.wake_us, 78 * MS);
+	/* Relay 1's single path 40 is in: 30 * 1.3 <= 40, the chain stays. */
+	o = decide_chain(3, 1.3, SEL_DIRECT_FAILED, 0, r, 2, 3, NULL, 0, 80);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+	assert_true(o.chain);
+	o = decide_chain(3, 1.3, SEL_DIRECT_FAILED, 0, r, 2, 3, due, 1, 80);
+	assert_int_equal(o.verdict, SEL_WAIT);
+	assert_int_equal(o.wake_us, 130 * MS);
+	o = decide_chain(3, 1.3, SEL_DIRECT_FAILED, 0, r, 2, 3, due, 1, 130);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+	assert_true(o.chain);
+	assert_int_equal(o.relay, 2);
+	assert_string_equal(o.why, "path repaired by a chain");
+	/* A lead-in above the chain in hand cannot beat it: settled. */
+	due[0].lead_us = 31 * MS;
+	o = decide_chain(3, 1.3, SEL_DIRECT_FAILED, 0, r, 2, 3, due, 1, 80);
+	assert_int_equal(o.verdict, SEL_GO_RELAY);
+}
+
+static void
+test_chain_of_three_pays_the_gain(void **state)
+{
+	/* Relay 1 alone 100; its lead-in through one relay 50, through two
+	 * 44: 44 * 1.1 = 48.4 <= 50, three relays; 46 * 1.1 > 50, two. */
+	struct sel_reply r[] = { chain_reply(1, 100, 20, 120, 44) };
+	struct sel_result o;
+	(void)state;
+
+	r[0].rtt_lead1_us = 50 * MS;
+	o = decide_chain(3, 1.1, SEL_DIRECT_OK, 300, r, 1, 1, NULL, 0, 120);
+	assert_int_equal(o.chain, 3);
+	assert_int_equal(o.path_rtt_us, 44 * MS);
+	r[0].rtt_lead_us = 46 * MS;
+	o = decide_chain(3, 1.1, SEL_DIRECT_OK, 300, r, 1, 1, NULL, 0, 120);
+	assert_int_equal(o.chain, 2);
+	assert_int_equal(o.path_rtt_us, 50 * MS);
+	/* max_chain 2: never three. */
+	r[0].rtt_lead_us = 30 * MS;
+	o = decide_chain(2, 1.1, SEL_DIRECT_OK, 300, r, 1, 1, NULL, 0, 120);
+	assert_int_equal(o.chain, 2);
+	assert_int_equal(o.path_rtt_us, 50 * MS);
+	/* The server loop dominates both: the shorter chain, 60. */
+	r[0].rtt_rs_us = 60 * MS;
+	o = decide_chain(3, 1.1, SEL_DIRECT_OK, 300, r, 1, 1, NULL, 0, 120);
+	assert_int_equal(o.chain, 2);
+	assert_int_equal(o.path_rtt_us, 60 * MS);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_chain_taken_by_gain),
+		cmocka_unit_test(test_chain_settled_waits_for_late_chain_end),
+		cmocka_unit_test(test_chain_in_hand_settles),
+		cmocka_unit_test(test_chain_of_three_pays_the_gain),
 		cmocka_unit_test(test_rng_reproducible_and_bounded),
 		cmocka_unit_test(test_rng_below_is_uniform),
 		cmocka_unit_test(test_defaults_and_names),

@@ -334,6 +334,120 @@ test_shortcut_matches_exact(void **state)
 	assert_int_equal(checked, 12 * N * (N - 1));
 }
 
+/* The settled rule with chains: deciding as soon as the replies still due
+ * cannot change the choice gives what waiting for every reply up to the
+ * deadline gives (computed here by hand), on random matrices and lead-ins
+ * with missing pairs, many ties, warm and cold caches, and several gains. */
+static void
+test_chain_settled_matches_full_wait(void **state)
+{
+	enum { N = 14 };
+	double ms[N * N];
+	float lead[N + 16], lead1[N + 16];
+	struct rng rng;
+	size_t checked = 0, chains = 0, early = 0, threes = 0;
+	(void)state;
+
+	rng_seed(&rng, 11);
+	for (int round = 0; round < 16; round++) {
+		struct decide_model m;
+		struct simmat d;
+
+		for (size_t i = 0; i < N; i++)
+			for (size_t j = i; j < N; j++) {
+				double v = (double)(1 + rng_below(&rng, 200));
+
+				if (rng_unit(&rng) < 0.1)
+					v = X;
+				ms[i * N + j] = ms[j * N + i] = i == j ? 0 : v;
+			}
+		sim_of(&d, N, ms);
+		decide_model_default(&m);
+		m.warm = round % 2 == 1;
+		m.sel.max_chain = 3;
+		m.sel.c_wait = round % 3 == 2 ? 3.0 : 1.25;
+		m.sel.chain_gain = round % 4 == 0 ? 1.0 : round % 4 == 1 ? 1.1 : 1.5;
+		m.sel.min_gain = round % 5 == 4 ? 1.1 : 1.0;
+		for (uint32_t c = 0; c < N; c++) {
+			/* A lead-in through one relay, and one through two that
+			 * is shorter or the same (the best of both). */
+			for (size_t j = 0; j < N + 16; j++) {
+				lead1[j] = j < N && rng_below(&rng, 3) != 0 ?
+				    (float)(1000 * (1 + rng_below(&rng, 150))) : INFINITY;
+				lead[j] = j < N && rng_below(&rng, 2) != 0 ?
+				    (float)(1000 * (1 + rng_below(&rng, 150))) : INFINITY;
+				if (lead1[j] < lead[j])
+					lead[j] = lead1[j];
+			}
+			for (uint32_t s = 0; s < N; s++) {
+				const float *cr = simmat_row(&d, c), *rs = simmat_row(&d, s);
+				float dir = cr[s];
+				struct decide_probe p = {
+					.cr = cr, .rs = rs, .n = N, .skip = { (long)c, (long)s },
+					.direct = dir, .lead = lead, .lead1 = lead1,
+				};
+				struct decide_scratch sc;
+				struct decide_result r;
+				char err[128];
+
+				if (c == s || !isfinite(dir))
+					continue;
+				decide_scratch_init(&sc);
+				assert_int_equal(decide_pair(&m, &p, &sc, &r, err, sizeof(err)), 0);
+				decide_scratch_free(&sc);
+				/* Every reply in by the deadline. */
+				uint64_t deadline = (uint64_t)(m.sel.c_wait * (uint32_t)dir);
+				uint32_t S = UINT32_MAX, C = UINT32_MAX;
+
+				for (uint32_t j = 0; j < N; j++) {
+					if (j == c || j == s || !isfinite(cr[j]) ||
+					    !(rs[j] <= (float)m.relay_timeout_us))
+						continue;
+					uint32_t a = (uint32_t)cr[j], b = (uint32_t)rs[j];
+					uint64_t at = a + (m.warm ? 0 : b);
+
+					if (at > deadline)
+						continue;
+					uint32_t v1 = a > b ? a : b;
+
+					S = v1 < S ? v1 : S;
+					/* Its chain: of two, or of three if that beats
+					 * it by the gain. */
+					uint32_t c2 = UINT32_MAX, c3 = UINT32_MAX, cj;
+
+					if (isfinite(lead1[j]))
+						c2 = (uint32_t)lead1[j] > b ? (uint32_t)lead1[j] : b;
+					if (isfinite(lead[j]) && lead[j] != lead1[j])
+						c3 = (uint32_t)lead[j] > b ? (uint32_t)lead[j] : b;
+					cj = c3 != UINT32_MAX && (c2 == UINT32_MAX ||
+					    (c3 < c2 && (double)c3 * m.sel.chain_gain <= c2)) ? c3 : c2;
+					C = cj < C ? cj : C;
+				}
+				bool use_chain = C < S && (double)C * m.sel.chain_gain <= (double)S;
+				uint32_t V = use_chain ? C : S;
+				bool relay = S != UINT32_MAX &&
+				    (double)(uint32_t)dir >= m.sel.min_gain * V;
+
+				assert_int_equal(r.verdict, relay ? SEL_GO_RELAY : SEL_GO_DIRECT);
+				assert_int_equal(r.path_us, relay ? V : (uint32_t)dir);
+				if (relay)
+					assert_int_equal(r.chain != 0, use_chain);
+				assert_true(r.at_us <= deadline);
+				chains += relay && use_chain;
+				threes += relay && r.chain == 3;
+				early += r.at_us < deadline;
+				checked++;
+			}
+		}
+		simmat_free(&d);
+	}
+	/* The cases are there: chains taken, decisions before the deadline. */
+	assert_true(checked > 1000);
+	assert_true(chains > 100);
+	assert_true(threes > 10 && threes < chains);
+	assert_true(early > 100);
+}
+
 /* --- optimal paths --- */
 
 /* Brute force: best min-max path from a to b with at most h intermediaries. */
@@ -547,8 +661,11 @@ test_table2_sums(void **state)
 	world_synthetic(&w, 60, 3);
 	assert_int_equal(eval_optimal(&w.ctx, 1, false, &opt, &phi, err,
 	    sizeof(err)), 0);
+	/* One relay: bounded by Optimal-1 (chains below). */
+	w.ctx.model.sel.max_chain = 1;
 	assert_int_equal(eval_strategy(&w.ctx, EVAL_SELECT_ALL, 0, true, &all, err,
 	    sizeof(err)), 0);
+	assert_int_equal(all.nrelays[0] + all.nrelays[1], all.npairs);
 	assert_int_equal(all.npairs, 60 * 59 / 2);
 	assert_int_equal(all.ndirect + all.nmissing, all.npairs);
 	assert_true(all.nmissing > 0);
@@ -568,6 +685,56 @@ test_table2_sums(void **state)
 			assert_true(all.via[i] != w.pr.c[i] && all.via[i] != w.pr.s[i]);
 	eval_stats_free(&opt);
 	eval_stats_free(&all);
+	world_free(&w);
+}
+
+/* Chains in the evaluation: within the optimum of up to three relays, no
+ * worse than direct, better than one relay on average, and every pair
+ * counted once by relays on its path. */
+static void
+test_table2_chains(void **state)
+{
+	struct world w;
+	struct eval_stats opt[3], one, all, cov;
+	struct eval_phi phi[2];
+	char err[256];
+	(void)state;
+
+	world_synthetic(&w, 60, 3);
+	assert_int_equal(eval_optimal(&w.ctx, 3, false, opt, phi, err, sizeof(err)), 0);
+	w.ctx.model.sel.max_chain = 1;
+	assert_int_equal(eval_strategy(&w.ctx, EVAL_SELECT_ALL, 0, false, &one, err,
+	    sizeof(err)), 0);
+	w.ctx.model.sel.max_chain = 3;
+	w.ctx.model.sel.chain_gain = 1.0;
+	assert_int_equal(eval_strategy(&w.ctx, EVAL_SELECT_ALL, 0, true, &all, err,
+	    sizeof(err)), 0);
+	assert_int_equal(eval_strategy(&w.ctx, EVAL_COVER, 8, false, &cov, err,
+	    sizeof(err)), 0);
+	assert_string_equal(all.label, "Select-All+3");
+	assert_string_equal(cov.label, "Cover-8+3");
+	assert_true(all.sum_reduction <= opt[2].sum_reduction + 1e-9);
+	assert_true(all.sum_reduction > one.sum_reduction);
+	assert_int_equal(all.nworse, 0);
+	assert_int_equal(cov.nworse, 0);
+	assert_true(all.nrelays[2] + all.nrelays[3] > 0);
+	assert_int_equal(all.nrelays[0] + all.nrelays[1] + all.nrelays[2] + all.nrelays[3],
+	    all.npairs);
+	assert_int_equal(cov.nrelays[0] + cov.nrelays[1] + cov.nrelays[2] + cov.nrelays[3],
+	    cov.npairs);
+	/* The wait rule holds with chains: no decision after c_wait * D. */
+	assert_true(all.wait_ratio[all.ndirect - 1] <= 1.25f + 1e-6f);
+	assert_true(cov.wait_ratio[cov.ndirect - 1] <= 1.25f + 1e-6f);
+	for (size_t i = 0; i < all.npairs; i++)
+		if (all.via[i] != UINT32_MAX)
+			assert_true(all.via[i] != w.pr.c[i] && all.via[i] != w.pr.s[i]);
+	for (int h = 0; h < 3; h++)
+		eval_stats_free(&opt[h]);
+	for (int h = 0; h < 2; h++)
+		eval_phi_free(&phi[h]);
+	eval_stats_free(&one);
+	eval_stats_free(&all);
+	eval_stats_free(&cov);
 	world_free(&w);
 }
 
@@ -931,6 +1098,8 @@ main(void)
 		cmocka_unit_test(test_multihop_chain),
 		cmocka_unit_test(test_multihop_matches_brute_force),
 		cmocka_unit_test(test_table2_sums),
+		cmocka_unit_test(test_table2_chains),
+		cmocka_unit_test(test_chain_settled_matches_full_wait),
 		cmocka_unit_test(test_determinism),
 		cmocka_unit_test(test_random_k_all_when_few),
 		cmocka_unit_test(test_roles_parse),
