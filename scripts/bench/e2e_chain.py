@@ -288,11 +288,11 @@ class Chain:
 
 
 def path_of(d, names):
-    """The relays of a decision in order: its "chain" (every relay's control
-    endpoint) if it has one, else its one relay; [] if direct."""
+    """The relays of a decision in order (control endpoints: "relay", then
+    its "chain", the relays after it); [] if direct."""
     if d.get("verdict") != "relay":
         return []
-    eps = d.get("chain") or [d.get("relay")]
+    eps = [d.get("relay")] + list(d.get("chain") or [])
     return [names.get(e, e) for e in eps]
 
 
