@@ -939,8 +939,7 @@ oom:
 	conn_release(c, NULL, "out of memory");
 }
 
-/* Whether r's lead-in (set by the ranking) can be taken now: every relay
- * on it still usable, of the connection's family. */
+/* A relay of r's lead-in, as it is now: usable, of r's family. */
 static bool
 via_usable(const struct slotd *d, const struct crelay *r, const struct crelay *x,
     uint64_t now)
@@ -949,7 +948,9 @@ via_usable(const struct slotd *d, const struct crelay *r, const struct crelay *x
 	    x->conf.control.addr.family == r->conf.control.addr.family;
 }
 
-/* len 2: through one relay (lead1); len 3: the best lead-in (lead). */
+/* Whether r's lead-in (set by the ranking) can be taken now, every relay
+ * on it usable: len 2, its lead-in through one relay (lead1); len 3, its
+ * best (lead). */
 static bool
 lead_usable(const struct slotd *d, const struct crelay *r, unsigned len, uint64_t now)
 {
