@@ -270,21 +270,35 @@ synack_settle(struct hconn *c, bool ok)
 	}
 }
 
+/* "R1 > R2 > R3": via and the chain's next relays, for log lines. */
+static const char *
+path_fmt(const struct hconn *c, const struct crelay *via, char *buf, size_t len)
+{
+	char rb[EP_STRLEN];
+	size_t n;
+
+	snprintf(buf, len, "%s", via ? ep_fmt(&via->conf.control, rb) : "a relay that left");
+	for (unsigned i = 0; i < c->nnext; i++) {
+		n = strlen(buf);
+		snprintf(buf + n, len - n, " > %s", c->next[i] ?
+		    ep_fmt(&c->next[i]->conf.control, rb) : "a relay that left");
+	}
+	return buf;
+}
+
 /* The verdict: the SYN goes on, through relay via (marked) or direct. */
 static void
 conn_release(struct hconn *c, struct crelay *via, const char *why)
 {
 	struct slotd *d = c->d;
 	uint64_t now = clock_mono_us();
-	char cb[EP_STRLEN], sb[EP_STRLEN], rb[EP_STRLEN];
+	char cb[EP_STRLEN], sb[EP_STRLEN], rb[3 * EP_STRLEN + 8];
 
 	if (c->state == HC_ESTABLISHING && c->req_id != 0 && c->via && c->via->link)
 		rlink_cancel(c->via->link, c->req_id);
 	c->req_id = 0;
 	c->relayed = via != NULL;
 	c->via = via;
-	if (via == NULL)
-		c->nnext = 0;
 	c->why = why;
 	if (c->syn_out)
 		synack_settle(c, via != NULL);
@@ -300,14 +314,9 @@ conn_release(struct hconn *c, struct crelay *via, const char *why)
 		else
 			snprintf(direct, sizeof(direct), "unknown, > %.1f ms",
 			    (c->selected_us - c->t0_us) / 1000.);
-		char chain[2 * (EP_STRLEN + 3)] = "";
-		size_t cl = 0;
-		for (unsigned i = 0; i < c->nnext && c->next[i]; i++)
-			cl += (size_t)snprintf(chain + cl, sizeof(chain) - cl, " > %s",
-			    ep_fmt(&c->next[i]->conf.control, rb));
-		log_info("%s -> %s: via %s%s%s (path %.1f ms, direct %s; %s)",
+		log_info("%s -> %s: via %s%s (path %.1f ms, direct %s; %s)",
 		    ep_fmt(&c->client, cb), ep_fmt(&c->server, sb),
-		    ep_fmt(&via->conf.control, rb), chain, c->tokened ? " with a token" : "",
+		    path_fmt(c, via, rb, sizeof(rb)), c->tokened ? " with a token" : "",
 		    c->path_rtt_us / 1000., direct, why);
 	} else {
 		if (!c->syn_out)
@@ -1351,15 +1360,6 @@ hold_answer(struct slotd *d, const struct endpoint *client, const struct endpoin
 	return false;
 }
 
-static bool
-in_chain(const struct hconn *c, const struct crelay *r)
-{
-	for (unsigned i = 0; i < c->nnext; i++)
-		if (c->next[i] == r)
-			return true;
-	return false;
-}
-
 void
 hold_relay_gone(struct slotd *d, struct crelay *r)
 {
@@ -1367,13 +1367,19 @@ hold_relay_gone(struct slotd *d, struct crelay *r)
 
 	for (c = TAILQ_FIRST(&d->held); c; c = t) {
 		t = TAILQ_NEXT(c, link);
-		if (c->state == HC_ESTABLISHING && (c->via == r || in_chain(c, r))) {
+		bool in_chain = false;
+		for (unsigned i = 0; i < c->nnext; i++)
+			in_chain |= c->next[i] == r;
+		if (c->state == HC_ESTABLISHING && (c->via == r || in_chain)) {
 			conn_release(c, NULL, "relay left the set");
 			continue;
 		}
 		for (size_t i = 0; i < c->ncand; i++)
 			if (c->cand[i] == r)
 				c->cand[i] = NULL;
+		for (unsigned i = 0; i < c->nnext; i++)
+			if (c->next[i] == r)
+				c->next[i] = NULL;
 	}
 	TAILQ_FOREACH(c, &d->linger, link) {
 		if (c->via == r)
