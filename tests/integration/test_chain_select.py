@@ -101,7 +101,7 @@ def test_chain_chosen_through_the_lead_in(bed):
             raise AssertionError("%s: %s; landmarks %s" % (
                 e, slotbed.unix_request(s.sock, b"relays json\n"),
                 bed.chain_dird.listing()))
-        res = bed.curl(bed.nginx.url("f", query="id=chain"), timeout=60)
+        res = bed.curl(bed.nginx.url("f", query="id=firstchain"), timeout=60)
         assert res.rc == 0 and res.sha == sha, res
         c = s.counters()
         assert c["decisions_chain"] == 1 and c["probes_sent"] == 1, c
@@ -112,7 +112,16 @@ def test_chain_chosen_through_the_lead_in(bed):
         assert "via %s > %s" % (a, b) in s.log()
         # The data plane takes it from relay-a (relay-b once it sends the
         # chain): either way a relay of the chain reaches the server.
-        assert bed.nginx.peer_of("id=chain") in (bed.ip("relay-a"), bed.ip("relay-b"))
+        assert bed.nginx.peer_of("id=firstchain") in (bed.ip("relay-a"), bed.ip("relay-b"))
+        # The cache keeps the whole chain: the next connection to the server
+        # takes it again without probing.
+        res = bed.curl(bed.nginx.url("f", query="id=cachedchain"), timeout=60)
+        assert res.rc == 0 and res.sha == sha, res
+        c = s.counters()
+        assert c["cache_hits"] == 1 and c["probes_sent"] == 1, c
+        d = [x for x in s.recent() if x["verdict"] == "relay"][-1]
+        assert d["cached"] and d["relay"] == a and d["chain"] == [b], d
+        assert bed.nginx.peer_of("id=cachedchain") == bed.nginx.peer_of("id=firstchain")
     finally:
         s.stop()
 
