@@ -300,8 +300,6 @@ conn_release(struct hconn *c, struct crelay *via, const char *why)
 	c->req_id = 0;
 	c->relayed = via != NULL;
 	c->via = via;
-	if (via == NULL)
-		c->nnext = 0;
 	c->why = why;
 	if (c->syn_out)
 		synack_settle(c, via != NULL);
@@ -992,8 +990,7 @@ oom:
 	conn_release(c, NULL, "out of memory");
 }
 
-/* Whether r's lead-in (set by the ranking) can be taken now: every relay
- * on it still usable, of the connection's family. */
+/* A relay of r's lead-in, as it is now: usable, of r's family. */
 static bool
 via_usable(const struct slotd *d, const struct crelay *r, const struct crelay *x,
     uint64_t now)
@@ -1002,7 +999,9 @@ via_usable(const struct slotd *d, const struct crelay *r, const struct crelay *x
 	    x->conf.control.addr.family == r->conf.control.addr.family;
 }
 
-/* len 2: through one relay (lead1); len 3: the best lead-in (lead). */
+/* Whether r's lead-in (set by the ranking) can be taken now, every relay
+ * on it usable: len 2, its lead-in through one relay (lead1); len 3, its
+ * best (lead). */
 static bool
 lead_usable(const struct slotd *d, const struct crelay *r, unsigned len, uint64_t now)
 {
@@ -1418,15 +1417,6 @@ hold_answer(struct slotd *d, const struct endpoint *client, const struct endpoin
 	return false;
 }
 
-static bool
-in_chain(const struct hconn *c, const struct crelay *r)
-{
-	for (unsigned i = 0; i < c->nnext; i++)
-		if (c->next[i] == r)
-			return true;
-	return false;
-}
-
 void
 hold_relay_gone(struct slotd *d, struct crelay *r)
 {
@@ -1434,7 +1424,10 @@ hold_relay_gone(struct slotd *d, struct crelay *r)
 
 	for (c = TAILQ_FIRST(&d->held); c; c = t) {
 		t = TAILQ_NEXT(c, link);
-		if (c->state == HC_ESTABLISHING && (c->via == r || in_chain(c, r))) {
+		bool in_chain = false;
+		for (unsigned i = 0; i < c->nnext; i++)
+			in_chain |= c->next[i] == r;
+		if (c->state == HC_ESTABLISHING && (c->via == r || in_chain)) {
 			conn_release(c, NULL, "relay left the set");
 			continue;
 		}

@@ -1,0 +1,143 @@
+"""Chains of relays chosen by slotd on the emulated WAN, the whole deployment:
+relays register with slot-dird and measure each other, slot-dird sends its
+landmarks (here every relay) with their RTT rows, slotd computes every relay's
+lead-in with its ranking and, with k = 1, probes only the first relay of the
+chain-aware ranking.
+
+    client --20 ms-- relay-a --10 ms-- relay-b --5 ms-- server
+    client --200 ms-- server, relay-b, relay-c; relay-a --200 ms-- server
+    relay-c: 30 ms from relay-b, 5 from the server, 200 from relay-a
+
+No single relay beats the direct path (each has a 200 ms loop), the chain
+client -> relay-a -> relay-b -> server has loops of 20, 10 and 5 ms. The
+ranking puts relay-b first: it ends that chain, for servers near it and near
+relay-c (relay-c ends a longer one, through relay-a and relay-b, 30 ms; relay-a
+alone helps only servers near relay-b). slotd probes relay-b alone, and its
+answer (200 + 5 ms) comes within 1.25 x the direct RTT: the decision is the
+chain, through relay-a first then relay-b. Sending PIPE_ESTABLISH_CHAIN is the
+data plane's; until it is there the pipe goes through relay-a alone, so the
+test checks the decision (counters, `slotctl json`, the log line) and the
+transfer, not which relay of the chain reaches the server.
+"""
+
+import json
+import os
+
+import pytest
+
+import slotbed
+
+PATHS = {"relay-a": (20, 200), "relay-b": (200, 5), "relay-c": (200, 5)}
+PAIRS = [("relay-a", "relay-b", 10), ("relay-b", "relay-c", 30), ("relay-a", "relay-c", 200)]
+DIRD_CONF = {"relays": {"heartbeat_interval": "1s", "expire_after": "30s"},
+             "groups": {"regroup_interval": "200ms"}}
+
+
+def wait_for(pred, timeout, what):
+    return slotbed.wait_for(pred, timeout, what, interval=0.2)
+
+
+@pytest.fixture(scope="module")
+def bed():
+    b = slotbed.SlotBed(PATHS, direct_rtt=200, other_rtt=100, extra_hosts=["dir"],
+                        extra_pairs=PAIRS).up()
+    try:
+        b.nginx.add_file("f", 256 << 10)
+        b.nginx.start()
+        d = b.dird(overrides=DIRD_CONF)
+        for r in b.relays.values():
+            r.stop()
+            r.update({"directory": {"urls": d.url, "list_interval": "500ms",
+                                    "measure_interval": "2s", "measure_rate": 50,
+                                    "timeout": "2s"}})
+            r.start()
+        b.chain_dird = d
+        yield b
+    finally:
+        b.down()
+
+
+def measured(bed):
+    """True once the directory lists every relay and each has measured the
+    others (the relays' "peers" command: endpoint, RTT or -, samples)."""
+    if len(bed.chain_dird.listing()) != len(PATHS):
+        return False
+    for n in PATHS:
+        lines = slotbed.unix_request(bed.relay(n).stats, b"peers\n").splitlines()
+        if len(lines) != len(PATHS) - 1 or any(ln.split()[1] == "-" for ln in lines):
+            return False
+    return True
+
+
+def start_slotd(bed, tag, **select):
+    s = bed.slotd([], overrides={
+        "select": dict({"strategy": "cover", "k": 1}, **select),
+        "directory": {"urls": bed.chain_dird.url, "refresh": "1s", "retry": "500ms",
+                      "cache_file": os.path.join(bed.dir, "slotd-%s.relays" % tag)}})
+    s.start(wait=False)
+    s.wait_ready()
+    s.wait_relays_up(len(PATHS), timeout=20)
+    return s
+
+
+def ranks(s):
+    """slotd's "relays" command in JSON: {control endpoint: rank}."""
+    t = json.loads(slotbed.unix_request(s.sock, b"relays json\n"))
+    return {x["relay"]: x.get("rank") for x in t["relays"]}
+
+
+def test_chain_chosen_through_the_lead_in(bed):
+    wait_for(lambda: measured(bed), 40, "every relay measuring the others")
+    size, sha = bed.nginx.files["f"]
+    s = start_slotd(bed, "chain")
+    try:
+        a, b = bed.relay("relay-a").control, bed.relay("relay-b").control
+        # Every relay but relay-a has a lead-in (through relay-a, or relay-b
+        # for relay-c); relay-b is ranked first as the end of the chain.
+        wait_for(lambda: s.counters()["relays_with_lead_in"] >= 2, 30, "lead-ins")
+        try:
+            wait_for(lambda: ranks(s).get(b) == 0, 30, "relay-b ranked first")
+        except AssertionError as e:
+            raise AssertionError("%s: %s; landmarks %s" % (
+                e, slotbed.unix_request(s.sock, b"relays json\n"),
+                bed.chain_dird.listing()))
+        res = bed.curl(bed.nginx.url("f", query="id=firstchain"), timeout=60)
+        assert res.rc == 0 and res.sha == sha, res
+        c = s.counters()
+        assert c["decisions_chain"] == 1 and c["probes_sent"] == 1, c
+        d = [x for x in s.recent() if x["verdict"] == "relay"][-1]
+        assert d["relay"] == a and d["chain"] == [b], d
+        # The chain's path: its longest loop, about 20 ms, not relay-b's 200.
+        assert 15000 <= d["path_rtt_us"] <= 40000, d
+        assert "via %s > %s" % (a, b) in s.log()
+        # The data plane takes it from relay-a (relay-b once it sends the
+        # chain): either way a relay of the chain reaches the server.
+        assert bed.nginx.peer_of("id=firstchain") in (bed.ip("relay-a"), bed.ip("relay-b"))
+        # The cache keeps the whole chain: the next connection to the server
+        # takes it again without probing.
+        res = bed.curl(bed.nginx.url("f", query="id=cachedchain"), timeout=60)
+        assert res.rc == 0 and res.sha == sha, res
+        c = s.counters()
+        assert c["cache_hits"] == 1 and c["probes_sent"] == 1, c
+        d = [x for x in s.recent() if x["verdict"] == "relay"][-1]
+        assert d["cached"] and d["relay"] == a and d["chain"] == [b], d
+        assert bed.nginx.peer_of("id=cachedchain") == bed.nginx.peer_of("id=firstchain")
+    finally:
+        s.stop()
+
+
+def test_max_chain_1_goes_direct(bed):
+    # The same overlay without chains: relay-b's path is its 200 ms loop,
+    # no better than direct, so the connection goes direct.
+    wait_for(lambda: measured(bed), 40, "every relay measuring the others")
+    size, sha = bed.nginx.files["f"]
+    s = start_slotd(bed, "nochain", max_chain=1)
+    try:
+        res = bed.curl(bed.nginx.url("f", query="id=nochain"), timeout=60)
+        assert res.rc == 0 and res.sha == sha, res
+        c = s.counters()
+        assert c["decisions_chain"] == 0 and c["relays_with_lead_in"] == 0, c
+        assert c["decisions_direct"] >= 1, c
+        assert bed.nginx.peer_of("id=nochain") == bed.ip("client")
+    finally:
+        s.stop()
