@@ -602,21 +602,26 @@ connect_cb(struct ev_loop *loop, ev_io *w, int revents)
 
 /* Both legs of a pipe: keepalive and TCP_USER_TIMEOUT find a dead peer
  * (an idle one by keepalive, one that stopped acknowledging by the user
- * timeout) in minutes, so idle pipes need no idle timeout; and the RST on
- * loss armed (see half_linger_rst). */
+ * timeout) in minutes, so idle pipes need no idle timeout; the RST on loss
+ * armed (see half_linger_rst); the relay's congestion control on the leg
+ * it sends on. An accepted client socket inherited all of it from the data
+ * listener (relayd.c): no system call for it here. */
 static void
 half_attach(struct half *h, int fd)
 {
-	const struct rconf *c = &h->p->r->conf;
-	unsigned int ut = (unsigned int)c->user_timeout_ms;
+	static int warned;
+	struct sock_leg o;
 
 	h->fd = fd;
-	(void)sock_set_nodelay(fd);	/* the sender already applied Nagle */
-	(void)sock_set_keepalive(fd, (int)(c->keepalive_idle_ms / 1000),
-	    (int)(c->keepalive_interval_ms / 1000), (int)c->keepalive_count);
-	if (ut)
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
-	half_linger_rst(h, 1);
+	if (h == &h->p->cli)
+		return;
+	rconf_leg(&h->p->r->conf, &o);
+	/* Checked at start and reload: only a sysctl changed since can fail. */
+	if (sock_set_leg(fd, &o) == -1 && !warned) {
+		warned = 1;
+		log_warn("pipe %llu: options of the server leg (congestion control %s)",
+		    (unsigned long long)h->p->id, o.congestion[0] ? o.congestion : "system");
+	}
 }
 
 void

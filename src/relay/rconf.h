@@ -6,12 +6,15 @@
 #include "slot/addr.h"
 #include "slot/conf.h"
 #include "slot/log.h"
+#include "slot/sock.h"
 #include "policy.h"
 
 /* slot-relayd's configuration: defaults, INI keys, validation. The key
  * itself is loaded by the daemon (it needs privileges); here only its path. */
 
 #define RCONF_PATH_MAX 256
+/* [pipe] congestion when the file says nothing. */
+#define RCONF_CONGESTION_DEFAULT "bbr"
 
 struct rconf {
 	/* [relay] */
@@ -44,6 +47,11 @@ struct rconf {
 	uint64_t keepalive_count;
 	uint64_t user_timeout_ms;	/* TCP_USER_TIMEOUT; 0: the kernel's */
 
+	/* [pipe] */
+	char congestion[SOCK_CC_NAME_MAX];	/* of the legs the relay sends on;
+						 * "": the system's default */
+	int congestion_set;	/* written in the file (else the default: see relayd.c) */
+
 	/* [policy] */
 	struct policy policy;	/* ports, allow, deny; self filled by the daemon */
 
@@ -71,6 +79,12 @@ struct rconf {
 	uint64_t measure_interval_ms;
 	double measure_rate;		/* peer probes per second, at most */
 };
+
+/* The socket options of a pipe's legs (keepalive, user timeout, RST on
+ * loss, congestion control): the data listener carries them for the client
+ * legs it accepts, a server leg gets them at its connect. o->congestion
+ * points into c. */
+void rconf_leg(const struct rconf *c, struct sock_leg *o);
 
 /* Fills c with the defaults (those of etc/relayd.conf). */
 void rconf_defaults(struct rconf *c);
