@@ -358,8 +358,9 @@ dir_pump(struct pipe *p, struct dir *d)
 				ev_timer_start(p->r->loop, &p->retry);
 			break;
 		}
-		ssize_t n = splice(d->src->fd, NULL, d->kp->wfd, NULL,
-		    d->f.cap - d->f.inflight, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		size_t want = d->f.cap - d->f.inflight;
+		ssize_t n = splice(d->src->fd, NULL, d->kp->wfd, NULL, want,
+		    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 		int err = errno;
 		if (n > 0)
 			p->last_io = ev_now(p->r->loop);
@@ -376,7 +377,11 @@ dir_pump(struct pipe *p, struct dir *d)
 		}
 		if (a == FLOW_FLUSH && dir_flush(p, d) == -1)
 			return -1;
-		if (a == FLOW_NONE || n == 0 || d->f.inflight > 0)
+		/* Less than asked: the socket had no more just now. Another
+		 * read would most likely only say EAGAIN (a system call per
+		 * wake-up); the watcher is level-triggered, so bytes that came
+		 * since wake it again. */
+		if (a == FLOW_NONE || n == 0 || d->f.inflight > 0 || (size_t)n < want)
 			break;
 	}
 	dir_release_kpipe(p->r, d);
