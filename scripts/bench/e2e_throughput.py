@@ -773,6 +773,16 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
                                       "slot", "ideal", 0.95))
     out.append("- " + target_line(allc, "slot >= HAProxy's relay in every scenario",
                                   "slot", "haproxy", 1.0))
+    cc = [c for c in by_sc.get(2, []) if c.res["slot-cubic"] and c.res["haproxy-bbr"]]
+    if cc:
+        out.append("- " + target_line(cc, "issue 17, the relay's legs %s: slot >= 1.3x HAProxy "
+                                      "with the host's cubic under loss" % RELAY_CC["cc"],
+                                      "slot", "haproxy", 1.3))
+        out.append("- " + target_line(cc, "issue 17: slot >= 1.0x the ideal of cubic legs "
+                                      "under loss", "slot", "ideal", 1.0))
+        out.append("- issue 17, fairness: slot / HAProxy with bbr as its host's default, "
+                   "median [min-max]: %s." % "; ".join(
+                       "%s %s" % (c.name, rrng(c.ratios("slot", "haproxy-bbr"))) for c in cc))
     out.append("")
     lossy_miss = [c for c in t12 if c.lossy and not meets(c.ratios("slot", "ideal"), 0.95)]
     if lossy_miss:
