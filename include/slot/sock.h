@@ -26,6 +26,43 @@ int sock_connect_result(int fd);
 int sock_set_keepalive(int fd, int idle_s, int intvl_s, int cnt);
 int sock_set_nodelay(int fd);
 
+/* TCP congestion control. The longest name the kernel takes, with its NUL
+ * (TCP_CA_NAME_MAX). */
+#define SOCK_CC_NAME_MAX 16
+
+/* Sets fd's algorithm (TCP_CONGESTION); a listener's is inherited by the
+ * sockets it accepts. Returns 0 or -1. */
+int sock_set_congestion(int fd, const char *name);
+
+/* The network namespace's default algorithm (net.ipv4.tcp_congestion_control)
+ * into buf. Returns 0 or -1. */
+int sock_congestion_default(char *buf, size_t len);
+
+/* What each TCP leg of a relayed connection carries: TCP_NODELAY (the
+ * sender already applied Nagle), keepalive and TCP_USER_TIMEOUT (a dead peer
+ * is found in minutes), SO_LINGER {1, 0} if linger_rst (a close resets:
+ * the peer never takes a cut stream for a complete one), and a congestion
+ * control. Set on a listener, all of it is inherited by the sockets it
+ * accepts (no system call per connection). */
+struct sock_leg {
+	int keepidle_s, keepintvl_s, keepcnt;	/* <= 0: the system's */
+	unsigned int user_timeout_ms;		/* 0: the kernel's */
+	int linger_rst;
+	const char *congestion;			/* NULL or "": left alone */
+	int reset;	/* a listener reconfigured: user timeout 0 is set too */
+};
+
+/* Returns 0, or -1 with errno of the first option that failed (the others
+ * are still set). */
+int sock_set_leg(int fd, const struct sock_leg *o);
+
+/* Whether an unprivileged process may use algorithm name on this host: it
+ * must be available (a loaded module), allowed for unprivileged sockets
+ * (net.ipv4.tcp_allowed_congestion_control) or the default, and a test
+ * socket must take it. Returns 0, or -1 with the reason, naming the
+ * sysctls' values, in err. */
+int sock_congestion_check(const char *name, char *err, size_t errlen);
+
 /* Closes fd so that the peer gets a RST rather than a FIN (SO_LINGER 0). */
 void sock_close_rst(int fd);
 

@@ -33,7 +33,8 @@ pipes beyond fs.pipe-user-pages-soft get two pages each: the script raises
 that global sysctl to 262144 pages (1 GiB) for the run and puts the old value
 back on exit (kpipes_undersized is reported). Where the descriptor hard limit
 cannot be raised (no CAP_SYS_RESOURCE), (b) holds as many pipes as it allows
-(2 descriptors each) and says so.
+(6 descriptors each in slot-relayd: two sockets and the two kernel pipes
+it reserves) and says so.
 
 Last, unless --no-strace, one more set-up of 2,000 pipes per peer runs under
 strace -c, for the system calls each pipe costs (not timed).
@@ -58,6 +59,7 @@ import _needs  # scripts/bench/_needs.py: checked before measuring; figures that
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+FDS_PER_PIPE = 6    # slot-relayd: two sockets, two kernel pipes reserved (docs/relay.md)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SINK_PORT = 9000
 HAPROXY_PORT = 8000
@@ -169,7 +171,9 @@ class Bench:
         self.sinkq = queue.Queue()
         self.relay = None
         self.haproxy = None
-        # Descriptors: two sockets per pipe. Raising the hard limit takes
+        # Descriptors: six per pipe in slot-relayd (two sockets, and two
+        # kernel pipes reserved when it accepts the pipe, issue 14). Raising
+        # the hard limit takes
         # CAP_SYS_RESOURCE; without it (some containers) the idle count is
         # cut to what the hard limit allows, and the report says so.
         self.hard_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -177,7 +181,7 @@ class Bench:
         if subprocess.run(["prlimit", "--nofile=%d:%d" % (NOFILE, NOFILE), "--", "true"],
                           capture_output=True).returncode == 0:
             self.nofile = max(NOFILE, self.hard_nofile)
-        room = (self.nofile - 200) // 2 // 100 * 100
+        room = (self.nofile - 200) // FDS_PER_PIPE // 100 * 100
         self.idle_cut = args.idle > room
         if self.idle_cut:
             args.idle = room
@@ -192,7 +196,10 @@ class Bench:
                    "net.ipv4.tcp_congestion_control": "cubic"}
         relay_conf = {"relay": {"log_level": "warn"},
                       "limits": {"max_pipes": 30000, "max_pending_per_client": 30000,
-                                 "pending_timeout": "10s", "connect_timeout": "5s"}}
+                                 "pending_timeout": "10s", "connect_timeout": "5s",
+                                 # one client asks for every pipe: its rate cap
+                                 # (PIPE_FAIL CLIENT_LIMIT) is not what is measured
+                                 "control_rate": 1000000, "control_burst": 1000000}}
         # slot-bench-peer speaks the lab's shared key, not identities
         self.sb = slotbed.SlotBed({"relay": (0, 0)}, direct_rtt=0, other_rtt=0,
                                   host_sysctls=sysctls, relay_conf=relay_conf, spec_edit=edit,
@@ -581,6 +588,16 @@ def report(res, peers_busy, peers_idle, args, info, elapsed):
                "kernel socket buffers aside).\n"
                % (TARGET_IDLE_KIB, "met" if max(kib) <= TARGET_IDLE_KIB else "not met",
                   med(kib), max(kib)))
+    # issue 17: the set-up's cost
+    out[-1] = out[-1][:-1]
+    out.append("- **Set-up rate at least 1.2x HAProxy's: %s** (median %.2fx, min %.2f, max %.2f)."
+               % ("met" if round(med(tr), 2) >= 1.2 else "not met", med(tr), min(tr), max(tr)))
+    scs = res.get("syscalls") or {}
+    if len(scs) == 2:
+        ts, th = sum(scs["slot-relayd"].values()), sum(scs["haproxy"].values())
+        out.append("- **System calls per pipe at most HAProxy's: %s** (%.1f against %.1f)."
+                   % ("met" if round(ts, 1) <= round(th, 1) else "not met", ts, th))
+    out.append("")
     out.append(info["meaning"] + "\n")
     out.append("Reproduce: `make bench` (root), or `/usr/bin/python3 scripts/bench/e2e_scale.py "
                "--reps %d` after `make all` (this run: %.0f s on %d cores).\n"
@@ -616,17 +633,25 @@ def meaning(res, args):
         out += (" Setting a pipe up costs slot-relayd %.0f us of CPU against %.0f us for "
                 "HAProxy's connection (medians; set-up rate %.2fx HAProxy's end to end, where the "
                 "client's side of the protocol, a signed request and answer per pipe, also "
-                "competes for the two cores). Per pipe slot-relayd makes %.0f system calls "
-                "against HAProxy's %.0f: %.0f setsockopt against %.0f (TCP_NODELAY and four "
-                "keepalive options on each of its two sockets, where an accepted socket could "
-                "inherit them from the listening one), %.0f getrandom (the PIPE_OK's nonce is two "
-                "arc4random() calls, each a system call with this glibc), a getsockopt for the "
-                "connect's result and %.0f splice calls for the first byte (one returns EAGAIN). "
+                "competes for the two cores). Per pipe slot-relayd makes %.1f system calls "
+                "against HAProxy's %.1f. The client leg inherits all its options from the data "
+                "listener (none per pipe); the server leg, a socket of its own, takes %.0f "
+                "setsockopt (TCP_NODELAY, four for keepalive, TCP_USER_TIMEOUT, the RST on loss, "
+                "the congestion control; HAProxy sets %.0f and no keepalive); the two kernel "
+                "pipes reserved for the pipe, so that a running transfer is never refused one, "
+                "%.0f pipe2 and %.0f fcntl (each made, then shrunk to one page while unused; "
+                "HAProxy's idle streams hold none: maxpipes 16); %.0f getsockopt (the connect's "
+                "result, and the SYN saved for the pipe token); %.1f epoll_ctl against %.1f; "
+                "%.0f splice for the first byte; %.1f recvfrom for the signed request; %.2f "
+                "getrandom (nonces are drawn 64 at a time). "
                 "System time is %.0f%% of slot-relayd's set-up CPU and %.0f%% of HAProxy's: the "
                 "kernel work per call dominates, not the protocol's user-space part (HMAC, "
                 "replay check, tables)." % (
                     cs, ch, rr, ts, th, g("slot-relayd", "setsockopt"), g("haproxy", "setsockopt"),
-                    g("slot-relayd", "getrandom"), g("slot-relayd", "splice"),
+                    g("slot-relayd", "pipe2"), g("slot-relayd", "fcntl"),
+                    g("slot-relayd", "getsockopt"), g("slot-relayd", "epoll_ctl"),
+                    g("haproxy", "epoll_ctl"), g("slot-relayd", "splice"),
+                    g("slot-relayd", "recvfrom"), g("slot-relayd", "getrandom"),
                     100 * med([r["sys_share"] for r in i["slot-relayd"] if r["sys_share"]]),
                     100 * med([r["sys_share"] for r in i["haproxy"] if r["sys_share"]])))
     else:
@@ -675,10 +700,11 @@ def main():
         info["nofile"] = bench.nofile
         info["nofile_note"] = (
             " (the hard limit of this machine, which cannot be raised here: no "
-            "CAP_SYS_RESOURCE; a pipe is two sockets, so (b) holds %s pipes instead of 10,000, "
-            "1%% fewer; the RSS per pipe only falls with more, as its fixed part spreads "
+            "CAP_SYS_RESOURCE; a pipe takes six descriptors in slot-relayd, two sockets and the "
+            "two kernel pipes it reserves, so (b) holds %s pipes instead of 10,000; the RSS "
+            "per pipe only falls with more, as its fixed part spreads "
             "wider)" % "{:,}".format(args.idle) if bench.idle_cut else
-            " (the LimitNOFILE a unit would set: a pipe is two sockets)")
+            " (the LimitNOFILE a unit would set: a pipe takes six descriptors)")
         bench.up()
         hv = subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout.split()
         info["haproxy"] = "HAProxy " + (hv[2] if len(hv) > 2 else "?")
@@ -726,6 +752,9 @@ def main():
                                                  capture_output=True).returncode == 0:
             for p in peers_idle:
                 res["syscalls"][p] = bench.syscalls(p)
+                print("syscalls %s: %s" % (p, " ".join(
+                    "%s=%.2f" % kv for kv in sorted(res["syscalls"][p].items(), key=lambda kv: -kv[1]))),
+                    file=sys.stderr, flush=True)
     finally:
         bench.down()
         restore_pipe_soft()

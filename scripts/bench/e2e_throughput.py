@@ -71,9 +71,16 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "testbed"))
 
 PEERS = ("direct", "slot", "ideal", "haproxy")
+# With loss, where the congestion control matters: slot with the relays'
+# [pipe] congestion = cubic (the hosts' default) instead of RELAY_CC, and
+# HAProxy on relay1 with bbr as that host's default (a fair comparison).
+LOSS_PEERS = ("slot-cubic", "haproxy-bbr")
 LABEL = {"direct": "direct", "slot": "slot (via relay1)", "ideal": "ideal (slower sub-hop)",
-         "haproxy": "HAProxy on relay1"}
-COLOR = {"direct": "#7f7f7f", "slot": "#1f77b4", "ideal": "#2ca02c", "haproxy": "#ff7f0e"}
+         "haproxy": "HAProxy on relay1", "slot-cubic": "slot, relay legs cubic",
+         "haproxy-bbr": "HAProxy on relay1, its default bbr"}
+COLOR = {"direct": "#7f7f7f", "slot": "#1f77b4", "ideal": "#2ca02c", "haproxy": "#ff7f0e",
+         "slot-cubic": "#9ecae1", "haproxy-bbr": "#fdae6b"}
+RELAY_CC = {"cc": "bbr"}        # the relays' [pipe] congestion (--relay-cc)
 RMEM = "4096 131072 262144"
 RATE = 100                      # Mbit/s, every access link, both ways
 SWEEP = (30, 60, 100, 150, 200, 250)
@@ -140,7 +147,7 @@ class Case:
         self.streams = streams
         self.sb = None
         self.slotd = None
-        self.res = {p: [] for p in PEERS}
+        self.res = {p: [] for p in PEERS + LOSS_PEERS}
         self.sub = {"client-relay": [], "relay-server": []}
         self.tandem = []
         self.checks = []
@@ -150,6 +157,10 @@ class Case:
     @property
     def lossy(self):
         return bool(self.direct_loss or self.sub_loss)
+
+    @property
+    def peers(self):
+        return PEERS + LOSS_PEERS if self.lossy else PEERS
 
     # ---- set-up ----
 
@@ -173,7 +184,8 @@ class Case:
             direct_rtt=self.direct_rtt, other_rtt=10,
             host_sysctls={"net.ipv4.tcp_congestion_control": "cubic",
                           "net.ipv4.tcp_rmem": RMEM},
-            relay_conf={"relay": {"log_level": "info"}},
+            relay_conf={"relay": {"log_level": "info"},
+                        "pipe": {"congestion": RELAY_CC["cc"]}},
             spec_edit=self.spec_edit, family=FAMILY["family"])
         self.sb.up()
         sb = self.sb
@@ -248,13 +260,27 @@ class Case:
                                   recv))
         return j, recv["bits_per_second"] / 1e6 / self.streams
 
-    def run_peer(self, peer):
+    def run_peer(self, peer, record=None):
         sb = self.sb
         srv, r1 = ip(sb, "server"), sb.relay("relay1")
         if peer == "direct":
             _, mbps = self.iperf("client", srv, P_DIRECT)
         elif peer == "haproxy":
             _, mbps = self.iperf("client", r1.ip, P_HAPROXY)
+        elif peer == "haproxy-bbr":
+            # HAProxy sets no algorithm: its sockets take the host's default
+            # when accepted or created.
+            sb.bed.run("relay1", "sysctl", "-qw", "net.ipv4.tcp_congestion_control=bbr")
+            try:
+                _, mbps = self.iperf("client", r1.ip, P_HAPROXY)
+            finally:
+                sb.bed.run("relay1", "sysctl", "-qw", "net.ipv4.tcp_congestion_control=cubic")
+        elif peer == "slot-cubic":
+            r1.reload({"pipe": {"congestion": "cubic"}})
+            try:
+                return self.run_peer("slot", record="slot-cubic")
+            finally:
+                r1.reload({"pipe": {"congestion": RELAY_CC["cc"]}})
         elif peer == "slot":
             j, mbps = self.iperf("client", srv, P_SLOT)
             for c in j["start"]["connected"]:
@@ -286,14 +312,15 @@ class Case:
             mbps = min(out[k][1] for k in self.sub)
             self.tandem.append(tandem_mbps(out["relay-server"][0], out["client-relay"][0],
                                            self.streams))
-        self.res[peer].append(mbps)
+        self.res[record or peer].append(mbps)
         return mbps
 
     def measure(self, reps):
         try:
             self.check_download(attempts=3)
             for rep in range(reps):
-                order = PEERS[rep % len(PEERS):] + PEERS[:rep % len(PEERS)]
+                ps = self.peers
+                order = ps[rep % len(ps):] + ps[:rep % len(ps)]
                 for peer in order:
                     mbps = self.run_peer(peer)
                     extra = ""
@@ -320,7 +347,8 @@ class Case:
     def from_raw(cls, d):
         c = cls(d["scenario"], d["name"], d["title"], d["direct_rtt"], d["sub_rtt"],
                 d["direct_loss"], d["sub_loss"], d["seconds"], d["streams"])
-        c.res, c.sub, c.tandem = d["res"], d["sub"], d["tandem"]
+        c.res.update(d["res"])
+        c.sub, c.tandem = d["sub"], d["tandem"]
         c.selection_misses = d.get("selection_misses", [])
         return c
 
@@ -378,7 +406,9 @@ def target_line(cases, what, a, b, bound):
 def peer_table(case):
     out = ["| path | Mbit/s, median [min-max] | / direct | slot / this |",
            "|---|---|---|---|"]
-    for p in PEERS:
+    for p in case.peers:
+        if not case.res[p]:
+            continue
         out.append("| %s | %s | %s | %s |" % (
             LABEL[p], mbit(case.res[p]),
             "1" if p == "direct" else rrng(case.ratios(p, "direct")),
@@ -406,6 +436,43 @@ def setup_text(case):
     else:
         s += "no loss, "
     return s
+
+
+def cc_text(cs):
+    """Scenario 2: the relay's congestion control (issue 17)."""
+    cc = RELAY_CC["cc"]
+    rows = (("slot / HAProxy (cubic, the host's default)", "slot", "haproxy", ">= 1.3"),
+            ("slot / ideal (the slower cubic sub-hop alone)", "slot", "ideal", ">= 1.0"),
+            ("slot / HAProxy with bbr as the host's default (fairness)", "slot",
+             "haproxy-bbr", ""),
+            ("slot / slot with the relay's legs cubic", "slot", "slot-cubic", ""),
+            ("slot with the relay's legs cubic / HAProxy (cubic)", "slot-cubic", "haproxy", ""))
+    out = ["**The relay's congestion control** (`[pipe] congestion`, issue 17). slot above "
+           "ran slot-relayd with `congestion = %s`; *slot, relay legs cubic* ran it with "
+           "cubic (relay1 reloaded before those runs and back after); HAProxy uses the "
+           "host's default, cubic, and *HAProxy on relay1, its default bbr* ran with relay1's "
+           "net.ipv4.tcp_congestion_control set to bbr for its runs. The ideal's two sub-hops "
+           "are cubic. Medians of the per-repetition ratios [min-max]:\n" % cc,
+           "| ratio | %s | target |" % " | ".join(c.name for c in cs),
+           "|---|%s---|" % ("---|" * len(cs))]
+    for label, a, b, target in rows:
+        out.append("| %s | %s | %s |" % (label, " | ".join(rrng(c.ratios(a, b)) for c in cs),
+                                         target))
+    out.append("")
+    met13 = all(meets(c.ratios("slot", "haproxy"), 1.3) for c in cs)
+    met10 = all(meets(c.ratios("slot", "ideal"), 1.0) for c in cs)
+    out.append(
+        "Which leg the relay's choice reaches: the download's bytes go server -> relay1 -> "
+        "client, and the relay is the sender only on the client leg (relay1 -> client); "
+        "the server leg's sender is the server, with its own cubic, whatever the relay "
+        "chooses (an upload is the mirror image: the relay sends on the server leg, the "
+        "client's cubic on the other, and with these symmetric legs the same bound). So "
+        "the relay's choice can make its own leg keep up, never the server's: a relayed "
+        "transfer stays bounded by the server's cubic leg, which is what the ideal (the "
+        "slower cubic sub-hop alone) measures. slot >= 1.3x HAProxy: **%s**; slot >= 1.0x "
+        "the ideal of cubic legs: **%s**.\n" % ("met" if met13 else "not met",
+                                                 "met" if met10 else "not met"))
+    return out
 
 
 # ---------------------------------------------------------------- plots
@@ -631,7 +698,12 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
                both(lambda c: med(c.ratios("slot", "haproxy"))),
                both(lambda c: med([t / i for t, i in zip(c.tandem, c.res["ideal"])])),
                " and ".join("%.2f" % x for x in s_t)))
-        if all(x >= 0.95 for x in s_t):
+        if all(med(c.ratios("slot", "ideal")) >= 1.0 for c in cs) and \
+                all(c.res["slot-cubic"] for c in cs) and RELAY_CC["cc"] != "cubic":
+            text += (": above both, because the bound and the ideal are those of cubic legs "
+                     "while the relay sends on its leg with %s, which does not stall after "
+                     "each loss (see the relay's congestion control below).\n" % RELAY_CC["cc"])
+        elif all(x >= 0.95 for x in s_t):
             text += (": slot forwards about what any relay could from these two legs, and "
                      "the distance to the ideal is that of relaying two fluctuating lossy "
                      "legs, not of slot's relay.\n")
@@ -642,6 +714,8 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
                      "does not grow its window meanwhile; the tandem bound has neither "
                      "effect. HAProxy is subject to the same.\n")
         out.append(text)
+        if all(c.res["slot-cubic"] and c.res["haproxy-bbr"] for c in cs):
+            out += cc_text(cs)
 
     if 3 in by_sc:
         cs = by_sc[3]
@@ -699,6 +773,16 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
                                       "slot", "ideal", 0.95))
     out.append("- " + target_line(allc, "slot >= HAProxy's relay in every scenario",
                                   "slot", "haproxy", 1.0))
+    cc = [c for c in by_sc.get(2, []) if c.res["slot-cubic"] and c.res["haproxy-bbr"]]
+    if cc:
+        out.append("- " + target_line(cc, "issue 17, the relay's legs %s: slot >= 1.3x HAProxy "
+                                      "with the host's cubic under loss" % RELAY_CC["cc"],
+                                      "slot", "haproxy", 1.3))
+        out.append("- " + target_line(cc, "issue 17: slot >= 1.0x the ideal of cubic legs "
+                                      "under loss", "slot", "ideal", 1.0))
+        out.append("- issue 17, fairness: slot / HAProxy with bbr as its host's default, "
+                   "median [min-max]: %s." % "; ".join(
+                       "%s %s" % (c.name, rrng(c.ratios("slot", "haproxy-bbr"))) for c in cc))
     out.append("")
     lossy_miss = [c for c in t12 if c.lossy and not meets(c.ratios("slot", "ideal"), 0.95)]
     if lossy_miss:
@@ -753,6 +837,8 @@ def main():
                     help="parallel streams per run with loss, reported per stream (default 4)")
     ap.add_argument("--quick", action="store_true",
                     help="development: 2 repetitions, short runs, 3 RTTs in the sweep")
+    ap.add_argument("--relay-cc", default="bbr",
+                    help="the relays' [pipe] congestion (default bbr, slot-relayd's default)")
     ap.add_argument("--only", default="1,2,3", help="scenarios, e.g. 1,3")
     ap.add_argument("--family", type=int, choices=(4, 6), default=4,
                     help="6: every host IPv6-only (slotd's ip6tables rules, IPv6 relays)")
@@ -766,6 +852,7 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="check what the run and its report need, then exit")
     args = ap.parse_args()
+    RELAY_CC["cc"] = args.relay_cc
     if args.reps is None:
         args.reps = 2 if args.quick else 5
     if args.seconds is None:
@@ -781,6 +868,7 @@ def main():
             raw = json.load(f)
         for k in ("reps", "seconds", "loss_seconds", "loss_streams", "quick"):
             setattr(args, k, raw["args"][k])
+        RELAY_CC["cc"] = raw["args"].get("relay_cc", "bbr")
         cases = [Case.from_raw(d) for d in raw["cases"]]
         return write_report(args, cases, raw["elapsed"], raw["busy"])
     import slotbed
@@ -834,7 +922,7 @@ def main():
 
     if args.raw:
         with open(args.raw, "w") as f:
-            keys = ("reps", "seconds", "loss_seconds", "loss_streams", "quick")
+            keys = ("reps", "seconds", "loss_seconds", "loss_streams", "quick", "relay_cc")
             json.dump({"args": {k: getattr(args, k) for k in keys},
                        "elapsed": elapsed, "busy": busy[1],
                        "cases": [c.to_raw() for c in cases]}, f, indent=1)

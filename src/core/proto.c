@@ -8,6 +8,7 @@
  * means for their channel (drop a datagram, answer ERROR, close).
  */
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -680,9 +681,44 @@ proto_error_for(enum proto_err e)
 	return ERR_MALFORMED;
 }
 
+/* Nonces come from the kernel's CSPRNG, NONCE_BATCH at a time: one
+ * getrandom() per batch instead of one per 32 bits (each arc4random() is a
+ * system call with this glibc), and as unpredictable. Per thread; a forked
+ * child drops its parent's batch, never to send the parent's next nonces. */
+#define NONCE_BATCH 64
+
+static _Thread_local struct {
+	uint64_t v[NONCE_BATCH];
+	unsigned int left;
+} nonces;
+static pthread_once_t nonce_once = PTHREAD_ONCE_INIT;
+
+static void
+nonce_atfork_child(void)
+{
+	nonces.left = 0;
+}
+
+static void
+nonce_init(void)
+{
+	(void)pthread_atfork(NULL, NULL, nonce_atfork_child);
+}
+
+static uint64_t
+nonce_next(void)
+{
+	if (nonces.left == 0) {
+		(void)pthread_once(&nonce_once, nonce_init);
+		arc4random_buf(nonces.v, sizeof(nonces.v));
+		nonces.left = NONCE_BATCH;
+	}
+	return nonces.v[--nonces.left];
+}
+
 void
 proto_stamp(struct proto_msg *m)
 {
 	m->ts_us = clock_real_us();
-	m->nonce = ((uint64_t)arc4random() << 32) | arc4random();
+	m->nonce = nonce_next();
 }

@@ -2,10 +2,12 @@
  * errno survives the cleanup on every error path. */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -150,6 +152,120 @@ int
 sock_set_nodelay(int fd)
 {
 	return sock_setint(fd, IPPROTO_TCP, TCP_NODELAY, 1);
+}
+
+int
+sock_set_congestion(int fd, const char *name)
+{
+	return setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name));
+}
+
+int
+sock_set_leg(int fd, const struct sock_leg *o)
+{
+	struct linger l = { .l_onoff = 1, .l_linger = 0 };
+	int e = 0;
+
+	if (sock_set_nodelay(fd) == -1)
+		e = errno;
+	if (sock_set_keepalive(fd, o->keepidle_s, o->keepintvl_s, o->keepcnt) == -1 && !e)
+		e = errno;
+	if ((o->user_timeout_ms || o->reset) && setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT,
+	    &o->user_timeout_ms, sizeof(o->user_timeout_ms)) == -1 && !e)
+		e = errno;
+	if (o->linger_rst && setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l)) == -1 && !e)
+		e = errno;
+	if (o->congestion && o->congestion[0] && sock_set_congestion(fd, o->congestion) == -1 &&
+	    !e)
+		e = errno;
+	errno = e;
+	return e ? -1 : 0;
+}
+
+/* A one-line file of /proc/sys into buf, without its newline. */
+static int
+read_line(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd == -1)
+		return -1;
+	n = read(fd, buf, len - 1);
+	sock_close_keep_errno(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	return 0;
+}
+
+/* Whether word is one of the space-separated words of list. */
+static bool
+word_in(const char *list, const char *word)
+{
+	size_t l = strlen(word);
+
+	for (const char *p = list; *p; ) {
+		size_t n;
+		p += strspn(p, " \t");
+		n = strcspn(p, " \t");
+		if (n == l && strncmp(p, word, l) == 0)
+			return true;
+		p += n;
+	}
+	return false;
+}
+
+#define CC_SYSCTL "/proc/sys/net/ipv4/tcp_"
+
+int
+sock_congestion_default(char *buf, size_t len)
+{
+	return read_line(CC_SYSCTL "congestion_control", buf, len);
+}
+
+int
+sock_congestion_check(const char *name, char *err, size_t errlen)
+{
+	char avail[512], allowed[512], def[SOCK_CC_NAME_MAX + 8];
+	int fd, e;
+
+	if (read_line(CC_SYSCTL "available_congestion_control", avail, sizeof(avail)) == -1 ||
+	    read_line(CC_SYSCTL "allowed_congestion_control", allowed, sizeof(allowed)) == -1 ||
+	    sock_congestion_default(def, sizeof(def)) == -1) {
+		snprintf(err, errlen, "congestion control %s: cannot read %s*congestion_control: "
+		    "%s", name, CC_SYSCTL, strerror(errno));
+		return -1;
+	}
+	/* Root could load a module here, but the relay drops to its user: ask
+	 * for what that user will be able to set. */
+	if (!word_in(avail, name)) {
+		snprintf(err, errlen, "congestion control %s is not available in this kernel "
+		    "(net.ipv4.tcp_available_congestion_control = %s; its module, tcp_%s, may "
+		    "need loading)", name, avail, name);
+		return -1;
+	}
+	if (!word_in(allowed, name) && strcmp(def, name) != 0) {
+		snprintf(err, errlen, "congestion control %s is not allowed to unprivileged "
+		    "sockets (net.ipv4.tcp_allowed_congestion_control = %s): add it there",
+		    name, allowed);
+		return -1;
+	}
+	if ((fd = sock_new(AF_INET, SOCK_STREAM)) == -1 &&
+	    (fd = sock_new(AF_INET6, SOCK_STREAM)) == -1) {
+		snprintf(err, errlen, "congestion control %s: test socket: %s", name,
+		    strerror(errno));
+		return -1;
+	}
+	e = sock_set_congestion(fd, name) == -1 ? errno : 0;
+	close(fd);
+	if (e) {
+		snprintf(err, errlen, "congestion control %s: refused by the kernel: %s", name,
+		    strerror(e));
+		return -1;
+	}
+	return 0;
 }
 
 void

@@ -53,8 +53,10 @@ kpipe_resize(struct kpipe *kp, size_t want)
 {
 	int got;
 
-	(void)fcntl(kp->wfd, F_SETPIPE_SZ, (int)want);
-	if ((got = fcntl(kp->wfd, F_GETPIPE_SZ)) > 0)
+	/* F_SETPIPE_SZ answers the size granted: asked again only if it
+	 * failed. */
+	if ((got = fcntl(kp->wfd, F_SETPIPE_SZ, (int)want)) > 0 ||
+	    (got = fcntl(kp->wfd, F_GETPIPE_SZ)) > 0)
 		kp->size = (size_t)got;
 }
 

@@ -360,8 +360,9 @@ dir_pump(struct pipe *p, struct dir *d)
 				ev_timer_start(p->r->loop, &p->retry);
 			break;
 		}
-		ssize_t n = splice(d->src->fd, NULL, d->kp->wfd, NULL,
-		    d->f.cap - d->f.inflight, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		size_t want = d->f.cap - d->f.inflight;
+		ssize_t n = splice(d->src->fd, NULL, d->kp->wfd, NULL, want,
+		    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 		int err = errno;
 		if (n > 0)
 			p->last_io = ev_now(p->r->loop);
@@ -378,7 +379,11 @@ dir_pump(struct pipe *p, struct dir *d)
 		}
 		if (a == FLOW_FLUSH && dir_flush(p, d) == -1)
 			return -1;
-		if (a == FLOW_NONE || n == 0 || d->f.inflight > 0)
+		/* Less than asked: the socket had no more just now. Another
+		 * read would most likely only say EAGAIN (a system call per
+		 * wake-up); the watcher is level-triggered, so bytes that came
+		 * since wake it again. */
+		if (a == FLOW_NONE || n == 0 || d->f.inflight > 0 || (size_t)n < want)
 			break;
 	}
 	dir_release_kpipe(p->r, d);
@@ -617,21 +622,26 @@ connect_cb(struct ev_loop *loop, ev_io *w, int revents)
 
 /* Both legs of a pipe: keepalive and TCP_USER_TIMEOUT find a dead peer
  * (an idle one by keepalive, one that stopped acknowledging by the user
- * timeout) in minutes, so idle pipes need no idle timeout; and the RST on
- * loss armed (see half_linger_rst). */
+ * timeout) in minutes, so idle pipes need no idle timeout; the RST on loss
+ * armed (see half_linger_rst); the relay's congestion control on the leg
+ * it sends on. An accepted client socket inherited all of it from the data
+ * listener (relayd.c): no system call for it here. */
 static void
 half_attach(struct half *h, int fd)
 {
-	const struct rconf *c = &h->p->r->conf;
-	unsigned int ut = (unsigned int)c->user_timeout_ms;
+	static int warned;
+	struct sock_leg o;
 
 	h->fd = fd;
-	(void)sock_set_nodelay(fd);	/* the sender already applied Nagle */
-	(void)sock_set_keepalive(fd, (int)(c->keepalive_idle_ms / 1000),
-	    (int)(c->keepalive_interval_ms / 1000), (int)c->keepalive_count);
-	if (ut)
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
-	half_linger_rst(h, 1);
+	if (h == &h->p->cli)
+		return;
+	rconf_leg(&h->p->r->conf, &o);
+	/* Checked at start and reload: only a sysctl changed since can fail. */
+	if (sock_set_leg(fd, &o) == -1 && !warned) {
+		warned = 1;
+		log_warn("pipe %llu: options of the server leg (congestion control %s)",
+		    (unsigned long long)h->p->id, o.congestion[0] ? o.congestion : "system");
+	}
 }
 
 /* A pipe to server, or through the rest of chain s (NULL: direct). */

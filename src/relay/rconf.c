@@ -39,6 +39,9 @@ rconf_defaults(struct rconf *c)
 	c->keepalive_interval_ms = 10000;
 	c->keepalive_count = 6;
 	c->user_timeout_ms = 120000;
+	/* Measured in docs/benchmarks.md (scenario 2): under loss BBR keeps the
+	 * leg the relay sends on at its window where cubic backs off. */
+	snprintf(c->congestion, sizeof(c->congestion), RCONF_CONGESTION_DEFAULT);
 
 	policy_init(&c->policy);
 
@@ -63,6 +66,18 @@ rconf_defaults(struct rconf *c)
 }
 
 void
+rconf_leg(const struct rconf *c, struct sock_leg *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->keepidle_s = (int)(c->keepalive_idle_ms / 1000);
+	o->keepintvl_s = (int)(c->keepalive_interval_ms / 1000);
+	o->keepcnt = (int)c->keepalive_count;
+	o->user_timeout_ms = (unsigned int)c->user_timeout_ms;
+	o->linger_rst = 1;
+	o->congestion = c->congestion;
+}
+
+void
 rconf_free(struct rconf *c)
 {
 	policy_free(&c->policy);
@@ -71,7 +86,7 @@ rconf_free(struct rconf *c)
 #define DAY_MS (24ull * 3600 * 1000)
 
 /* The kinds of this daemon's own, parsed by custom_key. */
-enum { K_ADVERTISE = 1 };
+enum { K_ADVERTISE = 1, K_CONGESTION };
 
 #define F(sec, name, kind, m) CONF_KEY(struct rconf, sec, name, kind, m)
 static const struct conf_key keys[] = {
@@ -112,6 +127,7 @@ static const struct conf_key keys[] = {
 	{ F("limits", "user_timeout", CK_MS_OFF, user_timeout_ms), .min = 1000, .max = DAY_MS },
 	{ F("chain", "allow", CK_BOOL, chain_allow) },
 	{ F("chain", "link_idle_timeout", CK_MS, chain_link_idle_ms), .min = 1000, .max = DAY_MS },
+	{ F("pipe", "congestion", CK_CUSTOM, congestion), .custom = K_CONGESTION },
 	{ F("policy", "allowed_ports", CK_PORTS, policy.ports) },
 	{ F("policy", "allow_destinations", CK_CIDRS, policy.allow) },
 	{ F("policy", "deny_destinations", CK_CIDRS, policy.deny) },
@@ -176,10 +192,32 @@ parse_advertise(const char *value, struct rconf *c, char *sub, size_t sublen)
 	return 0;
 }
 
+/* A kernel algorithm's name (whether this kernel has it is checked by the
+ * daemon, with a test socket), or "system": the namespace's default. */
+static int
+parse_congestion(const char *value, struct rconf *c, char *sub, size_t sublen)
+{
+	size_t l = strlen(value);
+
+	if (strcmp(value, "system") == 0) {
+		c->congestion[0] = '\0';
+	} else if (l == 0 || l >= sizeof(c->congestion) ||
+	    strspn(value, "abcdefghijklmnopqrstuvwxyz0123456789_-") != l) {
+		snprintf(sub, sublen, "expected an algorithm's name (bbr, cubic, reno...: "
+		    "net.ipv4.tcp_available_congestion_control) or system");
+		return -1;
+	} else {
+		memcpy(c->congestion, value, l + 1);
+	}
+	c->congestion_set = 1;
+	return 0;
+}
+
 static int
 custom_key(void *obj, const struct conf_key *k, const char *value, char *sub, size_t sublen)
 {
-	(void)k;	/* K_ADVERTISE alone */
+	if (k->custom == K_CONGESTION)
+		return parse_congestion(value, obj, sub, sublen);
 	/* One endpoint, or two of different families: a dual-stack relay
 	 * registers once per family (docs/relay.md "IPv6"). */
 	return parse_advertise(value, obj, sub, sublen);

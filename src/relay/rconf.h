@@ -7,12 +7,15 @@
 #include "slot/addr.h"
 #include "slot/conf.h"
 #include "slot/log.h"
+#include "slot/sock.h"
 #include "policy.h"
 
 /* slot-relayd's configuration: defaults, INI keys, validation. The key
  * itself is loaded by the daemon (it needs privileges); here only its path. */
 
 #define RCONF_PATH_MAX 256
+/* [pipe] congestion when the file says nothing. */
+#define RCONF_CONGESTION_DEFAULT "bbr"
 
 struct rconf {
 	/* [relay] */
@@ -48,6 +51,10 @@ struct rconf {
 	/* [chain] */
 	bool chain_allow;		/* be the first or a middle relay of chains */
 	uint64_t chain_link_idle_ms;	/* an unused link to a next relay closes */
+	/* [pipe] */
+	char congestion[SOCK_CC_NAME_MAX];	/* of the legs the relay sends on;
+						 * "": the system's default */
+	int congestion_set;	/* written in the file (else the default: see relayd.c) */
 
 	/* [policy] */
 	struct policy policy;	/* ports, allow, deny; self filled by the daemon */
@@ -76,6 +83,12 @@ struct rconf {
 	uint64_t measure_interval_ms;
 	double measure_rate;		/* peer probes per second, at most */
 };
+
+/* The socket options of a pipe's legs (keepalive, user timeout, RST on
+ * loss, congestion control): the data listener carries them for the client
+ * legs it accepts, a server leg gets them at its connect. o->congestion
+ * points into c. */
+void rconf_leg(const struct rconf *c, struct sock_leg *o);
 
 /* Fills c with the defaults (those of etc/relayd.conf). */
 void rconf_defaults(struct rconf *c);

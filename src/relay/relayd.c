@@ -86,6 +86,53 @@ relay_admit_conf(const struct relay *r, struct admit_conf *ac)
 	ac->window_us = c->max_clock_skew_ms * 1000;
 }
 
+/* The data listener carries the client legs' options (rconf_leg), which
+ * the sockets it accepts inherit: set once here, at start and at each
+ * reload, instead of once per pipe. was: the congestion control of the
+ * running configuration ("" at start), to reset the listener's to the
+ * system's when the new one says "system". */
+static int
+data_listener_leg(struct relay *r, const char *was, char *err, size_t errlen)
+{
+	struct sock_leg o;
+	char def[SOCK_CC_NAME_MAX];
+
+	rconf_leg(&r->conf, &o);
+	o.reset = 1;
+	if (o.congestion[0] == '\0' && was[0] != '\0' &&
+	    sock_congestion_default(def, sizeof(def)) == 0)
+		o.congestion = def;
+	if (sock_set_leg(r->data_fd, &o) == -1) {
+		snprintf(err, errlen, "data listener: socket options (congestion control %s): %s",
+		    o.congestion[0] ? o.congestion : "system", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* [pipe] congestion, checked as the relay's user will set it. An algorithm
+ * the file names and the kernel does not allow is an error; the default
+ * gives way to the system's with a warning, so that a host without it
+ * still runs. */
+static int
+congestion_resolve(struct rconf *c, const char *path, char *err, size_t errlen)
+{
+	char why[400];
+
+	if (c->congestion[0] == '\0' || sock_congestion_check(c->congestion, why,
+	    sizeof(why)) == 0)
+		return 0;
+	if (c->congestion_set) {
+		snprintf(err, errlen, "%s: [pipe] congestion = %s: %s", path ? path : "defaults",
+		    c->congestion, why);
+		return -1;
+	}
+	log_warnx("%s; the pipes' legs keep the system's default (set [pipe] congestion, "
+	    "e.g. to system, to choose)", why);
+	c->congestion[0] = '\0';
+	return 0;
+}
+
 /* Reservations beyond two kernel pipes per pipe could never be used. */
 static size_t
 kpipe_limit(const struct rconf *c)
@@ -160,6 +207,11 @@ reload(struct relay *r)
 		log_warnx("reload failed, keeping the running configuration: %s", err);
 		return;
 	}
+	if (congestion_resolve(&n, r->conf_path, err, sizeof(err)) == -1) {
+		log_warnx("reload failed, keeping the running configuration: %s", err);
+		rconf_free(&n);
+		return;
+	}
 	if (!ep_eq(&n.probe_listen, &r->conf.probe_listen) ||
 	    !ep_eq(&n.control_listen, &r->conf.control_listen) ||
 	    !ep_eq(&n.data_listen, &r->conf.data_listen) ||
@@ -210,8 +262,12 @@ reload(struct relay *r)
 	n.policy.self = r->conf.policy.self;
 	n.policy.nself = r->conf.policy.nself;
 	r->conf.policy.self = NULL;
+	char was[SOCK_CC_NAME_MAX];
+	memcpy(was, r->conf.congestion, sizeof(was));
 	rconf_free(&r->conf);
 	r->conf = n;
+	if (data_listener_leg(r, was, err, sizeof(err)) == -1)
+		log_warnx("reload: %s", err);
 
 	log_set_level(r->conf.log_level);
 	struct admit_conf ac;
@@ -302,6 +358,8 @@ listen_all(struct relay *r, int *probe_fd, int *stats_fd, int *metrics_fd, char 
 	    sizeof(one)) == 0;
 	if (!r->save_syn)
 		log_warn("TCP_SAVE_SYN on the data listener: pipe tokens off");
+	if (data_listener_leg(r, "", err, errlen) == -1)
+		return -1;
 	if (c->metrics_listen.addr.family &&
 	    (*metrics_fd = sock_listen_tcp(&c->metrics_listen, 16)) == -1) {
 		snprintf(err, errlen, "metrics listener %s: %s", ep_fmt(&c->metrics_listen, b),
@@ -392,7 +450,8 @@ main(int argc, char **argv)
 	r->conf_path = path;
 	ctl_ident_init(&r->ident, "slot-relayd", "slot_relayd", SLOT_VERSION, path);
 	r->ctrl_fd = r->data_fd = -1;
-	if (rconf_load(&r->conf, path, err, sizeof(err)) == -1)
+	if (rconf_load(&r->conf, path, err, sizeof(err)) == -1 ||
+	    congestion_resolve(&r->conf, path, err, sizeof(err)) == -1)
 		fatalx("%s", err);
 	daemon_log_level(&args, &r->conf.log_level);
 	if (need_shared_key(&r->conf) &&

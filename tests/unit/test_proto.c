@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1523,10 +1524,49 @@ pair_key_matches(void **state)
 	assert_memory_equal(at_client.key.k, pv_pair_key, AUTH_KEY_LEN);
 }
 
+/* Nonces are drawn in batches from the kernel's CSPRNG: all distinct, and a
+ * forked child never sends the nonces its parent has in store. */
+static void
+stamp_nonces(void **state)
+{
+	enum { N = 1000 };
+	static uint64_t seen[N];
+	struct proto_msg m;
+	uint64_t child;
+	int fds[2], st;
+	pid_t pid;
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		proto_stamp(&m);
+		assert_true(m.ts_us > 0);
+		for (int j = 0; j < i; j++)
+			assert_true(seen[j] != m.nonce);
+		seen[i] = m.nonce;
+	}
+	/* Mid-batch: the parent's next nonces are in memory. */
+	assert_int_equal(pipe(fds), 0);
+	if ((pid = fork()) == 0) {
+		proto_stamp(&m);
+		_exit(write(fds[1], &m.nonce, sizeof(m.nonce)) == sizeof(m.nonce) ? 0 : 1);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(read(fds[0], &child, sizeof(child)), (ssize_t)sizeof(child));
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	for (int i = 0; i < 64; i++) {
+		proto_stamp(&m);
+		assert_true(m.nonce != child);
+	}
+	close(fds[0]);
+	close(fds[1]);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(stamp_nonces),
 		cmocka_unit_test(vectors_encode),
 		cmocka_unit_test(vectors_decode),
 		cmocka_unit_test(vectors_cover_types),

@@ -67,6 +67,9 @@ test_defaults_match_example(void **state)
 	assert_int_equal(c.list_interval_ms, d.list_interval_ms);
 	assert_int_equal(c.measure_interval_ms, d.measure_interval_ms);
 	assert_true(c.measure_rate == d.measure_rate);
+	assert_string_equal(c.congestion, d.congestion);
+	assert_string_equal(d.congestion, "bbr");
+	assert_int_equal(c.congestion_set, 0);	/* the default may give way */
 	rconf_free(&c);
 	rconf_free(&d);
 }
@@ -142,6 +145,38 @@ test_values(void **state)
 	assert_int_equal(c.max_kernel_pipes, 6);
 	assert_int_equal(c.user_timeout_ms, 0);
 	rconf_free(&c);
+
+	write_conf("[pipe]\ncongestion = cubic\n");
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	assert_string_equal(c.congestion, "cubic");
+	assert_int_equal(c.congestion_set, 1);
+	/* what the legs' sockets get */
+	struct sock_leg o;
+	rconf_leg(&c, &o);
+	assert_string_equal(o.congestion, "cubic");
+	assert_int_equal(o.keepidle_s, 60);
+	assert_int_equal(o.keepintvl_s, 10);
+	assert_int_equal(o.keepcnt, 6);
+	assert_int_equal(o.user_timeout_ms, 120000);
+	assert_int_equal(o.linger_rst, 1);
+	assert_int_equal(o.reset, 0);
+	rconf_free(&c);
+
+	/* system: no TCP_CONGESTION at all, the host's default */
+	write_conf("[pipe]\ncongestion = system\n");
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	assert_string_equal(c.congestion, "");
+	assert_int_equal(c.congestion_set, 1);
+	rconf_free(&c);
+
+	/* the longest name the kernel takes: 15 characters */
+	write_conf("[pipe]\ncongestion = abcdefghij_1234\n");
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	assert_string_equal(c.congestion, "abcdefghij_1234");
+	rconf_free(&c);
 }
 
 static void
@@ -187,6 +222,11 @@ test_errors_name_the_line(void **state)
 	bad("[directory]\nadvertise = 10.0.0.1:7600, [2001:db8::1]\n", "expected address:port");
 	bad("[relay]\nmetrics_listen = localhost:9761\n", "expected address:port");
 	bad("[directory]\nmeasure_rate = 0\n", "measure_rate");
+	bad("[pipe]\ncongestion =\n", ":2: [pipe] congestion");
+	bad("[pipe]\ncongestion = BBR\n", "expected an algorithm's name");
+	bad("[pipe]\ncongestion = bbr cubic\n", "expected an algorithm's name");
+	bad("[pipe]\ncongestion = abcdefghij_12345\n", "expected an algorithm's name");
+	bad("[pipe]\ncongestion = ../x\n", "expected an algorithm's name");
 	bad("[relay]\nprobe_listen = 0.0.0.0:7000\n[directory]\nurls = http://d/RPC2\n",
 	    "same port");
 }

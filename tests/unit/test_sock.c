@@ -305,6 +305,81 @@ test_options(void **state)
 	close(l);
 }
 
+/* What the relay sets once on its data listener, the sockets it accepts
+ * inherit: no system call per pipe for them. */
+static void
+test_leg_inherited(void **state)
+{
+	struct sock_leg o = { .keepidle_s = 61, .keepintvl_s = 7, .keepcnt = 4,
+	    .user_timeout_ms = 90000, .linger_rst = 1, .congestion = "reno" };
+	struct endpoint lep = any_port("127.0.0.1:1"), bound;
+	struct linger lg;
+	socklen_t len;
+	char cc[SOCK_CC_NAME_MAX] = "";
+	int l, c, s;
+
+	(void)state;
+	assert_true((l = sock_listen_tcp(&lep, 16)) >= 0);
+	assert_int_equal(sock_set_leg(l, &o), 0);
+	assert_int_equal(sock_local_ep(l, &bound), 0);
+	assert_true((c = sock_connect_nb(&bound, 0)) >= 0);
+	assert_true(wait_fd(l, POLLIN) & POLLIN);
+	assert_true((s = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0);
+
+	assert_int_equal(getint(s, IPPROTO_TCP, TCP_NODELAY), 1);
+	assert_int_equal(getint(s, SOL_SOCKET, SO_KEEPALIVE), 1);
+	assert_int_equal(getint(s, IPPROTO_TCP, TCP_KEEPIDLE), 61);
+	assert_int_equal(getint(s, IPPROTO_TCP, TCP_KEEPINTVL), 7);
+	assert_int_equal(getint(s, IPPROTO_TCP, TCP_KEEPCNT), 4);
+	assert_int_equal(getint(s, IPPROTO_TCP, TCP_USER_TIMEOUT), 90000);
+	len = sizeof(lg);
+	assert_int_equal(getsockopt(s, SOL_SOCKET, SO_LINGER, &lg, &len), 0);
+	assert_true(lg.l_onoff == 1 && lg.l_linger == 0);
+	len = sizeof(cc);
+	assert_int_equal(getsockopt(s, IPPROTO_TCP, TCP_CONGESTION, cc, &len), 0);
+	assert_string_equal(cc, "reno");
+	/* The connecting end set nothing: the options are the listener's. */
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_NODELAY), 0);
+	assert_int_equal(getint(c, SOL_SOCKET, SO_KEEPALIVE), 0);
+	close(s);
+	close(c);
+
+	/* A reload: the user timeout back to the kernel's (0) takes reset. */
+	o.user_timeout_ms = 0;
+	o.congestion = NULL;
+	assert_int_equal(sock_set_leg(l, &o), 0);
+	assert_int_equal(getint(l, IPPROTO_TCP, TCP_USER_TIMEOUT), 90000);
+	o.reset = 1;
+	assert_int_equal(sock_set_leg(l, &o), 0);
+	assert_int_equal(getint(l, IPPROTO_TCP, TCP_USER_TIMEOUT), 0);
+
+	/* An algorithm the kernel lacks: -1, and the others are still set. */
+	o.keepidle_s = 62;
+	o.congestion = "nosuchcc";
+	assert_int_equal(sock_set_leg(l, &o), -1);
+	assert_int_equal(errno, ENOENT);
+	assert_int_equal(getint(l, IPPROTO_TCP, TCP_KEEPIDLE), 62);
+	close(l);
+}
+
+static void
+test_congestion_check(void **state)
+{
+	char err[512] = "", def[SOCK_CC_NAME_MAX] = "";
+
+	(void)state;
+	/* reno is built in and never restricted. */
+	assert_int_equal(sock_congestion_check("reno", err, sizeof(err)), 0);
+	assert_int_equal(sock_congestion_default(def, sizeof(def)), 0);
+	assert_true(def[0] != '\0');
+	assert_int_equal(sock_congestion_check(def, err, sizeof(err)), 0);
+	assert_int_equal(sock_congestion_check("nosuchcc", err, sizeof(err)), -1);
+	if (strstr(err, "nosuchcc is not available in this kernel "
+	    "(net.ipv4.tcp_available_congestion_control = ") == NULL ||
+	    strstr(err, "reno") == NULL)
+		fail_msg("unclear error: %s", err);
+}
+
 static void
 test_mark(void **state)
 {
@@ -532,6 +607,8 @@ main(void)
 		cmocka_unit_test(test_connect_refused),
 		cmocka_unit_test(test_close_rst),
 		cmocka_unit_test(test_options),
+		cmocka_unit_test(test_leg_inherited),
+		cmocka_unit_test(test_congestion_check),
 		cmocka_unit_test(test_mark),
 		cmocka_unit_test(test_udp),
 		cmocka_unit_test_setup_teardown(test_unix_stale, tmp_setup,

@@ -1,0 +1,152 @@
+"""The relay's congestion control on the legs it sends on ([pipe] congestion):
+both of a pipe's relay-side sockets use it while the client and the server
+keep their own, a reload changes it for new pipes, and an algorithm the
+kernel does not have is refused at start and at reload with a clear message."""
+
+import hashlib
+import os
+import signal
+import subprocess
+import time
+
+from conftest import MiB, make_client, recv_all
+
+
+def sysctl(net, ns, name):
+    return net.run_ns(ns, "sysctl", "-n", name).stdout.strip()
+
+
+def other_cc(net, ns, avoid=()):
+    """An algorithm the kernel lets everyone use that is not ns's default
+    (nor in avoid): the test then sees the relay's choice, not a default."""
+    default = sysctl(net, ns, "net.ipv4.tcp_congestion_control")
+    allowed = sysctl(net, ns, "net.ipv4.tcp_allowed_congestion_control").split()
+    for cc in ("reno", "cubic", "bbr"):
+        if cc != default and cc in allowed and cc not in avoid:
+            return cc
+    raise AssertionError("no allowed algorithm besides %s: %s" % (default, allowed))
+
+
+def tcp_info(net, ns):
+    """{(local, peer): congestion control} of ns's established TCP sockets."""
+    out = net.run_ns(ns, "ss", "-tinH", "state", "established").stdout
+    if isinstance(out, bytes):
+        out = out.decode()
+    socks, last = {}, None
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            f = line.split()
+            last = (f[2], f[3])     # Recv-Q Send-Q Local Peer
+            socks[last] = None
+        elif last is not None and socks[last] is None:
+            socks[last] = line.split()[0]
+    return socks
+
+
+def pipe_legs(net, relay, server_port):
+    """The congestion control of the pipe's client leg (accepted on the data
+    port) and server leg (connected to the server), as ss sees them."""
+    socks = tcp_info(net, "relay")
+    cli = [cc for (loc, _), cc in socks.items() if loc == "%s:%d" % (net.relay_cip,
+                                                                    relay.data_port)]
+    srv = [cc for (_, peer), cc in socks.items() if peer == "%s:%d" % (net.server_ip,
+                                                                      server_port)]
+    assert len(cli) == 1 and len(srv) == 1, socks
+    return cli[0], srv[0]
+
+
+def open_pipe(net, relay, key, servers, port):
+    """A pipe through relay carrying 4 MiB of random bytes from the client,
+    held open after them. Returns (client process, server, server port,
+    the bytes' sha256)."""
+    p = port()
+    srv = servers(p, recv_all)
+    client = make_client(net, relay, key)
+    proc = client.start(p, stdin=subprocess.PIPE)
+    data = os.urandom(4 * MiB)
+    proc.stdin.write(data)
+    proc.stdin.flush()
+    relay.wait_counter("pipes_open", lambda v: v == 1, timeout=10)
+    return proc, srv, p, hashlib.sha256(data).hexdigest()
+
+
+def close_pipe(relay, proc, srv, digest):
+    proc.stdin.close()
+    assert proc.wait(30) == 0, proc.stderr.read()
+    # Every byte arrived, intact, and the pipe closed cleanly.
+    assert srv.result(timeout=30) == (4 * MiB, digest)
+    relay.wait_counter("pipes_open", lambda v: v == 0, timeout=10)
+
+
+def test_both_relay_legs_use_the_configured_algorithm(net, relays, key, servers, port):
+    cc = other_cc(net, "relay")
+    relay = relays({"pipe": {"congestion": cc}})
+    proc, srv, p, digest = open_pipe(net, relay, key, servers, port)
+    try:
+        assert pipe_legs(net, relay, p) == (cc, cc)
+        # The server keeps its own algorithm for what it sends.
+        theirs = [v for (loc, _), v in tcp_info(net, "server").items()
+                  if loc == "%s:%d" % (net.server_ip, p)]
+        assert theirs == [sysctl(net, "server", "net.ipv4.tcp_congestion_control")], theirs
+    finally:
+        close_pipe(relay, proc, srv, digest)
+
+
+def test_system_keeps_the_default(net, relays, key, servers, port):
+    relay = relays({"pipe": {"congestion": "system"}})
+    default = sysctl(net, "relay", "net.ipv4.tcp_congestion_control")
+    proc, srv, p, digest = open_pipe(net, relay, key, servers, port)
+    try:
+        assert pipe_legs(net, relay, p) == (default, default)
+    finally:
+        close_pipe(relay, proc, srv, digest)
+
+
+def test_reload_changes_new_pipes(net, relays, key, servers, port):
+    first = other_cc(net, "relay")
+    second = other_cc(net, "relay", avoid=(first,))
+    relay = relays({"pipe": {"congestion": first}})
+    relay.update({"pipe": {"congestion": second}})
+    relay.hup()
+    end = time.monotonic() + 10
+    while "configuration reloaded" not in relay.log():
+        assert time.monotonic() < end, relay.log()[-3000:]
+        time.sleep(0.05)
+    proc, srv, p, digest = open_pipe(net, relay, key, servers, port)
+    try:
+        assert pipe_legs(net, relay, p) == (second, second)
+    finally:
+        close_pipe(relay, proc, srv, digest)
+
+
+def test_unknown_algorithm_refused_at_start(net, relays):
+    relay = relays({"pipe": {"congestion": "nosuchcc"}}, start=False)
+    rc, err = relay.check_config()
+    assert rc != 0
+    want = "[pipe] congestion = nosuchcc: congestion control nosuchcc is not available " \
+           "in this kernel (net.ipv4.tcp_available_congestion_control = "
+    assert want in err, err
+    relay.start(wait=False)
+    assert relay.wait(10) not in (None, 0), relay.log()
+    assert want in relay.log(), relay.log()
+
+
+def test_unknown_algorithm_refused_at_reload(net, relays, key, servers, port):
+    cc = other_cc(net, "relay")
+    relay = relays({"pipe": {"congestion": cc}})
+    relay.update({"pipe": {"congestion": "nosuchcc"}})
+    relay.signal(signal.SIGHUP)
+    want = "reload failed, keeping the running configuration: %s: [pipe] congestion = " \
+           "nosuchcc: congestion control nosuchcc is not available" % relay.conf_path
+    end = time.monotonic() + 10
+    while want not in relay.log():
+        assert time.monotonic() < end, relay.log()[-3000:]
+        time.sleep(0.05)
+    # Still running, with the algorithm it had.
+    proc, srv, p, digest = open_pipe(net, relay, key, servers, port)
+    try:
+        assert pipe_legs(net, relay, p) == (cc, cc)
+    finally:
+        close_pipe(relay, proc, srv, digest)
