@@ -1,6 +1,7 @@
 #ifndef SLOT_RELAY_RCONF_H
 #define SLOT_RELAY_RCONF_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "slot/addr.h"
@@ -43,6 +44,13 @@ struct rconf {
 	uint64_t keepalive_interval_ms;
 	uint64_t keepalive_count;
 	uint64_t user_timeout_ms;	/* TCP_USER_TIMEOUT; 0: the kernel's */
+
+	/* [pipe]: learned initial windows (iwlearn.h, docs/relay.md) */
+	bool learn_initcwnd;
+	uint64_t initcwnd_max;		/* segments */
+	uint64_t initcwnd_prefix4, initcwnd_prefix6;	/* bits */
+	uint64_t initcwnd_expiry_ms;
+	uint64_t initcwnd_max_prefixes;
 
 	/* [policy] */
 	struct policy policy;	/* ports, allow, deny; self filled by the daemon */

@@ -63,6 +63,7 @@ struct probe_srv;
 struct dirlink;
 struct peers;
 struct peertab;
+struct initcwnd;
 
 TAILQ_HEAD(pipe_list, pipe);
 TAILQ_HEAD(ctrl_list, ctrl_conn);
@@ -101,6 +102,7 @@ struct relay {
 	struct ctlsrv *metrics;		/* HTTP; NULL: no metrics_listen */
 	struct dirlink *dir;		/* NULL: no directory configured */
 	struct peers *peers;
+	struct initcwnd *iw;		/* learned initial windows; NULL: off */
 
 	int draining;
 	ev_timer drain_timer;
