@@ -6,7 +6,6 @@
 #include <sys/socket.h>
 
 #include "slot/log.h"
-#include "slot/sock.h"
 #include "initcwnd.h"
 #include "iwbpf.h"
 
@@ -15,6 +14,9 @@ struct initcwnd {
 	struct iwbpf *bpf;
 	struct iwlearn *learn;
 	ev_timer sweep;
+	bool paused;		/* turned off by a reload: the program stays,
+				 * its map empty, so that on again needs no
+				 * privileges */
 	unsigned long long map_errors;
 };
 
@@ -169,16 +171,41 @@ initcwnd_reload(struct relay *r)
 		return;
 	}
 	if (!r->conf.learn_initcwnd) {
-		log_info("reload: learned initial windows off; program detached");
-		initcwnd_close(r);
+		if (!w->paused)
+			log_info("reload: learned initial windows off (forgotten)");
+		w->paused = true;
+		iwl_flush(w->learn);
+		ev_timer_stop(r->loop, &w->sweep);
 		return;
 	}
+	if (w->paused)
+		log_info("reload: learned initial windows on again");
+	w->paused = false;
 	if (r->conf.initcwnd_max_prefixes > iwbpf_capacity(w->bpf))
 		log_warnx("reload: [pipe] initcwnd_max_prefixes grows only on restart; %zu kept",
 		    iwbpf_capacity(w->bpf));
 	conf_of(r, w->bpf, &c);
 	iwl_set_conf(w->learn, &c);
 	sweep_arm(w);
+}
+
+/* The peer of a TCP socket, even closed: a leg whose peer closed too is in
+ * state CLOSE by the pipe's end, where getpeername() fails; SO_PEERNAME
+ * asks the kernel for the address all the same. */
+static int
+peer_of(int fd, struct endpoint *peer)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	/* SO_PEERNAME wants no more room than the family's address takes. */
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) == -1)
+		return -1;
+	len = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) :
+	    sizeof(struct sockaddr_in6);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERNAME, &ss, &len) == -1)
+		return -1;
+	return ep_from_sockaddr((struct sockaddr *)&ss, len, peer);
 }
 
 void
@@ -192,11 +219,10 @@ initcwnd_pipe_done(struct relay *r, int fd, unsigned long long bytes_sent)
 	enum iwl_result res;
 	char b[EP_STRLEN];
 
-	if (w == NULL || fd < 0 || bytes_sent == 0)
+	if (w == NULL || w->paused || fd < 0 || bytes_sent == 0)
 		return;
 	memset(&ti, 0, sizeof(ti));
-	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == -1 ||
-	    sock_peer_ep(fd, &peer) == -1)
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == -1 || peer_of(fd, &peer) == -1)
 		return;
 	memset(&s, 0, sizeof(s));
 	s.dst = peer.addr;
@@ -207,11 +233,10 @@ initcwnd_pipe_done(struct relay *r, int fd, unsigned long long bytes_sent)
 	s.min_rtt_us = ti.tcpi_min_rtt;
 	s.delivery_rate = ti.tcpi_delivery_rate;
 	res = iwl_learn(w->learn, &s, now_ms(r));
-	if (res != IWL_IGNORED)
-		log_debug("initial window for %s: %s (cwnd %u, %llu bytes acked, %u retransmitted): "
-		    "%u", ep_fmt(&peer, b), res == IWL_LEARNED ? "learned" : res == IWL_SHRUNK ?
-		    "shrunk" : "forgotten", s.snd_cwnd, (unsigned long long)s.bytes_acked,
-		    s.total_retrans, iwl_lookup(w->learn, &s.dst));
+	log_debug("initial window for %s: %s (cwnd %u, %llu bytes acked, %u retransmitted): "
+	    "%u", ep_fmt(&peer, b), res == IWL_LEARNED ? "learned" : res == IWL_SHRUNK ?
+	    "shrunk" : res == IWL_FORGOTTEN ? "forgotten" : "nothing to learn", s.snd_cwnd,
+	    (unsigned long long)s.bytes_acked, s.total_retrans, iwl_lookup(w->learn, &s.dst));
 }
 
 void
@@ -222,7 +247,7 @@ initcwnd_get_stats(const struct relay *r, struct initcwnd_stats *s)
 	memset(s, 0, sizeof(*s));
 	if (w == NULL)
 		return;
-	s->on = true;
+	s->on = !w->paused;
 	s->prefixes = iwl_count(w->learn);
 	s->applied = iwbpf_applied(w->bpf);
 	s->map_errors = w->map_errors;

@@ -16,7 +16,8 @@
 void initcwnd_open(struct relay *r);
 /* Once privileges are dropped: off if the map cannot be written any more. */
 void initcwnd_ready(struct relay *r);
-/* r->conf was reloaded. */
+/* r->conf was reloaded. Off keeps the program attached with an empty map
+ * (on again needs no privileges); on when it was not loaded at start warns. */
 void initcwnd_reload(struct relay *r);
 /* Detaches the program and forgets everything. */
 void initcwnd_close(struct relay *r);

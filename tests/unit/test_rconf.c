@@ -67,6 +67,13 @@ test_defaults_match_example(void **state)
 	assert_int_equal(c.list_interval_ms, d.list_interval_ms);
 	assert_int_equal(c.measure_interval_ms, d.measure_interval_ms);
 	assert_true(c.measure_rate == d.measure_rate);
+	assert_int_equal(c.learn_initcwnd, d.learn_initcwnd);
+	assert_false(d.learn_initcwnd);		/* off unless asked */
+	assert_int_equal(c.initcwnd_max, d.initcwnd_max);
+	assert_int_equal(c.initcwnd_prefix4, d.initcwnd_prefix4);
+	assert_int_equal(c.initcwnd_prefix6, d.initcwnd_prefix6);
+	assert_int_equal(c.initcwnd_expiry_ms, d.initcwnd_expiry_ms);
+	assert_int_equal(c.initcwnd_max_prefixes, d.initcwnd_max_prefixes);
 	rconf_free(&c);
 	rconf_free(&d);
 }
@@ -142,6 +149,18 @@ test_values(void **state)
 	assert_int_equal(c.max_kernel_pipes, 6);
 	assert_int_equal(c.user_timeout_ms, 0);
 	rconf_free(&c);
+
+	write_conf("[pipe]\nlearn_initcwnd = yes\ninitcwnd_max = 64\ninitcwnd_prefix4 = 20\n"
+	    "initcwnd_prefix6 = 56\ninitcwnd_expiry = 2m\ninitcwnd_max_prefixes = 100\n");
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	assert_true(c.learn_initcwnd);
+	assert_int_equal(c.initcwnd_max, 64);
+	assert_int_equal(c.initcwnd_prefix4, 20);
+	assert_int_equal(c.initcwnd_prefix6, 56);
+	assert_int_equal(c.initcwnd_expiry_ms, 120000);
+	assert_int_equal(c.initcwnd_max_prefixes, 100);
+	rconf_free(&c);
 }
 
 static void
@@ -187,6 +206,12 @@ test_errors_name_the_line(void **state)
 	bad("[directory]\nadvertise = 10.0.0.1:7600, [2001:db8::1]\n", "expected address:port");
 	bad("[relay]\nmetrics_listen = localhost:9761\n", "expected address:port");
 	bad("[directory]\nmeasure_rate = 0\n", "measure_rate");
+	bad("[pipe]\nlearn_initcwnd = maybe\n", "learn_initcwnd");
+	/* Not above the kernel's own 10: nothing to learn. */
+	bad("[pipe]\ninitcwnd_max = 10\n", "initcwnd_max");
+	bad("[pipe]\ninitcwnd_prefix4 = 33\n", "initcwnd_prefix4");
+	bad("[pipe]\ninitcwnd_prefix6 = 8\n", "initcwnd_prefix6");
+	bad("[pipe]\ninitcwnd_expiry = 10ms\n", "initcwnd_expiry");
 	bad("[relay]\nprobe_listen = 0.0.0.0:7000\n[directory]\nurls = http://d/RPC2\n",
 	    "same port");
 }

@@ -1,0 +1,257 @@
+"""Learned initial windows ([pipe] learn_initcwnd, docs/relay.md "Learned
+initial windows") on the emulated WAN test bed:
+
+    client --80 ms-- server              (direct)
+    client --20-- relay1 --20-- server   the relay wins
+
+A download through slot teaches the relay the client prefix's window; the
+next connection from that prefix starts with it: its client leg, idle, shows
+that congestion window in ss -ti (the kernel's 10 before). Every download is
+checked by sha256. The program is attached to the relay's own cgroup while
+the relay runs and to nothing once it is gone, by SIGTERM or SIGKILL; a
+restarted relay starts from an empty table.
+"""
+
+import ctypes
+import os
+import re
+import signal
+import struct
+
+import pytest
+
+import slotbed
+from slotbed import MiB
+
+HOLD_PORT = 9100           # a server that accepts and says nothing
+
+
+def need_bpf():
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    if tuple(int(x) for x in re.findall(r"\d+", os.uname().release)[:2]) < (6, 5):
+        pytest.skip("Linux before 6.5: the map cannot be written without privileges")
+
+
+# ---- BPF_PROG_QUERY through ctypes: what is attached to a cgroup ----
+
+_libc = ctypes.CDLL(None, use_errno=True)
+SYS_BPF = 321               # x86_64
+BPF_PROG_QUERY = 16
+BPF_CGROUP_SOCK_OPS = 3
+
+
+def sock_ops_programs(cgroup_dir):
+    """How many sock_ops programs are attached to the cgroup (0 if it is gone)."""
+    try:
+        fd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return 0
+    try:
+        attr = ctypes.create_string_buffer(128)
+        struct.pack_into("IIII", attr, 0, fd, BPF_CGROUP_SOCK_OPS, 0, 0)
+        if _libc.syscall(SYS_BPF, BPF_PROG_QUERY, attr, 128) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+        return struct.unpack_from("I", attr, 24)[0]
+    finally:
+        os.close(fd)
+
+
+# ---- the bed ----
+
+@pytest.fixture(scope="module")
+def sb():
+    need_bpf()
+    b = slotbed.SlotBed({"relay1": (20, 20)}, direct_rtt=80,
+                        relay_conf={"pipe": {"learn_initcwnd": "yes"}}).up()
+    try:
+        b.nginx.add_file("1M", MiB)
+        b.nginx.start()
+        b.hold = b.bed.popen("server", ["python3", "-c", HOLD_SERVER, str(HOLD_PORT)])
+        yield b
+    finally:
+        b.hold.kill()
+        b.down()
+
+
+HOLD_SERVER = r"""
+import socket, sys, threading, time
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen(16)
+
+def hold(c):
+    while c.recv(4096):
+        pass
+    c.close()
+
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=hold, args=(c,), daemon=True).start()
+"""
+
+HOLD_CLIENT = r"""
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+print("connected", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def slotd(sb, request):
+    s = sb.slotd([sb.relay("relay1")], {"hijack": {"ports": "80, %d" % HOLD_PORT}})
+    s.start()
+    yield s
+    s.stop()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        print("---- slotd ----\n%s" % s.log()[-8000:])
+        print("---- relay1 ----\n%s" % sb.relay("relay1").log()[-8000:])
+    sb.remove_slot_rules()
+
+
+def download(sb, tag):
+    """1 MiB through slot, checked; returns once the relay's pipe has ended
+    (curl may finish first) and been looked at."""
+    relay = sb.relay("relay1")
+    n = relay.counters()["pipes_total"]
+    url = sb.nginx.url("1M", query="id=" + tag)
+    r = sb.curl(url)
+    size, sha = sb.nginx.files["1M"]
+    assert r.rc == 0 and r.status == 200, r
+    assert r.size == size and r.sha == sha, r
+    # through the relay, not direct
+    assert sb.nginx.peer_of("id=%s " % tag) == sb.ip("relay1")
+    relay.wait_counter("pipes_total", lambda v: v > n)
+    relay.wait_counter("pipes_open", lambda v: v == 0)
+    return r
+
+
+def idle_client_leg_cwnd(sb, relay):
+    """Opens a connection through slot to the holding server, says nothing,
+    and reads the congestion window of its client leg in the relay (the
+    accepted socket on the data port): the window it starts with."""
+    p = sb.bed.popen("client", ["python3", "-c", HOLD_CLIENT, sb.ip("server"), str(HOLD_PORT)],
+                     stdout=slotbed.subprocess.PIPE)
+    try:
+        assert p.stdout.readline().strip() == b"connected"
+        want = re.compile(r"cwnd:(\d+)")
+        found = []
+
+        def leg():
+            out = sb.bed.run("relay1", "ss", "-Htin", "state", "established",
+                             "( sport = :%d )" % relay.data_port).stdout
+            found[:] = [int(m.group(1)) for m in want.finditer(out)]
+            return len(found) == 1
+        slotbed.wait_for(leg, 10, "the client leg in relay1")
+        return found[0]
+    finally:
+        p.kill()
+        p.wait()
+
+
+def learned(relay):
+    """The relay's table: {prefix: initcwnd}."""
+    out = slotbed.unix_request(relay.stats, b"initcwnd\n")
+    rows = {}
+    for line in out.splitlines()[1:]:
+        f = line.split()
+        if len(f) >= 2 and "/" in f[0]:
+            rows[f[0]] = int(f[1])
+    return rows
+
+
+def client_prefix(sb):
+    a = sb.ip("client").split(".")
+    return "%s.%s.%s.0/24" % tuple(a[:3])
+
+
+def own_cgroup_restart(relay, slotd):
+    """The relay in a cgroup of its own, as systemd runs it."""
+    if relay.cgroup is None:
+        relay.stop()
+        relay.own_cgroup()
+        relay.start()
+        slotd.wait_relays_up(1)
+
+
+# ---- tests ----
+
+def test_not_alone_in_its_cgroup_it_does_not_learn(sb):
+    """At the bed's start the relay shares the test's cgroup: the program
+    would act on the others' sockets, so it stays off and says why."""
+    r = sb.relay("relay1")
+    if r.cgroup is not None:
+        pytest.skip("already restarted in its own cgroup")
+    assert "learn_initcwnd: off:" in r.log()
+    assert r.counters()["initcwnd_on"] == 0
+
+
+def test_second_transfer_starts_with_the_learned_window(sb, slotd):
+    r = sb.relay("relay1")
+    own_cgroup_restart(r, slotd)
+    assert r.counters()["initcwnd_on"] == 1
+    assert sock_ops_programs(r.cgroup) == 1
+    # Nothing learned yet: the kernel's own window.
+    assert learned(r) == {}
+    assert idle_client_leg_cwnd(sb, r) == 10
+    c0 = r.counters()
+    download(sb, "iw-first")
+    table = learned(r)
+    iw = table.get(client_prefix(sb))
+    assert iw is not None and 10 < iw <= 40, table
+    c1 = r.counters()
+    assert c1["initcwnd_learned"] > c0["initcwnd_learned"]
+    # The next connection from that prefix starts with it.
+    assert idle_client_leg_cwnd(sb, r) == iw
+    assert r.counters()["initcwnd_applied"] > c1["initcwnd_applied"]
+    # And a download with it arrives whole.
+    download(sb, "iw-second")
+
+
+def test_reload_off_forgets_and_on_again_learns(sb, slotd):
+    r = sb.relay("relay1")
+    own_cgroup_restart(r, slotd)
+    download(sb, "iw-reload-1")
+    assert learned(r)
+    r.reload({"pipe": {"learn_initcwnd": "no"}})
+    assert learned(r) == {}
+    assert r.counters()["initcwnd_on"] == 0
+    assert idle_client_leg_cwnd(sb, r) == 10
+    download(sb, "iw-reload-2")
+    assert learned(r) == {}
+    # On again without a restart: the program stayed attached.
+    r.reload({"pipe": {"learn_initcwnd": "yes"}})
+    assert r.counters()["initcwnd_on"] == 1
+    download(sb, "iw-reload-3")
+    assert client_prefix(sb) in learned(r)
+
+
+def test_nothing_left_after_exit_or_sigkill(sb, slotd):
+    r = sb.relay("relay1")
+    own_cgroup_restart(r, slotd)
+    cg = r.cgroup
+    download(sb, "iw-kill-1")
+    assert learned(r) and sock_ops_programs(cg) == 1
+    # SIGKILL: no clean-up code runs; the link dies with the process.
+    r.proc.send_signal(signal.SIGKILL)
+    r.proc.wait(10)
+    slotbed.wait_for(lambda: sock_ops_programs(cg) == 0, 5, "the program to be detached")
+    # Restarted: attached once (not twice), and nothing remembered.
+    r.start()
+    slotd.wait_relays_up(1)
+    assert sock_ops_programs(cg) == 1
+    assert learned(r) == {}
+    assert idle_client_leg_cwnd(sb, r) == 10
+    # SIGTERM: detached as well, and the cgroup removable.
+    download(sb, "iw-kill-2")
+    r.proc.send_signal(signal.SIGTERM)
+    r.proc.wait(15)
+    assert sock_ops_programs(cg) == 0
+    r.stop()
+    assert not os.path.exists(cg)
+    r.start()
+    slotd.wait_relays_up(1)
