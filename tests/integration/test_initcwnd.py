@@ -130,23 +130,26 @@ def download(sb, tag):
     return r
 
 
-def idle_client_leg_cwnd(sb, relay):
+def idle_leg_cwnd(sb, relay, leg="client"):
     """Opens a connection through slot to the holding server, says nothing,
-    and reads the congestion window of its client leg in the relay (the
-    accepted socket on the data port): the window it starts with."""
+    and reads the congestion window of one of its legs in the relay: the
+    client leg (the accepted socket on the data port) or the server leg
+    (the socket connected to the holding server): the window it starts
+    with."""
+    filt = "( sport = :%d )" % relay.data_port if leg == "client" else \
+        "( dport = :%d )" % HOLD_PORT
+    cwnd_re = re.compile(r"cwnd:(\d+)")
     p = sb.bed.popen("client", ["python3", "-c", HOLD_CLIENT, sb.ip("server"), str(HOLD_PORT)],
                      stdout=slotbed.subprocess.PIPE)
     try:
         assert p.stdout.readline().strip() == b"connected"
-        want = re.compile(r"cwnd:(\d+)")
         found = []
 
-        def leg():
-            out = sb.bed.run("relay1", "ss", "-Htin", "state", "established",
-                             "( sport = :%d )" % relay.data_port).stdout
-            found[:] = [int(m.group(1)) for m in want.finditer(out)]
+        def one():
+            out = sb.bed.run("relay1", "ss", "-Htin", "state", "established", filt).stdout
+            found[:] = [int(m.group(1)) for m in cwnd_re.finditer(out)]
             return len(found) == 1
-        slotbed.wait_for(leg, 10, "the client leg in relay1")
+        slotbed.wait_for(one, 10, "the %s leg in relay1" % leg)
         return found[0]
     finally:
         p.kill()
@@ -164,8 +167,8 @@ def learned(relay):
     return rows
 
 
-def client_prefix(sb):
-    a = sb.ip("client").split(".")
+def client_prefix(sb, host="client"):
+    a = sb.ip(host).split(".")
     return "%s.%s.%s.0/24" % tuple(a[:3])
 
 
@@ -197,7 +200,7 @@ def test_second_transfer_starts_with_the_learned_window(sb, slotd):
     assert sock_ops_programs(r.cgroup) == 1
     # Nothing learned yet: the kernel's own window.
     assert learned(r) == {}
-    assert idle_client_leg_cwnd(sb, r) == 10
+    assert idle_leg_cwnd(sb, r) == 10
     c0 = r.counters()
     download(sb, "iw-first")
     table = learned(r)
@@ -206,10 +209,35 @@ def test_second_transfer_starts_with_the_learned_window(sb, slotd):
     c1 = r.counters()
     assert c1["initcwnd_learned"] > c0["initcwnd_learned"]
     # The next connection from that prefix starts with it.
-    assert idle_client_leg_cwnd(sb, r) == iw
+    assert idle_leg_cwnd(sb, r) == iw
     assert r.counters()["initcwnd_applied"] > c1["initcwnd_applied"]
     # And a download with it arrives whole.
     download(sb, "iw-second")
+
+
+def test_upload_teaches_the_server_leg(sb, slotd):
+    """An upload: the relay sends on the leg it connected to the server, and
+    learns the server's prefix; the next connection's server leg starts
+    with that window, its client leg with whatever the client's prefix has."""
+    r = sb.relay("relay1")
+    own_cgroup_restart(r, slotd)
+    server = client_prefix(sb, "server")
+    if server in learned(r):
+        # a download before also wrote a little to the server: start afresh
+        r.reload({"pipe": {"learn_initcwnd": "no"}})
+        r.reload({"pipe": {"learn_initcwnd": "yes"}})
+    assert server not in learned(r)
+    assert idle_leg_cwnd(sb, r, leg="server") == 10
+    path, sha = sb.random_file("up1M", MiB)
+    n = r.counters()["pipes_total"]
+    res = sb.upload(path, sb.nginx.upload_url("iw-up"))
+    assert res.rc == 0 and res.status in (200, 201, 204), res
+    assert slotbed.sha256_file(sb.nginx.upload_path("iw-up")) == sha
+    r.wait_counter("pipes_total", lambda v: v > n)
+    r.wait_counter("pipes_open", lambda v: v == 0)
+    iw = learned(r).get(server)
+    assert iw is not None and 10 < iw <= 40, learned(r)
+    assert idle_leg_cwnd(sb, r, leg="server") == iw
 
 
 def test_reload_off_forgets_and_on_again_learns(sb, slotd):
@@ -220,7 +248,7 @@ def test_reload_off_forgets_and_on_again_learns(sb, slotd):
     r.reload({"pipe": {"learn_initcwnd": "no"}})
     assert learned(r) == {}
     assert r.counters()["initcwnd_on"] == 0
-    assert idle_client_leg_cwnd(sb, r) == 10
+    assert idle_leg_cwnd(sb, r) == 10
     download(sb, "iw-reload-2")
     assert learned(r) == {}
     # On again without a restart: the program stayed attached.
@@ -245,7 +273,7 @@ def test_nothing_left_after_exit_or_sigkill(sb, slotd):
     slotd.wait_relays_up(1)
     assert sock_ops_programs(cg) == 1
     assert learned(r) == {}
-    assert idle_client_leg_cwnd(sb, r) == 10
+    assert idle_leg_cwnd(sb, r) == 10
     # SIGTERM: detached as well, and the cgroup removable.
     download(sb, "iw-kill-2")
     r.proc.send_signal(signal.SIGTERM)
