@@ -24,9 +24,10 @@ import struct
 import threading
 
 __all__ = ["connect", "decision", "attach_self", "version", "Decision",
-           "AVOID_MAX", "DEADLINE_MAX"]
+           "AVOID_MAX", "CHAIN_MAX", "DEADLINE_MAX"]
 
 AVOID_MAX = 8
+CHAIN_MAX = 3
 DEADLINE_MAX = 60000
 
 _STATES = {1: "relayed", 2: "direct", 3: "pending", 4: "fallback"}
@@ -108,6 +109,10 @@ def _opts(lib, relay=None, avoid=(), deadline_ms=0, fallback=True, socket_path=N
         raise OSError(_errno.ENOMEM, "out of memory")
     try:
         if relay is not None:
+            # A chain: a list of relays, first relay first.
+            if not isinstance(relay, (str, bytes)):
+                relay = ",".join(r.decode("ascii") if isinstance(r, bytes) else r
+                                 for r in relay)
             _check(lib, lib.slot_opts_set_relay(o, _bytes("relay", relay)))
         if isinstance(avoid, (str, bytes)):
             avoid = (avoid,)
@@ -188,7 +193,8 @@ def connect(sock, address, relay=None, avoid=(), deadline_ms=0, fallback=True,
 
     sock: an unconnected socket.socket, AF_INET or AF_INET6, SOCK_STREAM.
     address: (host, port), host numeric. relay: force this relay
-    ("ADDR:PORT", "[V6]:PORT"); avoid: relays never to use (at most 8);
+    ("ADDR:PORT", "[V6]:PORT"), or a chain of up to 3 relays, first relay
+    first (a list, or "EP1,EP2[,EP3]"); avoid: relays never to use (at most 8);
     deadline_ms: 1..60000, no path chosen by then means direct (0: slotd's
     own); fallback: connect directly if slotd cannot be reached (else raise);
     socket_path: slotd's lib socket (else $SLOT_LIB_SOCKET, else the default).

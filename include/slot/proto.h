@@ -59,6 +59,7 @@ enum proto_type {
 	PROTO_KEEPALIVE_ACK = 0x14,
 	PROTO_OBSERVED = 0x15,		/* KEEPALIVE_ACK with the peer's address */
 	PROTO_PIPE_ESTABLISH_TOKEN = 0x16,	/* PIPE_ESTABLISH matched by token */
+	PROTO_PIPE_ESTABLISH_CHAIN = 0x17,	/* a pipe through more relays */
 	PROTO_ERROR = 0x1f,
 	PROTO_HELLO = 0x20,
 };
@@ -87,7 +88,11 @@ enum proto_fail_reason {
 	FAIL_DUPLICATE = 8,	/* a pending pipe with that client endpoint exists */
 	FAIL_SHUTTING_DOWN = 9,	/* relay is draining */
 	FAIL_INTERNAL = 10,	/* local resource error (descriptors, memory) */
+	FAIL_NEXT_HOP = 11,	/* chain: the next relay could not be reached or used */
 };
+
+/* PIPE_ESTABLISH_CHAIN: at most this many relays after the one asked. */
+#define PROTO_CHAIN_MAX_HOPS 2
 
 /* ERROR code */
 enum proto_error_code {
@@ -123,6 +128,17 @@ struct proto_msg {
 			/* PIPE_ESTABLISH_TOKEN only: never all zero */
 			uint8_t token[PROTO_TOKEN_LEN];
 		} establish;
+		struct {
+			struct endpoint client;
+			struct endpoint server;		/* the final destination */
+			/* all zero: none (matched by client endpoint) */
+			uint8_t token[PROTO_TOKEN_LEN];
+			uint8_t hops;	/* relays after the receiver: 1 or 2 */
+			/* control and data endpoints of the next relays;
+			 * [1] all zero when hops is 1 */
+			struct endpoint hop_ctl[PROTO_CHAIN_MAX_HOPS];
+			struct endpoint hop_data[PROTO_CHAIN_MAX_HOPS];
+		} chain;
 		struct {
 			/* the source of the control connection, as the relay
 			 * sees it */

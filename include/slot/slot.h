@@ -26,6 +26,7 @@ extern "C" {
 #define SLOT_LIB_SOCKET_DEFAULT	"/run/slot/slotd-lib.sock"
 
 #define SLOT_AVOID_MAX		8	/* slot_opts_avoid_relay() */
+#define SLOT_CHAIN_MAX		3	/* relays of a chain, slot_opts_set_relay() */
 #define SLOT_DEADLINE_MAX	60000	/* slot_opts_set_deadline(), ms */
 
 /* slot_decision's state. */
@@ -44,7 +45,9 @@ struct slot_opts *slot_opts_new(void);
 void slot_opts_free(struct slot_opts *o);
 
 /* Forces this relay (its control endpoint, "ADDR:PORT" or "[V6]:PORT", as
- * `slotctl relays` lists them); NULL clears. EINVAL for a bad endpoint. */
+ * `slotctl relays` lists them), or a chain of relays, first relay first,
+ * separated by commas: "EP1,EP2[,EP3]" (up to SLOT_CHAIN_MAX, E2BIG beyond;
+ * each once). NULL clears. EINVAL for a bad endpoint or a relay twice. */
 int slot_opts_set_relay(struct slot_opts *o, const char *endpoint);
 
 /* Never this relay. Up to SLOT_AVOID_MAX, else E2BIG; the same endpoint

@@ -16,7 +16,7 @@
 #include "slot/selcache.h"
 #include "cconf.h"
 #include "synq.h"
-#include "rlink.h"
+#include "slot/rlink.h"
 #include "rules.h"
 
 /* The state of one slotd, shared by its modules: hold (held SYNs, probing,

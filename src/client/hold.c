@@ -73,6 +73,11 @@ struct hconn {
 
 	/* establishing */
 	struct crelay *via;
+	/* A chain: the relays after via (PIPE_ESTABLISH_CHAIN); nnext 0: via
+	 * alone. The selection sets them; a relay that leaves the set ends
+	 * the connection's chain as it ends via. */
+	struct crelay *next[PROTO_CHAIN_MAX_HOPS];
+	unsigned nnext;
 	uint32_t req_id;
 	uint32_t path_rtt_us;
 	const char *why;
@@ -259,13 +264,29 @@ synack_settle(struct hconn *c, bool ok)
 	}
 }
 
+/* "R1 > R2 > R3": via and the chain's next relays, for log lines. */
+static const char *
+path_fmt(const struct hconn *c, const struct crelay *via, char *buf, size_t len)
+{
+	char rb[EP_STRLEN];
+	size_t n;
+
+	snprintf(buf, len, "%s", via ? ep_fmt(&via->conf.control, rb) : "a relay that left");
+	for (unsigned i = 0; i < c->nnext; i++) {
+		n = strlen(buf);
+		snprintf(buf + n, len - n, " > %s", c->next[i] ?
+		    ep_fmt(&c->next[i]->conf.control, rb) : "a relay that left");
+	}
+	return buf;
+}
+
 /* The verdict: the SYN goes on, through relay via (marked) or direct. */
 static void
 conn_release(struct hconn *c, struct crelay *via, const char *why)
 {
 	struct slotd *d = c->d;
 	uint64_t now = clock_mono_us();
-	char cb[EP_STRLEN], sb[EP_STRLEN], rb[EP_STRLEN];
+	char cb[EP_STRLEN], sb[EP_STRLEN], rb[3 * EP_STRLEN + 8];
 
 	if (c->state == HC_ESTABLISHING && c->req_id != 0 && c->via && c->via->link)
 		rlink_cancel(c->via->link, c->req_id);
@@ -289,7 +310,7 @@ conn_release(struct hconn *c, struct crelay *via, const char *why)
 			    (c->selected_us - c->t0_us) / 1000.);
 		log_info("%s -> %s: via %s%s (path %.1f ms, direct %s; %s)",
 		    ep_fmt(&c->client, cb), ep_fmt(&c->server, sb),
-		    ep_fmt(&via->conf.control, rb), c->tokened ? " with a token" : "",
+		    path_fmt(c, via, rb, sizeof(rb)), c->tokened ? " with a token" : "",
 		    c->path_rtt_us / 1000., direct, why);
 	} else {
 		if (!c->syn_out)
@@ -339,7 +360,8 @@ cache_decision(struct slotd *d, const struct hconn *c, struct crelay *via)
 	struct selc_entry e = { .choice = via ? SELC_RELAY : SELC_DIRECT, .why = SELC_SELECTED };
 	struct endpoint k = addr_key(c);
 
-	if (!cache_on(d) || (c->lib && (c->lib->has_relay || c->lib->navoid > 0)))
+	if (!cache_on(d) || (c->lib && (c->lib->has_relay || c->lib->navoid > 0)) ||
+	    c->nnext > 0)
 		return;
 	if (via)
 		e.relay = via->conf.control;
@@ -380,7 +402,8 @@ learn_ok(struct slotd *d, const struct hconn *c, struct crelay *via)
 {
 	if (!c->cached)
 		cache_decision(d, c, via);
-	if (cache_on(d))
+	/* A chain reached the server from its last relay, not from via. */
+	if (cache_on(d) && c->nnext == 0)
 		(void)selc_mark_reached(d->cache, &c->server, &via->conf.control,
 		    clock_mono_us());
 }
@@ -395,9 +418,15 @@ learn_failure(struct slotd *d, const struct hconn *c, struct crelay *via,
 {
 	uint8_t r = m && m->type == PROTO_PIPE_FAIL ? m->u.fail.reason : 0;
 	const char *why, *then;
-	char cb[EP_STRLEN], sb[EP_STRLEN], rb[EP_STRLEN];
+	char cb[EP_STRLEN], sb[EP_STRLEN], rb[3 * EP_STRLEN + 8];
 
 	switch (r) {
+	case FAIL_NEXT_HOP:
+		/* A relay of the chain could not reach or use the next one:
+		 * nothing about the server, nor about via itself. */
+		why = "PIPE_FAIL: a relay of the chain could not reach the next one";
+		then = "the cache is unchanged";
+		break;
 	case FAIL_REFUSED:
 		/* The server answered, for this port only: the host is up and
 		 * its other ports are relayed as before. */
@@ -439,13 +468,17 @@ learn_failure(struct slotd *d, const struct hconn *c, struct crelay *via,
 		    r != 0 ? "PIPE_FAIL: the relay's internal error" :
 		    m ? "relay answered ERROR" : "relay link lost";
 		cache_forget(d, c, via);
-		if (via)
+		/* Through a chain the answer may be any relay's: via is not
+		 * to blame for it. */
+		if (via && c->nnext == 0) {
 			relay_quarantine(d, via, why);
-		then = "the relay sits out";
+			then = "the relay sits out";
+		} else
+			then = "the cache is unchanged";
 		break;
 	}
 	log_info("%s -> %s: via %s: %s%s; %s", ep_fmt(&c->client, cb), ep_fmt(&c->server, sb),
-	    via ? ep_fmt(&via->conf.control, rb) : "a relay that left",
+	    path_fmt(c, via, rb, sizeof(rb)),
 	    why, c->early ? " (early: the relay resets the connection)" : "", then);
 	return why;
 }
@@ -558,6 +591,31 @@ synack_wait(struct hconn *c)
 	d->ctr.synack_waits++;
 }
 
+/* PIPE_ESTABLISH(_TOKEN) to via, or PIPE_ESTABLISH_CHAIN through via and
+ * c->next: each next relay's control endpoint and its data endpoint (the
+ * same address, its data port). Returns the request id, or 0. */
+static uint32_t
+send_establish(struct hconn *c, struct crelay *via)
+{
+	struct rlink_hop hops[PROTO_CHAIN_MAX_HOPS];
+	const uint8_t *tok = c->tokened ? c->token : NULL;
+
+	if (c->nnext == 0)
+		return rlink_establish_token(via->link, &c->client, &c->server, tok,
+		    establish_answer, c);
+	if (c->nnext > PROTO_CHAIN_MAX_HOPS)
+		return 0;
+	for (unsigned i = 0; i < c->nnext; i++) {
+		if (c->next[i] == NULL)
+			return 0;
+		hops[i].control = c->next[i]->conf.control;
+		hops[i].data = c->next[i]->conf.control;
+		hops[i].data.port = c->next[i]->conf.data_port;
+	}
+	return rlink_establish_chain(via->link, &c->client, &c->server, tok, hops, c->nnext,
+	    establish_answer, c);
+}
+
 static void
 establish(struct hconn *c, struct crelay *via, uint32_t path_rtt_us, const char *why)
 {
@@ -577,16 +635,18 @@ establish(struct hconn *c, struct crelay *via, uint32_t path_rtt_us, const char 
 	c->why = why;
 	c->selected_us = clock_mono_us();
 	c->state = HC_ESTABLISHING;
-	if (via->link == NULL ||
-	    (c->req_id = rlink_establish_token(via->link, &c->client, &c->server,
-	    c->tokened ? c->token : NULL, establish_answer, c)) == 0) {
+	if (via->link == NULL || (c->req_id = send_establish(c, via)) == 0) {
 		c->req_id = 0;
-		conn_release(c, NULL, "relay link not up");
+		conn_release(c, NULL, c->nnext > 0 && via->link && rlink_state(via->link) == RL_UP ?
+		    "a relay of the chain left the set" : "relay link not up");
 		return;
 	}
 	if (c->tokened)
 		d->ctr.token_pipes++;
-	ev_timer_init(&c->timer, establish_timeout_cb, d->conf.establish_timeout_ms / 1000., 0.);
+	/* Each relay of a chain may take its own connect time: the answer
+	 * about the server comes from the last one. */
+	ev_timer_init(&c->timer, establish_timeout_cb,
+	    (double)d->conf.establish_timeout_ms * (1 + c->nnext) / 1000., 0.);
 	c->timer.data = c;
 	ev_timer_start(d->loop, &c->timer);
 	/* A hit may still go early (hold_start), and then does not wait. */
@@ -604,7 +664,9 @@ establish_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 	d->ctr.pipes_timeout++;
 	cache_forget(d, c, c->via);
-	relay_quarantine(d, c->via, "PIPE_ESTABLISH not answered in time");
+	/* Through a chain, any of its relays may be the slow one. */
+	if (c->nnext == 0)
+		relay_quarantine(d, c->via, "PIPE_ESTABLISH not answered in time");
 	conn_release(c, NULL, "PIPE_ESTABLISH timed out");
 }
 
@@ -1008,8 +1070,10 @@ probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 	probe_read(w->data, w->fd);
 }
 
-/* The program named the relay (libslot): no probe, no cache; the pipe is
- * still set up as any other, and a failure still goes direct. */
+/* The program named the relay, or a chain of relays (libslot): no probe,
+ * no cache; the pipe is still set up as any other, and a failure still goes
+ * direct. The first relay needs its link up; the next ones need only be in
+ * the set (the first relay connects to them). */
 static void
 forced(struct slotd *d, struct hconn *c, uint64_t now)
 {
@@ -1027,7 +1091,20 @@ forced(struct slotd *d, struct hconn *c, uint64_t now)
 		conn_release(c, NULL, "the forced relay has no data endpoint of the server's family");
 		return;
 	}
-	establish(c, r, 0, "forced by the application");
+	c->nnext = 0;
+	for (size_t i = 0; i < c->lib->nnext && i < PROTO_CHAIN_MAX_HOPS; i++) {
+		struct crelay *n = relay_find(d, &c->lib->next[i]);
+		if (n == NULL) {
+			log_info("forced chain: relay %s not in the set",
+			    ep_fmt(&c->lib->next[i], rb));
+			c->nnext = 0;
+			conn_release(c, NULL, "a relay of the forced chain is not in the set");
+			return;
+		}
+		c->next[c->nnext++] = n;
+	}
+	establish(c, r, 0, c->nnext ? "chain forced by the application" :
+	    "forced by the application");
 }
 
 static void
@@ -1259,17 +1336,27 @@ hold_relay_gone(struct slotd *d, struct crelay *r)
 
 	for (c = TAILQ_FIRST(&d->held); c; c = t) {
 		t = TAILQ_NEXT(c, link);
-		if (c->state == HC_ESTABLISHING && c->via == r) {
+		bool in_chain = false;
+		for (unsigned i = 0; i < c->nnext; i++)
+			in_chain |= c->next[i] == r;
+		if (c->state == HC_ESTABLISHING && (c->via == r || in_chain)) {
 			conn_release(c, NULL, "relay left the set");
 			continue;
 		}
 		for (size_t i = 0; i < c->ncand; i++)
 			if (c->cand[i] == r)
 				c->cand[i] = NULL;
+		for (unsigned i = 0; i < c->nnext; i++)
+			if (c->next[i] == r)
+				c->next[i] = NULL;
 	}
-	TAILQ_FOREACH(c, &d->linger, link)
+	TAILQ_FOREACH(c, &d->linger, link) {
 		if (c->via == r)
 			c->via = NULL;
+		for (unsigned i = 0; i < c->nnext; i++)
+			if (c->next[i] == r)
+				c->next[i] = NULL;
+	}
 }
 
 void

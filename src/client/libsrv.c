@@ -156,6 +156,41 @@ lib_opts_avoids(const struct lib_opts *o, const struct endpoint *relay)
 	return false;
 }
 
+/* relay=EP1,EP2[,EP3]: a forced chain, first relay first; each relay once. */
+static int
+parse_chain(char *v, struct lib_opts *o, char *err, size_t errlen)
+{
+	struct endpoint eps[LIB_CHAIN_MAX];
+	char *save = NULL, *t;
+	size_t n = 0;
+
+	for (t = strtok_r(v, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		if (n == LIB_CHAIN_MAX) {
+			snprintf(err, errlen, "relay=: at most %d relays in a chain", LIB_CHAIN_MAX);
+			return -1;
+		}
+		if (ep_parse(t, 0, &eps[n]) == -1) {
+			snprintf(err, errlen, "relay=...%s: expected a relay's ADDRESS:PORT", t);
+			return -1;
+		}
+		for (size_t j = 0; j < n; j++)
+			if (ep_eq(&eps[j], &eps[n])) {
+				snprintf(err, errlen, "relay=: %s twice in the chain", t);
+				return -1;
+			}
+		n++;
+	}
+	if (n < 2) {
+		snprintf(err, errlen, "relay=: expected ADDRESS:PORT[,ADDRESS:PORT]...");
+		return -1;
+	}
+	o->has_relay = true;
+	o->relay = eps[0];
+	o->nnext = n - 1;
+	memcpy(o->next, eps + 1, (n - 1) * sizeof(eps[0]));
+	return 0;
+}
+
 int
 libsrv_parse_connect(const char *args, struct endpoint *server, struct lib_opts *o,
     char *err, size_t errlen)
@@ -183,7 +218,10 @@ libsrv_parse_connect(const char *args, struct endpoint *server, struct lib_opts 
 			return -1;
 		}
 		*v++ = '\0';
-		if (strcmp(t, "relay") == 0 || strcmp(t, "avoid") == 0) {
+		if (strcmp(t, "relay") == 0 && strchr(v, ',') != NULL) {
+			if (parse_chain(v, o, err, errlen) == -1)
+				return -1;
+		} else if (strcmp(t, "relay") == 0 || strcmp(t, "avoid") == 0) {
 			struct endpoint ep;
 			if (ep_parse(v, 0, &ep) == -1) {
 				snprintf(err, errlen, "%s=%s: expected a relay's ADDRESS:PORT", t, v);
@@ -222,6 +260,11 @@ libsrv_parse_connect(const char *args, struct endpoint *server, struct lib_opts 
 		snprintf(err, errlen, "relay= is also avoided");
 		return -1;
 	}
+	for (size_t i = 0; i < o->nnext; i++)
+		if (lib_opts_avoids(o, &o->next[i])) {
+			snprintf(err, errlen, "a relay of relay= is also avoided");
+			return -1;
+		}
 	return 0;
 }
 
@@ -360,6 +403,11 @@ do_connect(struct lclient *c, const char *args)
 		answer(c, "err ENOENT no relay %s in slotd's set", ep_fmt(&o.relay, rb));
 		return;
 	}
+	for (size_t i = 0; i < o.nnext; i++)
+		if (relay_find(d, &o.next[i]) == NULL) {
+			answer(c, "err ENOENT no relay %s in slotd's set", ep_fmt(&o.next[i], rb));
+			return;
+		}
 	if ((port = check_socket(c, &server)) == 0)
 		return;
 	pending_expire(s, clock_mono_us());

@@ -19,11 +19,15 @@ struct slotd;
 
 #define LIB_AVOID_MAX 8
 #define LIB_DEADLINE_MAX_MS 60000
+#define LIB_CHAIN_MAX 3		/* relays of a forced chain (PROTO_CHAIN_MAX_HOPS + 1) */
 
 /* What a program asked for one connection. */
 struct lib_opts {
 	bool has_relay;
 	struct endpoint relay;		/* forced: the relay's control endpoint */
+	/* forced chain (relay=EP1,EP2[,EP3]): the relays after relay */
+	struct endpoint next[LIB_CHAIN_MAX - 1];
+	size_t nnext;
 	struct endpoint avoid[LIB_AVOID_MAX];	/* never these */
 	size_t navoid;
 	uint32_t deadline_ms;		/* a verdict by then, else direct; 0: none */

@@ -6,7 +6,7 @@
 #include "slot/select.h"
 #include "dirsync.h"
 #include "rank.h"
-#include "rlink.h"
+#include "slot/rlink.h"
 
 struct row {
 	const struct endpoint *ep;

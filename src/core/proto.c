@@ -25,6 +25,9 @@
 #define BODY_KEEPALIVE		0
 #define BODY_OBSERVED		PROTO_EP_LEN			/* address */
 #define BODY_PIPE_ESTABLISH_TOKEN (2 * PROTO_EP_LEN + PROTO_TOKEN_LEN)	/* client, server, token */
+/* client, server, token, hops + 3 reserved, 2 x (control, data) */
+#define BODY_PIPE_ESTABLISH_CHAIN (2 * PROTO_EP_LEN + PROTO_TOKEN_LEN + 4 + \
+	2 * PROTO_CHAIN_MAX_HOPS * PROTO_EP_LEN)
 #define BODY_ERROR		4
 #define BODY_HELLO		IDENT_CERT_LEN			/* certificate */
 
@@ -67,6 +70,8 @@ proto_body_len(uint8_t type)
 		return BODY_OBSERVED;
 	case PROTO_PIPE_ESTABLISH_TOKEN:
 		return BODY_PIPE_ESTABLISH_TOKEN;
+	case PROTO_PIPE_ESTABLISH_CHAIN:
+		return BODY_PIPE_ESTABLISH_CHAIN;
 	}
 	return -1;
 }
@@ -100,7 +105,7 @@ probe_status_valid(uint8_t st)
 static int
 fail_reason_valid(uint8_t r)
 {
-	return r >= FAIL_REFUSED && r <= FAIL_INTERNAL;
+	return r >= FAIL_REFUSED && r <= FAIL_NEXT_HOP;
 }
 
 static int
@@ -172,6 +177,70 @@ ep_get(const uint8_t *p, struct endpoint *e)
 	return -1;
 }
 
+/*
+ * PIPE_ESTABLISH_CHAIN body: client 0, server 20, token 40, hops 48,
+ * reserved 49-51, hop 1 control 52 and data 72, hop 2 control 92 and data
+ * 112. The codec checks the format only (hops 1 or 2, an unused hop all
+ * zero, reserved zero); whether the hops make sense (data address equal to
+ * the control address, no relay twice) is the relay's check (chain.c).
+ */
+#define CH_TOKEN	(2 * PROTO_EP_LEN)
+#define CH_HOPS		(CH_TOKEN + PROTO_TOKEN_LEN)
+#define CH_HOP(i)	(CH_HOPS + 4 + (i) * 2 * PROTO_EP_LEN)
+
+static int
+chain_put(uint8_t *b, const struct proto_msg *m)
+{
+	unsigned i;
+
+	if (m->u.chain.hops < 1 || m->u.chain.hops > PROTO_CHAIN_MAX_HOPS)
+		return -1;
+	if (ep_put(b, &m->u.chain.client) == -1 ||
+	    ep_put(b + PROTO_EP_LEN, &m->u.chain.server) == -1)
+		return -1;
+	memcpy(b + CH_TOKEN, m->u.chain.token, PROTO_TOKEN_LEN);
+	b[CH_HOPS] = m->u.chain.hops;
+	for (i = 0; i < PROTO_CHAIN_MAX_HOPS; i++) {
+		if (i >= m->u.chain.hops) {
+			/* A hop set beyond hops is a caller's mistake. */
+			if (m->u.chain.hop_ctl[i].addr.family != 0 ||
+			    m->u.chain.hop_data[i].addr.family != 0)
+				return -1;
+			continue;
+		}
+		if (ep_put(b + CH_HOP(i), &m->u.chain.hop_ctl[i]) == -1 ||
+		    ep_put(b + CH_HOP(i) + PROTO_EP_LEN, &m->u.chain.hop_data[i]) == -1)
+			return -1;
+	}
+	return 0;
+}
+
+static int
+chain_get(const uint8_t *b, struct proto_msg *m)
+{
+	unsigned i, hops = b[CH_HOPS];
+
+	if (hops < 1 || hops > PROTO_CHAIN_MAX_HOPS || !all_zero(b + CH_HOPS + 1, 3))
+		return -1;
+	if (ep_get(b, &m->u.chain.client) == -1 ||
+	    ep_get(b + PROTO_EP_LEN, &m->u.chain.server) == -1)
+		return -1;
+	memcpy(m->u.chain.token, b + CH_TOKEN, PROTO_TOKEN_LEN);
+	m->u.chain.hops = (uint8_t)hops;
+	for (i = 0; i < PROTO_CHAIN_MAX_HOPS; i++) {
+		if (i >= hops) {
+			/* One spelling: an unused hop is all zero. */
+			if (!all_zero(b + CH_HOP(i), 2 * PROTO_EP_LEN))
+				return -1;
+			continue;
+		}
+		if (ep_get(b + CH_HOP(i), &m->u.chain.hop_ctl[i]) == -1 ||
+		    ep_get(b + CH_HOP(i) + PROTO_EP_LEN, &m->u.chain.hop_data[i]) == -1)
+			return -1;
+	}
+	return 0;
+}
+
 static void
 put_header(const struct proto_msg *m, size_t len, uint8_t *buf)
 {
@@ -233,6 +302,10 @@ proto_encode(const struct proto_msg *m, const struct auth_key *key,
 		if (all_zero(m->u.establish.token, PROTO_TOKEN_LEN))
 			return -1;
 		memcpy(b + 2 * PROTO_EP_LEN, m->u.establish.token, PROTO_TOKEN_LEN);
+		break;
+	case PROTO_PIPE_ESTABLISH_CHAIN:
+		if (chain_put(b, m) == -1)
+			return -1;
 		break;
 	case PROTO_OBSERVED:
 		if (ep_put(b, &m->u.observed.addr) == -1)
@@ -309,6 +382,8 @@ body_get(const uint8_t *b, struct proto_msg *m)
 			return -1;
 		memcpy(m->u.establish.token, b + 2 * PROTO_EP_LEN, PROTO_TOKEN_LEN);
 		return 0;
+	case PROTO_PIPE_ESTABLISH_CHAIN:
+		return chain_get(b, m);
 	case PROTO_OBSERVED:
 		return ep_get(b, &m->u.observed.addr);
 	case PROTO_PIPE_OK:
@@ -478,6 +553,8 @@ proto_type_str(uint8_t type)
 		return "OBSERVED";
 	case PROTO_PIPE_ESTABLISH_TOKEN:
 		return "PIPE_ESTABLISH_TOKEN";
+	case PROTO_PIPE_ESTABLISH_CHAIN:
+		return "PIPE_ESTABLISH_CHAIN";
 	}
 	return "unknown";
 }
@@ -530,6 +607,8 @@ proto_fail_str(uint8_t reason)
 		return "shutting-down";
 	case FAIL_INTERNAL:
 		return "internal";
+	case FAIL_NEXT_HOP:
+		return "next-hop";
 	}
 	return "unknown";
 }

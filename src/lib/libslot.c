@@ -30,7 +30,7 @@
 #define TIMEOUT_MS	2000	/* each of connect, send and receive */
 
 struct slot_opts {
-	char relay[EP_LEN];			/* "": slotd chooses */
+	char relay[SLOT_CHAIN_MAX][EP_LEN];	/* a relay or a chain; "": slotd chooses */
 	char avoid[SLOT_AVOID_MAX][EP_LEN];
 	unsigned int navoid;
 	unsigned int deadline_ms;		/* 0: slotd's own */
@@ -181,18 +181,39 @@ slot_opts_free(struct slot_opts *o)
 SLOT_API int
 slot_opts_set_relay(struct slot_opts *o, const char *endpoint)
 {
-	char ep[EP_LEN];
+	char eps[SLOT_CHAIN_MAX][EP_LEN], one[LIB_LINE_MAX];
+	const char *s, *comma;
+	unsigned int n = 0;
+	size_t len;
 
 	lasterr[0] = '\0';
 	if (o == NULL)
 		return fail(EINVAL, "slot_opts_set_relay: no options (NULL)");
 	if (endpoint == NULL) {
-		o->relay[0] = '\0';
+		memset(o->relay, 0, sizeof(o->relay));
 		return 0;
 	}
-	if (ep_normalise(endpoint, ep, sizeof(ep)) == -1)
-		return -1;
-	memcpy(o->relay, ep, sizeof(ep));
+	/* "EP1,EP2[,EP3]": a chain, first relay first. */
+	for (s = endpoint;; s = comma + 1) {
+		comma = strchr(s, ',');
+		len = comma ? (size_t)(comma - s) : strlen(s);
+		if (n == SLOT_CHAIN_MAX)
+			return fail(E2BIG, "at most %d relays in a chain", SLOT_CHAIN_MAX);
+		if (len >= sizeof(one))
+			return fail(EINVAL, "\"%s\": endpoint too long", endpoint);
+		memcpy(one, s, len);
+		one[len] = '\0';
+		if (ep_normalise(one, eps[n], sizeof(eps[n])) == -1)
+			return -1;
+		for (unsigned int i = 0; i < n; i++)
+			if (strcmp(eps[i], eps[n]) == 0)
+				return fail(EINVAL, "relay %s twice in the chain", eps[n]);
+		n++;
+		if (comma == NULL)
+			break;
+	}
+	memset(o->relay, 0, sizeof(o->relay));
+	memcpy(o->relay, eps, n * sizeof(eps[0]));
 	return 0;
 }
 
@@ -612,8 +633,10 @@ slot_connect(int fd, const struct sockaddr *addr, socklen_t len, const struct sl
 		return -1;
 
 	n = (size_t)snprintf(req, sizeof(req), "connect %s", server);
-	if (o->relay[0] != '\0' && n < sizeof(req))
-		n += (size_t)snprintf(req + n, sizeof(req) - n, " relay=%s", o->relay);
+	for (unsigned int i = 0; i < SLOT_CHAIN_MAX && o->relay[i][0] != '\0' &&
+	    n < sizeof(req); i++)
+		n += (size_t)snprintf(req + n, sizeof(req) - n, i ? ",%s" : " relay=%s",
+		    o->relay[i]);
 	for (unsigned int i = 0; i < o->navoid && n < sizeof(req); i++)
 		n += (size_t)snprintf(req + n, sizeof(req) - n, " avoid=%s", o->avoid[i]);
 	if (o->deadline_ms != 0 && n < sizeof(req))

@@ -9,6 +9,7 @@
 #include "slot/log.h"
 #include "slot/proto.h"
 #include "slot/sock.h"
+#include "chain.h"
 #include "ctrl.h"
 #include "pipe.h"
 #include "rauth.h"
@@ -269,7 +270,8 @@ ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
 		 * exactly one answer. */
 		r->ctr.control_rate_limited++;
 		if (m->type == PROTO_PIPE_ESTABLISH ||
-		    m->type == PROTO_PIPE_ESTABLISH_TOKEN) {
+		    m->type == PROTO_PIPE_ESTABLISH_TOKEN ||
+		    m->type == PROTO_PIPE_ESTABLISH_CHAIN) {
 			r->ctr.pipes_failed++;
 			ctrl_send_fail(c, m->id, FAIL_CLIENT_LIMIT, 0);
 		}
@@ -297,6 +299,16 @@ ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
 		pipe_establish(r, c, m->id, &m->u.establish.client, &m->u.establish.server,
 		    m->u.establish.token);
 		break;
+	case PROTO_PIPE_ESTABLISH_CHAIN: {
+		static const uint8_t zero[PROTO_TOKEN_LEN];
+		/* A token needs saved SYNs, as PIPE_ESTABLISH_TOKEN does. */
+		if (!r->save_syn && memcmp(m->u.chain.token, zero, PROTO_TOKEN_LEN) != 0) {
+			ctrl_send_error(c, m->id, ERR_TYPE, 0);
+			break;
+		}
+		chain_establish(r, c, m);
+		break;
+	}
 	case PROTO_KEEPALIVE: {
 		/* OBSERVE: the client learns whether it is behind NAT, and
 		 * that this relay takes tokens. */

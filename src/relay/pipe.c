@@ -15,6 +15,7 @@
 #include "slot/proto.h"
 #include "slot/sock.h"
 #include "slot/syntok.h"
+#include "chain.h"
 #include "flow.h"
 #include "initcwnd.h"
 #include "pipe.h"
@@ -53,6 +54,7 @@ struct pipe {
 	struct owner *owner;	/* while connecting or pending */
 	struct hnode hn;	/* r->pending (or r->pending_tok if tokened), while
 				 * connecting or pending */
+	struct chain *chain;	/* NULL: the server is the next hop (chain.c) */
 	int tokened;		/* matched by token, not by client endpoint */
 	uint8_t token[PROTO_TOKEN_LEN];
 	TAILQ_ENTRY(pipe) link;	/* r->pipes */
@@ -428,7 +430,7 @@ static void
 pipe_close(struct pipe *p, enum close_how how, const char *why)
 {
 	struct relay *r = p->r;
-	char cb[EP_STRLEN], sb[EP_STRLEN];
+	char cb[EP_STRLEN], sb[EP_STRLEN], via[128] = " via ";
 
 	ev_timer_stop(r->loop, &p->timer);
 	ev_timer_stop(r->loop, &p->retry);
@@ -445,6 +447,12 @@ pipe_close(struct pipe *p, enum close_how how, const char *why)
 		}
 	if (p->reserved)
 		kpipe_unreserve(&r->kpipes, 2);
+	if (p->chain) {
+		/* The log line names the chain. */
+		chain_fmt(p->chain, via + 5, sizeof(via) - 5);
+		chain_free(p->chain);
+		p->chain = NULL;
+	}
 	if (how == CLOSE_RESET && p->state == PS_OPEN)
 		r->ctr.pipes_reset++;
 	if (p->state == PS_OPEN)
@@ -455,12 +463,14 @@ pipe_close(struct pipe *p, enum close_how how, const char *why)
 	r->npipes--;
 
 	if (p->state == PS_OPEN)
-		log_info("pipe %llu %s -> %s %s: client->server %llu, server->client %llu bytes, %.3f s",
+		log_info("pipe %llu %s -> %s%s %s: client->server %llu, server->client %llu bytes, %.3f s",
 		    (unsigned long long)p->id, ep_fmt(&p->client, cb), ep_fmt(&p->server, sb),
-		    why, p->c2s.f.bytes, p->s2c.f.bytes, ev_now(r->loop) - p->started);
+		    via[5] ? via : "", why, p->c2s.f.bytes, p->s2c.f.bytes,
+		    ev_now(r->loop) - p->started);
 	else
-		log_info("pipe %llu %s -> %s %s while %s", (unsigned long long)p->id,
-		    ep_fmt(&p->client, cb), ep_fmt(&p->server, sb), why, state_str(p->state));
+		log_info("pipe %llu %s -> %s%s %s while %s", (unsigned long long)p->id,
+		    ep_fmt(&p->client, cb), ep_fmt(&p->server, sb), via[5] ? via : "", why,
+		    state_str(p->state));
 	free(p);
 	relay_pipe_gone(r);
 }
@@ -484,6 +494,8 @@ static void
 pipe_fail(struct pipe *p, uint8_t reason, int err)
 {
 	p->r->ctr.pipes_failed++;
+	if (p->chain)
+		p->r->ctr.chains_failed++;
 	if (p->ctl)
 		ctrl_send_fail(p->ctl, p->req_id, reason, (uint32_t)err);
 	pipe_close(p, CLOSE_RESET, proto_fail_str(reason));
@@ -513,7 +525,9 @@ timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 	switch (p->state) {
 	case PS_CONNECTING:
-		pipe_fail(p, FAIL_TIMEOUT, ETIMEDOUT);
+		/* A chain's next relay did not answer in time: that says
+		 * nothing of the server. */
+		pipe_fail(p, p->chain ? FAIL_NEXT_HOP : FAIL_TIMEOUT, ETIMEDOUT);
 		return;
 	case PS_PENDING:
 		p->r->ctr.pipes_expired++;
@@ -588,7 +602,8 @@ connect_cb(struct ev_loop *loop, ev_io *w, int revents)
 
 	half_set(h, 0);
 	if ((err = sock_connect_result(h->fd)) != 0) {
-		pipe_fail(p, fail_reason(err), err);
+		/* A chain's data connection to the next relay. */
+		pipe_fail(p, p->chain ? FAIL_NEXT_HOP : fail_reason(err), err);
 		return;
 	}
 	p->connected = ev_now(loop);
@@ -624,20 +639,23 @@ half_attach(struct half *h, int fd)
 	half_linger_rst(h, 1);
 }
 
-void
-pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
+/* A pipe to server, or through the rest of chain s (NULL: direct). */
+static void
+establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
     const struct endpoint *client, const struct endpoint *server,
-    const uint8_t *token)
+    const uint8_t *token, const struct chain_spec *s)
 {
 	struct pipe *p;
 	struct owner *o;
 	uint8_t reason = 0;
-	int fd, err = 0;
+	int fd = -1, err = 0;
 
 	if (r->draining)
 		reason = FAIL_SHUTTING_DOWN;
 	else if (client->port == 0)
 		reason = FAIL_POLICY_ADDR;
+	else if (s != NULL)
+		;	/* the policy is the last relay's, for the server it connects to */
 	else switch (policy_check(&r->conf.policy, server)) {
 	case POLICY_ADDR:
 		reason = FAIL_POLICY_ADDR;
@@ -658,6 +676,7 @@ pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 		reason = FAIL_DUPLICATE;
 	if (reason) {
 		r->ctr.pipes_failed++;
+		r->ctr.chains_failed += s != NULL;
 		ctrl_send_fail(c, id, reason, 0);
 		return;
 	}
@@ -667,10 +686,11 @@ pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 		err = errno;
 		log_warn("pipe refused: no kernel pipes to reserve");
 		r->ctr.pipes_failed++;
+		r->ctr.chains_failed += s != NULL;
 		ctrl_send_fail(c, id, FAIL_LIMIT, (uint32_t)err);
 		return;
 	}
-	if ((fd = sock_connect_nb(server, 0)) == -1) {
+	if (s == NULL && (fd = sock_connect_nb(server, 0)) == -1) {
 		err = errno;
 		kpipe_unreserve(&r->kpipes, 2);
 		r->ctr.pipes_failed++;
@@ -680,9 +700,11 @@ pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 	if ((p = calloc(1, sizeof(*p))) == NULL ||
 	    (o = owner_get(r, ctrl_peer_addr(c), 1)) == NULL) {
 		free(p);
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		kpipe_unreserve(&r->kpipes, 2);
 		r->ctr.pipes_failed++;
+		r->ctr.chains_failed += s != NULL;
 		ctrl_send_fail(c, id, FAIL_INTERNAL, ENOMEM);
 		return;
 	}
@@ -723,11 +745,58 @@ pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 	ev_timer_init(&p->retry, retry_cb, 0.1, 0.);
 	p->retry.data = p;
 
+	if (s != NULL) {
+		/* Each relay of the chain has its own connect timeout: ours
+		 * covers theirs, so that the answer about the server (or a
+		 * relay further on) comes before our NEXT_HOP timeout. */
+		timer_arm(p, r->conf.connect_timeout_ms * (1 + s->nhops));
+		if ((p->chain = chain_start(r, p, s, server, &err)) == NULL) {
+			r->ctr.chains_failed++;
+			r->ctr.chains_next_hop_failed++;
+			pipe_fail(p, FAIL_NEXT_HOP, err);
+		}
+		return;
+	}
 	half_attach(&p->srv, fd);
 	ev_set_cb(&p->srv.io, connect_cb);
 	half_set(&p->srv, EV_WRITE);
 	timer_arm(p, r->conf.connect_timeout_ms);
 }
+
+void
+pipe_establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
+    const struct endpoint *client, const struct endpoint *server,
+    const uint8_t *token)
+{
+	establish(r, c, id, client, server, token, NULL);
+}
+
+void
+pipe_establish_chain(struct relay *r, struct ctrl_conn *c, uint32_t id,
+    const struct endpoint *client, const struct endpoint *server,
+    const uint8_t *token, const struct chain_spec *s)
+{
+	establish(r, c, id, client, server, token, s);
+}
+
+/* The next relay took the rest of the chain: the data connection to it is
+ * the server side, connecting; its result is the connect's (connect_cb),
+ * and the PIPE_OK upstream waits for it, so that a data connection that
+ * fails is a PIPE_FAIL NEXT_HOP, not a pipe reset later. */
+void
+pipe_chain_ready(struct pipe *p, int fd)
+{
+	half_attach(&p->srv, fd);
+	ev_set_cb(&p->srv.io, connect_cb);
+	half_set(&p->srv, EV_WRITE);
+}
+
+void
+pipe_chain_failed(struct pipe *p, uint8_t reason, uint32_t detail)
+{
+	pipe_fail(p, reason, (int)detail);
+}
+
 
 /* Both sockets are there: splice. */
 static void
@@ -739,6 +808,7 @@ pipe_open(struct pipe *p)
 	p->state = PS_OPEN;
 	r->ctr.pipes_open++;
 	r->ctr.pipes_total++;
+	r->ctr.chains_joined += p->chain != NULL;
 	p->started = p->last_io = ev_now(r->loop);
 	ev_timer_stop(r->loop, &p->timer);
 	p->limit_ms = 0;
@@ -859,6 +929,10 @@ pipes_view(struct relay *r, void (*fn)(void *arg, const struct pipe_view *v), vo
 			.to_server = p->c2s.f.bytes,
 			.to_client = p->s2c.f.bytes,
 		};
+		if (p->chain) {
+			v.next = *chain_next(p->chain);
+			v.hops = chain_nhops(p->chain);
+		}
 		if (p->state == PS_OPEN) {
 			v.idle_s = now - p->last_io;
 			/* One side said EOF: the other direction still flows. */

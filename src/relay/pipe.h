@@ -54,6 +54,8 @@ struct pipe_view {
 	double age_s;		/* since PIPE_ESTABLISH; once open, since joined */
 	double idle_s;		/* open: since bytes last moved; else 0 */
 	unsigned long long to_server, to_client;	/* bytes written each way */
+	struct endpoint next;	/* a chain's next relay (control); family 0: direct */
+	unsigned hops;		/* relays after this one: 0 direct, 1 or 2 */
 };
 
 /* Calls fn for every pipe, oldest first. fn must not touch the pipes. */

@@ -10,6 +10,7 @@
 #include "slot/log.h"
 #include "ctrl.h"
 #include "peers.h"
+#include "chain.h"
 #include "rauth.h"
 
 int
@@ -132,6 +133,7 @@ relay_revoke(struct relay *r, const struct ident_revoked *rev)
 		n += (int)peertab_revoke(r->known, &r->revoked);
 	if (r->peers)
 		peers_revoke(r->peers, &r->revoked);
+	chains_revoke(r, &r->revoked);
 	if (n > 0)
 		log_info("revocation: %d peers dropped (%zu serials revoked)", n, r->revoked.n);
 	r->ctr.peers_revoked += (unsigned long long)n;

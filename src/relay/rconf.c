@@ -23,6 +23,8 @@ rconf_defaults(struct rconf *c)
 	c->connect_timeout_ms = 5000;
 	c->pending_timeout_ms = 10000;
 	c->idle_timeout_ms = 0;
+	c->chain_allow = true;
+	c->chain_link_idle_ms = 5 * 60 * 1000;
 	c->half_closed_timeout_ms = 60 * 60 * 1000;
 	c->drain_timeout_ms = 30000;
 	c->control_idle_timeout_ms = 120000;
@@ -115,6 +117,8 @@ static const struct conf_key keys[] = {
 	    .min = 1000, .max = DAY_MS },
 	{ F("limits", "keepalive_count", CK_UINT, keepalive_count), .min = 1, .max = 127 },
 	{ F("limits", "user_timeout", CK_MS_OFF, user_timeout_ms), .min = 1000, .max = DAY_MS },
+	{ F("chain", "allow", CK_BOOL, chain_allow) },
+	{ F("chain", "link_idle_timeout", CK_MS, chain_link_idle_ms), .min = 1000, .max = DAY_MS },
 	{ F("pipe", "learn_initcwnd", CK_BOOL, learn_initcwnd) },
 	/* Above 10, the kernel's own; 1000 segments is 1.4 MB in one burst. */
 	{ F("pipe", "initcwnd_max", CK_UINT, initcwnd_max), .min = 11, .max = 1000 },

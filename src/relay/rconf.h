@@ -45,6 +45,10 @@ struct rconf {
 	uint64_t keepalive_count;
 	uint64_t user_timeout_ms;	/* TCP_USER_TIMEOUT; 0: the kernel's */
 
+	/* [chain] */
+	bool chain_allow;		/* be the first or a middle relay of chains */
+	uint64_t chain_link_idle_ms;	/* an unused link to a next relay closes */
+
 	/* [pipe]: learned initial windows (iwlearn.h, docs/relay.md) */
 	bool learn_initcwnd;
 	uint64_t initcwnd_max;		/* segments */

@@ -55,6 +55,12 @@ struct relay_counters {
 	unsigned long long hellos_accepted;	/* peers authenticated (control, UDP) */
 	unsigned long long hellos_refused;	/* certificate, role, validity, revoked, replayed */
 	unsigned long long peers_revoked;	/* dropped by relay_revoke */
+	unsigned long long chains_requested;	/* PIPE_ESTABLISH_CHAIN received */
+	unsigned long long chains_refused;	/* ... refused here: disabled, invalid hops */
+	unsigned long long chains_failed;	/* ... answered PIPE_FAIL, any reason */
+	unsigned long long chains_next_hop_failed;	/* ... NEXT_HOP: the next relay
+						 * unreachable or unusable */
+	unsigned long long chains_joined;	/* chain pipes joined (open) */
 };
 
 struct pipe;
@@ -63,6 +69,7 @@ struct probe_srv;
 struct dirlink;
 struct peers;
 struct peertab;
+struct chains;
 struct initcwnd;
 
 TAILQ_HEAD(pipe_list, pipe);
@@ -102,6 +109,7 @@ struct relay {
 	struct ctlsrv *metrics;		/* HTTP; NULL: no metrics_listen */
 	struct dirlink *dir;		/* NULL: no directory configured */
 	struct peers *peers;
+	struct chains *chains;		/* links to next relays (chain.c) */
 	struct initcwnd *iw;		/* learned initial windows; NULL: off */
 
 	int draining;

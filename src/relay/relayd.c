@@ -25,6 +25,7 @@
 #include "slot/sock.h"
 #include "slot/dirclient.h"
 #include "ctrl.h"
+#include "chain.h"
 #include "dirlink.h"
 #include "initcwnd.h"
 #include "peers.h"
@@ -437,7 +438,7 @@ main(int argc, char **argv)
 	struct admit_conf ac;
 	relay_admit_conf(r, &ac);
 	if ((r->admit = admit_new(&ac, REPLAY_CAPACITY, ADMIT_RL_SLOTS)) == NULL ||
-	    pipes_init(r) == -1)
+	    pipes_init(r) == -1 || chains_init(r) == -1)
 		fatalx("out of memory");
 	kpipe_pool_init(&r->kpipes, r->conf.pipe_size, KPIPE_POOL_BYTES / r->conf.pipe_size);
 	r->kpipes.limit = kpipe_limit(&r->conf);
@@ -505,6 +506,7 @@ main(int argc, char **argv)
 	ctrl_close_all(r);
 	ctrl_stop_accepting(r);
 	pipes_destroy(r);
+	chains_destroy(r);
 	initcwnd_close(r);
 	ev_io_stop(r->loop, &r->data_accept);
 	close(r->data_fd);

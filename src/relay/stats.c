@@ -3,6 +3,7 @@
 
 #include "slot/peertab.h"
 #include "slot/proto.h"
+#include "chain.h"
 #include "dirlink.h"
 #include "initcwnd.h"
 #include "peers.h"
@@ -127,6 +128,19 @@ counters(void *user, struct ctl_counters *cs)
 	    "Authenticated peers remembered (identity mode).");
 	C("peers_revoked", c->peers_revoked, CTL_COUNTER,
 	    "Peers dropped because their certificate was revoked.");
+	C("chains_requested", c->chains_requested, CTL_COUNTER,
+	    "PIPE_ESTABLISH_CHAIN received: this relay first or in the middle of a chain.");
+	C("chains_refused", c->chains_refused, CTL_COUNTER,
+	    "Chain requests refused here: [chain] allow = no, or invalid hops.");
+	C("chains_failed", c->chains_failed, CTL_COUNTER,
+	    "Chain requests answered PIPE_FAIL, whatever the reason (also in pipes_failed).");
+	C("chains_next_hop_failed", c->chains_next_hop_failed, CTL_COUNTER,
+	    "Chain requests failed NEXT_HOP here: the next relay unreachable, not a relay, "
+	    "or its data connection failed.");
+	C("chains_joined", c->chains_joined, CTL_COUNTER,
+	    "Chain pipes joined (also in pipes_total).");
+	C("chain_links", chains_links(r), CTL_GAUGE,
+	    "Control links to next relays of chains, up or connecting.");
 	C("dir_registered", d.registered, CTL_GAUGE,
 	    "Directories holding this relay's registration.");
 	C("dir_registrations", d.registrations, CTL_COUNTER, "Successful slot.register calls.");
@@ -177,6 +191,8 @@ static const struct ctl_col pipe_cols[] = {
 	{ "idle", CTL_DUR, NULL },
 	{ "to_server", CTL_UINT, "bytes_to_server" },
 	{ "to_client", CTL_UINT, "bytes_to_client" },
+	{ "next", CTL_STR, NULL },	/* a chain's next relay */
+	{ "hops", CTL_UINT, NULL },	/* relays after this one */
 };
 
 static void
@@ -196,6 +212,11 @@ pipe_row(void *arg, const struct pipe_view *v)
 		ctl_cell_none(t);
 	ctl_cell_uint(t, v->to_server);
 	ctl_cell_uint(t, v->to_client);
+	if (v->next.addr.family)
+		ctl_cell_str(t, ep_fmt(&v->next, b));
+	else
+		ctl_cell_none(t);
+	ctl_cell_uint(t, v->hops);
 }
 
 static void

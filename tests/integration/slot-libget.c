@@ -4,8 +4,9 @@
  * JSON line; exit 0 on a whole 200 answer, 2 if slot_connect failed, 1
  * otherwise.
  *
- * usage: slot-libget [-r RELAY] [-a RELAY]... [-d MS] [-n] [-s SOCKET]
- *                    ADDRESS PORT PATH OUTFILE */
+ * usage: slot-libget [-r RELAY[,RELAY...]] [-a RELAY]... [-d MS] [-n] [-s SOCKET]
+ *                    ADDRESS PORT PATH OUTFILE
+ * (-r with several relays forces that chain, first relay first) */
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,7 +21,8 @@
 static void
 usage(void)
 {
-	fprintf(stderr, "usage: slot-libget [-r RELAY] [-a RELAY]... [-d MS] [-n] [-s SOCKET] "
+	fprintf(stderr, "usage: slot-libget [-r RELAY[,RELAY...]] [-a RELAY]... [-d MS] [-n] "
+	    "[-s SOCKET] "
 	    "ADDRESS PORT PATH OUTFILE\n");
 	exit(64);
 }

@@ -414,7 +414,8 @@ def test_pipe_in_progress_shows_on_the_relay_and_in_slotd(bed, daemons):
         assert len(jp) == 1, j
         jp = jp[0]
         assert set(jp) == {"id", "client", "server", "state", "age_s", "idle_s",
-                           "bytes_to_server", "bytes_to_client"}, jp
+                           "bytes_to_server", "bytes_to_client", "next", "hops"}, jp
+        assert jp["next"] is None and jp["hops"] == 0, jp     # no chain
         assert jp["state"] in ("open", "half-closed"), jp
         assert jp["server"] == server and jp["id"] == int(first["id"])
         assert jp["bytes_to_client"] > int(first["to_client"]) + 100 * KiB, (first, jp)

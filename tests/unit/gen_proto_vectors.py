@@ -58,6 +58,7 @@ T_KEEPALIVE = 0x13
 T_KEEPALIVE_ACK = 0x14
 T_OBSERVED = 0x15
 T_PIPE_ESTABLISH_TOKEN = 0x16
+T_PIPE_ESTABLISH_CHAIN = 0x17
 T_ERROR = 0x1F
 F_OBSERVE = 0x0001
 T_HELLO = 0x20
@@ -225,6 +226,34 @@ def establish_token(client, server, token, **kw):
                + [(token, "token")], **kw)
 
 
+# Chains: the next relays' control endpoints (their data endpoints share the
+# address, port 7601).
+RELAY2_CTL4 = ep(4, ipv4("192.0.2.20"), 7600)
+RELAY2_DATA4 = ep(4, ipv4("192.0.2.20"), 7601)
+RELAY3_CTL4 = ep(4, ipv4("192.0.2.30"), 7600)
+RELAY3_DATA4 = ep(4, ipv4("192.0.2.30"), 7601)
+RELAY2_CTL6 = ep(6, ipv6([0x2001, 0x0db8, 0x0003, 0, 0, 0, 0, 0x0020]), 7600)
+RELAY2_DATA6 = ep(6, ipv6([0x2001, 0x0db8, 0x0003, 0, 0, 0, 0, 0x0020]), 7601)
+RELAY3_CTL6 = ep(6, ipv6([0x2001, 0x0db8, 0x0003, 0, 0, 0, 0, 0x0030]), 7600)
+RELAY3_DATA6 = ep(6, ipv6([0x2001, 0x0db8, 0x0003, 0, 0, 0, 0, 0x0030]), 7601)
+NO_EP = [(bytes(20), "unused (hops 1): zero")]
+
+
+def establish_chain(client, server, token, hops, hop1, hop2=None, reserved=b"\0\0\0",
+                    **kw):
+    """hop1, hop2: (control, data) endpoint segments; hop2 None: all zero."""
+    body = label(client, "client") + label(server, "server") + [
+        (token, "token" if token != bytes(8) else "token: none (zero)"),
+        (bytes([hops]), "hops %d" % hops),
+        (reserved, "reserved"),
+    ] + label(hop1[0], "hop 1 control") + label(hop1[1], "hop 1 data")
+    if hop2 is None:
+        body += label(NO_EP, "hop 2 control") + label(NO_EP, "hop 2 data")
+    else:
+        body += label(hop2[0], "hop 2 control") + label(hop2[1], "hop 2 data")
+    return Msg(T_PIPE_ESTABLISH_CHAIN, body, **kw)
+
+
 def establish_v4(**kw):
     return Msg(T_PIPE_ESTABLISH, label(CLIENT4, "client") + label(TARGET4, "server"), **kw)
 
@@ -276,6 +305,30 @@ VALID = [
     ("pipe_establish_token_v6", "PIPE_ESTABLISH_TOKEN, id 12, client "
      "[2001:db8:1::7]:51000, server [2001:db8:2::beef:5]:443, token 5a17c0ffee0b5e01",
      establish_token(CLIENT6, SERVER6, TOKEN, nonce=NONCE | 0x10, mid=12)),
+    ("pipe_establish_chain2_v4", "PIPE_ESTABLISH_CHAIN, id 13, client 198.51.100.7:40000, "
+     "server 203.0.113.5:443, no token, hops 1: 192.0.2.20:7600 data 192.0.2.20:7601 "
+     "(a chain of 2 relays)",
+     establish_chain(CLIENT4, TARGET4, bytes(8), 1, (RELAY2_CTL4, RELAY2_DATA4),
+                     nonce=NONCE | 0x11, mid=13)),
+    ("pipe_establish_chain3_v4_token", "PIPE_ESTABLISH_CHAIN, id 14, client "
+     "192.168.1.10:40000, server 203.0.113.5:443, token 5a17c0ffee0b5e01, hops 2: "
+     "192.0.2.20:7600 data 192.0.2.20:7601, then 192.0.2.30:7600 data 192.0.2.30:7601 "
+     "(a chain of 3 relays)",
+     establish_chain(CLIENT_PRIV4, TARGET4, TOKEN, 2, (RELAY2_CTL4, RELAY2_DATA4),
+                     (RELAY3_CTL4, RELAY3_DATA4), nonce=NONCE | 0x12, mid=14)),
+    ("pipe_establish_chain3_v6", "PIPE_ESTABLISH_CHAIN, id 15, client "
+     "[2001:db8:1::7]:51000, server [2001:db8:2::beef:5]:443, no token, hops 2: "
+     "[2001:db8:3::20]:7600 data [2001:db8:3::20]:7601, then [2001:db8:3::30]:7600 "
+     "data [2001:db8:3::30]:7601",
+     establish_chain(CLIENT6, SERVER6, bytes(8), 2, (RELAY2_CTL6, RELAY2_DATA6),
+                     (RELAY3_CTL6, RELAY3_DATA6), nonce=NONCE | 0x13, mid=15)),
+    ("pipe_establish_chain2_v6_token", "PIPE_ESTABLISH_CHAIN, id 16, client "
+     "[2001:db8:1::7]:51000, server [2001:db8:2::beef:5]:443, token 5a17c0ffee0b5e01, "
+     "hops 1: [2001:db8:3::20]:7600 data [2001:db8:3::20]:7601",
+     establish_chain(CLIENT6, SERVER6, TOKEN, 1, (RELAY2_CTL6, RELAY2_DATA6),
+                     nonce=NONCE | 0x14, mid=16)),
+    ("pipe_fail_next_hop", "PIPE_FAIL to id 13: NEXT_HOP, detail 111 (ECONNREFUSED)",
+     pipe_fail(11, 111, nonce=NONCE | 0x15, mid=13)),
     # identity mode
     ("hello_client", "HELLO from the client (certificate client1, role client), id 0",
      hello(CLIENT_CERT, CLIENT_SEED, nonce=NONCE | 0x41, mid=0), AT_RELAY),
@@ -315,6 +368,32 @@ INVALID = [
      "PROTO_BAD", "PERR_BODY"),
     ("token_length", "pipe_establish_token_v4 header with length 132 (PIPE_ESTABLISH's)",
      Raw(b"SL\x02\x16" + struct.pack(">H", 132)), "PROTO_BAD", "PERR_LENGTH"),
+    ("chain_hops_0", "signed PIPE_ESTABLISH_CHAIN with hops 0",
+     establish_chain(CLIENT4, TARGET4, bytes(8), 0, (RELAY2_CTL4, RELAY2_DATA4),
+                     nonce=NONCE | 0x2E, mid=13),
+     "PROTO_BAD", "PERR_BODY"),
+    ("chain_hops_3", "signed PIPE_ESTABLISH_CHAIN with hops 3",
+     establish_chain(CLIENT4, TARGET4, bytes(8), 3, (RELAY2_CTL4, RELAY2_DATA4),
+                     (RELAY3_CTL4, RELAY3_DATA4), nonce=NONCE | 0x2F, mid=13),
+     "PROTO_BAD", "PERR_BODY"),
+    ("chain_hop2_set", "signed PIPE_ESTABLISH_CHAIN with hops 1 and a hop 2",
+     establish_chain(CLIENT4, TARGET4, bytes(8), 1, (RELAY2_CTL4, RELAY2_DATA4),
+                     (RELAY3_CTL4, RELAY3_DATA4), nonce=NONCE | 0x30, mid=13),
+     "PROTO_BAD", "PERR_BODY"),
+    ("chain_reserved", "signed PIPE_ESTABLISH_CHAIN with a non-zero reserved byte",
+     establish_chain(CLIENT4, TARGET4, bytes(8), 1, (RELAY2_CTL4, RELAY2_DATA4),
+                     reserved=b"\0\x01\0", nonce=NONCE | 0x31, mid=13),
+     "PROTO_BAD", "PERR_BODY"),
+    ("chain_hop_port_zero", "signed PIPE_ESTABLISH_CHAIN with hops 2 and hop 2's data "
+     "port 0",
+     establish_chain(CLIENT4, TARGET4, bytes(8), 2, (RELAY2_CTL4, RELAY2_DATA4),
+                     (RELAY3_CTL4, ep(4, ipv4("192.0.2.30"), 0)), nonce=NONCE | 0x32, mid=13),
+     "PROTO_BAD", "PERR_BODY"),
+    ("chain_length", "pipe_establish_chain2_v4 header with length 140 "
+     "(PIPE_ESTABLISH_TOKEN's)",
+     Raw(b"SL\x02\x17" + struct.pack(">H", 140)), "PROTO_BAD", "PERR_LENGTH"),
+    ("fail_reason_12", "signed PIPE_FAIL with reason 12 (after NEXT_HOP)",
+     pipe_fail(12, 0, nonce=NONCE | 0x33, mid=8), "PROTO_BAD", "PERR_BODY"),
     ("unknown_type", "type 0x03, otherwise a signed probe_request_v4",
      Msg(0x03, label(TARGET4, "target"), nonce=NONCE | 0x01, mid=1),
      "PROTO_BAD", "PERR_TYPE"),

@@ -308,6 +308,15 @@ test_endpoints(void **state)
 	assert_int_equal(slot_opts_set_relay(o, "10.0.0.1:1"), 0);
 	assert_string_equal(slot_strerror(), "");
 
+	/* Chains: up to SLOT_CHAIN_MAX, each relay once, each checked. */
+	assert_int_equal(slot_opts_set_relay(o, "10.0.0.1:1,[2001:db8::2]:2"), 0);
+	assert_int_equal(slot_opts_set_relay(o, "10.0.0.1:1,10.0.0.2:1,10.0.0.3:1"), 0);
+	assert_failed(slot_opts_set_relay(o, "10.0.0.1:1,10.0.0.2:1,10.0.0.3:1,10.0.0.4:1"),
+	    E2BIG, "at most 3");
+	assert_failed(slot_opts_set_relay(o, "10.0.0.1:1,10.0.0.1:1"), EINVAL, "twice");
+	assert_failed(slot_opts_set_relay(o, "10.0.0.1:1,"), EINVAL, NULL);
+	assert_failed(slot_opts_set_relay(o, "10.0.0.1:1,nowhere"), EINVAL, NULL);
+
 	assert_failed(slot_opts_set_relay(NULL, "1.2.3.4:80"), EINVAL, NULL);
 	assert_failed(slot_opts_avoid_relay(NULL, "1.2.3.4:80"), EINVAL, NULL);
 	assert_failed(slot_opts_set_deadline(NULL, 10), EINVAL, NULL);
@@ -538,6 +547,7 @@ test_connect_request_and_descriptor(void **state)
 	    "avoid=192.0.2.2:7000 avoid=[::ffff:192.0.2.1]:7000 deadline_ms=1500\n",
 	    port_of(&sa));
 	assert_string_equal(f.got, want);
+
 	/* The very socket, bound before it went: slotd knows it by its port. */
 	assert_int_equal(f.npassed, 1);
 	assert_int_equal(fstat(fd, &st), 0);
@@ -546,6 +556,19 @@ test_connect_request_and_descriptor(void **state)
 	assert_int_equal(f.passed_st.st_dev, st.st_dev);
 	assert_true(f.passed_port != 0);
 	assert_int_equal(f.passed_port, local_port(fd));
+	assert_accepted(l, fd);
+	close(fd);
+
+	/* A chain goes as one relay= list, normalised, first relay first. */
+	assert_int_equal(slot_opts_set_relay(o, "192.0.2.7:7000,[2001:DB8::8]:7000"), 0);
+	assert_int_equal(slot_opts_avoid_relay(o, NULL), 0);
+	fd = tcp_socket(AF_INET);
+	fake_start(&f, FAKE_ANSWER, "ok\n");
+	assert_int_equal(slot_connect(fd, (struct sockaddr *)&sa, len, o), 0);
+	fake_join(&f);
+	snprintf(want, sizeof(want), "connect 127.0.0.1:%u relay=192.0.2.7:7000,"
+	    "[2001:db8::8]:7000 deadline_ms=1500\n", port_of(&sa));
+	assert_string_equal(f.got, want);
 	assert_accepted(l, fd);
 	close(fd);
 

@@ -136,6 +136,20 @@ class BindingTest(unittest.TestCase):
             slot.attach_self(socket_path=self.nowhere)
         self.assertOSError(errno.ENOENT, c, self.nowhere)
 
+    def test_connect_chain_request(self):
+        for relay in (["192.0.2.7:7000", "[2001:DB8::8]:7000"],
+                      "192.0.2.7:7000,[2001:db8::8]:7000"):
+            with socket.socket() as s, FakeSlotd(self.path, "ok\n") as f:
+                slot.connect(s, self.server, relay=relay, socket_path=self.path)
+                f.thread.join(5)
+                self.assertEqual(f.request.decode(), "connect %s:%d relay=192.0.2.7:7000,"
+                                 "[2001:db8::8]:7000\n" % self.server)
+                self.accepted(s)
+        with socket.socket() as s, self.assertRaises(OSError) as c:
+            slot.connect(s, self.server, relay=["192.0.2.7:7000"] * 2, socket_path=self.path)
+        self.assertEqual(c.exception.errno, errno.EINVAL)
+        self.assertEqual(slot.CHAIN_MAX, 3)
+
     def test_connect_request(self):
         with socket.socket() as s, FakeSlotd(self.path, "ok\n") as f:
             slot.connect(s, self.server, relay="[2001:DB8::7]:7000",

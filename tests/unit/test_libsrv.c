@@ -39,6 +39,22 @@ test_parse_connect(void **state)
 	assert_false(lib_opts_avoids(&o, &o.relay));
 	assert_false(lib_opts_avoids(NULL, &ep));
 	assert_int_equal(o.deadline_ms, 250);
+	assert_int_equal(o.nnext, 0);
+
+	/* A forced chain: the first relay is relay, the others follow. */
+	assert_int_equal(libsrv_parse_connect("192.0.2.1:80 relay=198.51.100.7:7600,"
+	    "[2001:db8::20]:7600,198.51.100.30:7000", &server, &o, err, sizeof(err)), 0);
+	assert_true(o.has_relay);
+	assert_int_equal(ep_parse("198.51.100.7:7600", 0, &ep), 0);
+	assert_true(ep_eq(&o.relay, &ep));
+	assert_int_equal(o.nnext, 2);
+	assert_int_equal(ep_parse("[2001:db8::20]:7600", 0, &ep), 0);
+	assert_true(ep_eq(&o.next[0], &ep));
+	assert_int_equal(ep_parse("198.51.100.30:7000", 0, &ep), 0);
+	assert_true(ep_eq(&o.next[1], &ep));
+	assert_int_equal(libsrv_parse_connect("192.0.2.1:80 relay=198.51.100.7:7600,"
+	    "198.51.100.8:7600", &server, &o, err, sizeof(err)), 0);
+	assert_int_equal(o.nnext, 1);
 }
 
 static void
@@ -60,6 +76,13 @@ test_parse_connect_refusals(void **state)
 		{ "192.0.2.1:80 deadline_ms=-5", "expected 1 to 60000" },
 		{ "192.0.2.1:80 deadline_ms=5x", "expected 1 to 60000" },
 		{ "192.0.2.1:80 relay=192.0.2.9:7600 avoid=192.0.2.9:7600", "also avoided" },
+		{ "192.0.2.1:80 relay=192.0.2.9:7600,192.0.2.8:7600 avoid=192.0.2.8:7600",
+		  "also avoided" },
+		{ "192.0.2.1:80 relay=192.0.2.9:7600,192.0.2.8:7600,192.0.2.7:7600,"
+		  "192.0.2.6:7600", "at most 3 relays" },
+		{ "192.0.2.1:80 relay=192.0.2.9:7600,192.0.2.9:7600", "twice in the chain" },
+		{ "192.0.2.1:80 relay=192.0.2.9:7600,", "expected ADDRESS:PORT[,ADDRESS:PORT]" },
+		{ "192.0.2.1:80 relay=192.0.2.9:7600,nowhere", "expected a relay's ADDRESS:PORT" },
 		{ "192.0.2.1:80 avoid=192.0.2.1:1 avoid=192.0.2.1:2 avoid=192.0.2.1:3 "
 		  "avoid=192.0.2.1:4 avoid=192.0.2.1:5 avoid=192.0.2.1:6 avoid=192.0.2.1:7 "
 		  "avoid=192.0.2.1:8 avoid=192.0.2.1:9", "at most 8 avoid=" },

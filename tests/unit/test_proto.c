@@ -83,6 +83,22 @@ static const uint16_t client6[8] = { 0x2001, 0xdb8, 1, 0, 0, 0, 0, 7 };
 static const uint16_t server6[8] = { 0x2001, 0xdb8, 2, 0, 0, 0, 0xbeef, 5 };
 static const uint16_t nat6[8] = { 0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x77 };
 static const uint8_t token[PROTO_TOKEN_LEN] = { 0x5a, 0x17, 0xc0, 0xff, 0xee, 0x0b, 0x5e, 0x01 };
+static const uint16_t relay2_6[8] = { 0x2001, 0xdb8, 3, 0, 0, 0, 0, 0x20 };
+static const uint16_t relay3_6[8] = { 0x2001, 0xdb8, 3, 0, 0, 0, 0, 0x30 };
+
+/* A chain request: hop i is relay 2 or 3 at 192.0.2.20/30 (v4) or
+ * 2001:db8:3::20/30 (v6), control port 7600, data port 7601. */
+static void
+chain_hop(struct proto_msg *m, unsigned i, int v6, unsigned relay)
+{
+	if (v6) {
+		m->u.chain.hop_ctl[i] = ep6(relay == 2 ? relay2_6 : relay3_6, 7600);
+		m->u.chain.hop_data[i] = ep6(relay == 2 ? relay2_6 : relay3_6, 7601);
+	} else {
+		m->u.chain.hop_ctl[i] = ep4(192, 0, 2, (uint8_t)(relay * 10), 7600);
+		m->u.chain.hop_data[i] = ep4(192, 0, 2, (uint8_t)(relay * 10), 7601);
+	}
+}
 
 /* The messages behind the valid vectors, written from the vector
  * descriptions, not from the generator. Returns -1 for an unknown name. */
@@ -148,6 +164,38 @@ vector_msg(const char *name, struct proto_msg *m)
 		m->u.establish.client = ep6(client6, 51000);
 		m->u.establish.server = ep6(server6, 443);
 		memcpy(m->u.establish.token, token, PROTO_TOKEN_LEN);
+	} else if (strcmp(name, "pipe_establish_chain2_v4") == 0) {
+		*m = msg(PROTO_PIPE_ESTABLISH_CHAIN, 0x11, 13);
+		m->u.chain.client = ep4(198, 51, 100, 7, 40000);
+		m->u.chain.server = ep4(203, 0, 113, 5, 443);
+		m->u.chain.hops = 1;
+		chain_hop(m, 0, 0, 2);
+	} else if (strcmp(name, "pipe_establish_chain3_v4_token") == 0) {
+		*m = msg(PROTO_PIPE_ESTABLISH_CHAIN, 0x12, 14);
+		m->u.chain.client = ep4(192, 168, 1, 10, 40000);
+		m->u.chain.server = ep4(203, 0, 113, 5, 443);
+		memcpy(m->u.chain.token, token, PROTO_TOKEN_LEN);
+		m->u.chain.hops = 2;
+		chain_hop(m, 0, 0, 2);
+		chain_hop(m, 1, 0, 3);
+	} else if (strcmp(name, "pipe_establish_chain3_v6") == 0) {
+		*m = msg(PROTO_PIPE_ESTABLISH_CHAIN, 0x13, 15);
+		m->u.chain.client = ep6(client6, 51000);
+		m->u.chain.server = ep6(server6, 443);
+		m->u.chain.hops = 2;
+		chain_hop(m, 0, 1, 2);
+		chain_hop(m, 1, 1, 3);
+	} else if (strcmp(name, "pipe_establish_chain2_v6_token") == 0) {
+		*m = msg(PROTO_PIPE_ESTABLISH_CHAIN, 0x14, 16);
+		m->u.chain.client = ep6(client6, 51000);
+		m->u.chain.server = ep6(server6, 443);
+		memcpy(m->u.chain.token, token, PROTO_TOKEN_LEN);
+		m->u.chain.hops = 1;
+		chain_hop(m, 0, 1, 2);
+	} else if (strcmp(name, "pipe_fail_next_hop") == 0) {
+		*m = msg(PROTO_PIPE_FAIL, 0x15, 13);
+		m->u.fail.reason = FAIL_NEXT_HOP;
+		m->u.fail.detail = 111;
 	} else if (strcmp(name, "error_replay") == 0) {
 		*m = msg(PROTO_ERROR, 0x0b, 7);
 		m->u.error.code = ERR_REPLAY;
@@ -210,6 +258,15 @@ msg_same(const struct proto_msg *a, const struct proto_msg *b)
 		return ep_same(&a->u.establish.client, &b->u.establish.client) &&
 		    ep_same(&a->u.establish.server, &b->u.establish.server) &&
 		    memcmp(a->u.establish.token, b->u.establish.token, PROTO_TOKEN_LEN) == 0;
+	case PROTO_PIPE_ESTABLISH_CHAIN:
+		return ep_same(&a->u.chain.client, &b->u.chain.client) &&
+		    ep_same(&a->u.chain.server, &b->u.chain.server) &&
+		    memcmp(a->u.chain.token, b->u.chain.token, PROTO_TOKEN_LEN) == 0 &&
+		    a->u.chain.hops == b->u.chain.hops &&
+		    ep_same(&a->u.chain.hop_ctl[0], &b->u.chain.hop_ctl[0]) &&
+		    ep_same(&a->u.chain.hop_data[0], &b->u.chain.hop_data[0]) &&
+		    ep_same(&a->u.chain.hop_ctl[1], &b->u.chain.hop_ctl[1]) &&
+		    ep_same(&a->u.chain.hop_data[1], &b->u.chain.hop_data[1]);
 	case PROTO_OBSERVED:
 		return ep_same(&a->u.observed.addr, &b->u.observed.addr);
 	case PROTO_PIPE_OK:
@@ -367,7 +424,7 @@ vectors_cover_types(void **state)
 	static const uint8_t types[] = { PROTO_PROBE_REQUEST, PROTO_PROBE_REPLY,
 	    PROTO_PIPE_ESTABLISH, PROTO_PIPE_OK, PROTO_PIPE_FAIL,
 	    PROTO_KEEPALIVE, PROTO_KEEPALIVE_ACK, PROTO_ERROR, PROTO_HELLO,
-	    PROTO_OBSERVED, PROTO_PIPE_ESTABLISH_TOKEN };
+	    PROTO_OBSERVED, PROTO_PIPE_ESTABLISH_TOKEN, PROTO_PIPE_ESTABLISH_CHAIN };
 	size_t i, j;
 	int found;
 
@@ -763,8 +820,32 @@ body_fields(void **state)
 
 	/* Pipe fail: reason 60, reserved 61-63. */
 	body_bad("pipe_fail", 60, 0);
-	for (v = FAIL_INTERNAL + 1; v < 256; v++)
+	for (v = FAIL_NEXT_HOP + 1; v < 256; v++)
 		body_bad("pipe_fail", 60, (uint8_t)v);
+
+	/* Chain: client 60, server 80, token 100 (zero allowed), hops 108,
+	 * reserved 109-111, hop 1 at 112/132, hop 2 at 152/172. */
+	body_bad("pipe_establish_chain2_v4", 108, 0);
+	body_bad("pipe_establish_chain2_v4", 108, 3);
+	body_bad("pipe_establish_chain2_v4", 108, 255);
+	for (k = 109; k < 112; k++)
+		body_bad("pipe_establish_chain2_v4", k, 1);
+	for (k = 152; k < 192; k++)	/* hop 2 must be zero when hops = 1 */
+		body_bad("pipe_establish_chain2_v4", k, 1);
+	body_bad("pipe_establish_chain3_v6", 112, 5);	/* every endpoint checked */
+	body_bad("pipe_establish_chain3_v6", 133, 1);
+	body_bad("pipe_establish_chain3_v6", 152, 0);
+	body_bad("pipe_establish_chain3_v6", 172, 0);
+	body_bad("pipe_establish_chain3_v4_token", 80, 0);
+	memcpy(b, vec("pipe_establish_chain3_v6")->bytes, 224);
+	b[108] = 1;	/* hops 1 with hop 2 left in: refused */
+	resign(b, 224);
+	expect_bad(b, 224, PERR_BODY);
+	memset(b + 152, 0, 40);	/* hop 2 cleared: a valid 2-relay chain */
+	resign(b, 224);
+	assert_int_equal(dec(b, 224, &m, &used, &why), PROTO_OK);
+	assert_int_equal(m.u.chain.hops, 1);
+	assert_int_equal(m.u.chain.hop_ctl[1].addr.family, 0);
 	for (k = 61; k < 64; k++)
 		body_bad("pipe_fail", k, 1);
 
@@ -785,7 +866,7 @@ body_fields(void **state)
 		assert_int_equal(m.u.probe_reply.status, v);
 	}
 	memcpy(b, vec("pipe_fail")->bytes, 100);
-	for (v = FAIL_REFUSED; v <= FAIL_INTERNAL; v++) {
+	for (v = FAIL_REFUSED; v <= FAIL_NEXT_HOP; v++) {
 		b[60] = (uint8_t)v;
 		resign(b, 100);
 		assert_int_equal(dec(b, 100, &m, &used, &why), PROTO_OK);
@@ -924,7 +1005,25 @@ encode_refuses(void **state)
 	m = base;
 	m.u.fail.reason = 0;
 	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
-	m.u.fail.reason = FAIL_INTERNAL + 1;
+	m.u.fail.reason = FAIL_NEXT_HOP + 1;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+
+	/* Chain: hops 1 or 2, no hop beyond them, every endpoint valid. */
+	assert_int_equal(vector_msg("pipe_establish_chain2_v4", &base), 0);
+	assert_int_equal(proto_encode(&base, &key, buf, sizeof(buf)), 224);
+	m = base;
+	m.u.chain.hops = 0;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m.u.chain.hops = 3;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m = base;
+	m.u.chain.hop_ctl[1] = base.u.chain.hop_ctl[0];
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m = base;
+	m.u.chain.hop_data[0].port = 0;
+	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
+	m = base;
+	m.u.chain.hops = 2;	/* hop 2 unset */
 	assert_int_equal(proto_encode(&m, &key, buf, sizeof(buf)), -1);
 
 	assert_int_equal(vector_msg("error_replay", &base), 0);
@@ -992,7 +1091,7 @@ rnd_msg(void)
 	static const uint8_t types[] = { PROTO_PROBE_REQUEST, PROTO_PROBE_REPLY,
 	    PROTO_PIPE_ESTABLISH, PROTO_PIPE_OK, PROTO_PIPE_FAIL,
 	    PROTO_KEEPALIVE, PROTO_KEEPALIVE_ACK, PROTO_ERROR, PROTO_OBSERVED,
-	    PROTO_PIPE_ESTABLISH_TOKEN };
+	    PROTO_PIPE_ESTABLISH_TOKEN, PROTO_PIPE_ESTABLISH_CHAIN };
 	struct proto_msg m;
 
 	memset(&m, 0, sizeof(m));
@@ -1022,6 +1121,18 @@ rnd_msg(void)
 			m.u.establish.token[k] = (uint8_t)rnd();
 		m.u.establish.token[0] |= 1;	/* never all zero */
 		break;
+	case PROTO_PIPE_ESTABLISH_CHAIN:
+		m.u.chain.client = rnd_ep();
+		m.u.chain.server = rnd_ep();
+		if (rnd() & 1)
+			for (size_t k = 0; k < PROTO_TOKEN_LEN; k++)
+				m.u.chain.token[k] = (uint8_t)rnd();
+		m.u.chain.hops = (uint8_t)(1 + rnd() % PROTO_CHAIN_MAX_HOPS);
+		for (unsigned k = 0; k < m.u.chain.hops; k++) {
+			m.u.chain.hop_ctl[k] = rnd_ep();
+			m.u.chain.hop_data[k] = rnd_ep();
+		}
+		break;
 	case PROTO_OBSERVED:
 		m.u.observed.addr = rnd_ep();
 		break;
@@ -1033,7 +1144,7 @@ rnd_msg(void)
 		m.u.ok.pending_ms = (uint32_t)rnd();
 		break;
 	case PROTO_PIPE_FAIL:
-		m.u.fail.reason = (uint8_t)(1 + rnd() % FAIL_INTERNAL);
+		m.u.fail.reason = (uint8_t)(1 + rnd() % FAIL_NEXT_HOP);
 		m.u.fail.detail = (uint32_t)rnd();
 		break;
 	case PROTO_ERROR:
@@ -1212,6 +1323,7 @@ body_lengths(void **state)
 	assert_int_equal(proto_body_len(PROTO_HELLO), IDENT_CERT_LEN);
 	assert_int_equal(proto_body_len(PROTO_OBSERVED), 20);
 	assert_int_equal(proto_body_len(PROTO_PIPE_ESTABLISH_TOKEN), 48);
+	assert_int_equal(proto_body_len(PROTO_PIPE_ESTABLISH_CHAIN), 132);
 	for (t = 0; t < 256; t++) {
 		if ((bl = proto_body_len((uint8_t)t)) < 0) {
 			assert_string_equal(proto_type_str((uint8_t)t), "unknown");
@@ -1221,7 +1333,7 @@ body_lengths(void **state)
 		assert_true(PROTO_HDR_LEN + bl + IDENT_SIG_LEN <= PROTO_MAX_LEN);
 		assert_string_not_equal(proto_type_str((uint8_t)t), "unknown");
 	}
-	assert_int_equal(n, 11);
+	assert_int_equal(n, 12);
 }
 
 static void
@@ -1236,7 +1348,7 @@ strings(void **state)
 		assert_non_null(proto_probe_status_str((uint8_t)v));
 		assert_non_null(proto_error_code_str((uint8_t)v));
 	}
-	for (v = FAIL_REFUSED; v <= FAIL_INTERNAL; v++)
+	for (v = FAIL_REFUSED; v <= FAIL_NEXT_HOP; v++)
 		assert_string_not_equal(proto_fail_str((uint8_t)v), "unknown");
 	for (v = PROBE_ST_OK; v <= PROBE_ST_BUSY; v++)
 		assert_string_not_equal(proto_probe_status_str((uint8_t)v),
@@ -1248,7 +1360,10 @@ strings(void **state)
 		assert_string_not_equal(proto_err_str((enum proto_err)v),
 		    "unknown");
 	assert_string_equal(proto_fail_str(0), "unknown");
-	assert_string_equal(proto_fail_str(FAIL_INTERNAL + 1), "unknown");
+	assert_string_equal(proto_fail_str(FAIL_NEXT_HOP + 1), "unknown");
+	assert_string_equal(proto_fail_str(FAIL_NEXT_HOP), "next-hop");
+	assert_string_equal(proto_type_str(PROTO_PIPE_ESTABLISH_CHAIN),
+	    "PIPE_ESTABLISH_CHAIN");
 	assert_string_equal(proto_probe_status_str(PROBE_ST_BUSY + 1), "unknown");
 	assert_string_equal(proto_error_code_str(0), "unknown");
 	assert_string_equal(proto_type_str(PROTO_PIPE_ESTABLISH),

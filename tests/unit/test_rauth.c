@@ -1,7 +1,7 @@
 /*
  * Identity mode end to end in one event loop: the relay's real control
  * server (src/relay/ctrl.c, rauth.c) on a loopback port, and slotd's real
- * control link (src/client/rlink.c) to it, each with its own certificate of
+ * control link (src/core/rlink.c) to it, each with its own certificate of
  * one CA. Covers the HELLO exchange, the refusals (another CA, revoked) and
  * both revocation hooks (relay_revoke, rlinks_revoke), and the peer table
  * (src/core/peertab.c) they use. Waits are for events, with a generous
@@ -29,7 +29,7 @@
 #include "slot/sock.h"
 #include "../../src/client/client.h"
 #include "../../src/client/relays.h"
-#include "../../src/client/rlink.h"
+#include "slot/rlink.h"
 #include "../../src/relay/ctrl.h"
 #include "../../src/relay/pipe.h"
 #include "../../src/relay/rauth.h"

@@ -1,4 +1,4 @@
-/* slotd's control link to a relay (src/client/rlink.c) against a fake relay
+/* slotd's control link to a relay (src/core/rlink.c) against a fake relay
  * in the same event loop: a loopback TCP listener that decodes what the link
  * sends and answers as each test tells it to. Waits are for events, with a
  * generous deadline; nothing asserts how long anything took. */
@@ -23,7 +23,7 @@
 #include "slot/proto.h"
 #include "slot/replay.h"
 #include "slot/sock.h"
-#include "../../src/client/rlink.h"
+#include "slot/rlink.h"
 
 #define WAIT_S 10.
 #define KA_TIMEOUT_MS 3000	/* long enough never to fire by accident */
@@ -307,6 +307,7 @@ relay_message(const struct proto_msg *m)
 		break;
 	case PROTO_PIPE_ESTABLISH:
 	case PROTO_PIPE_ESTABLISH_TOKEN:
+	case PROTO_PIPE_ESTABLISH_CHAIN:
 		R.nest++;
 		R.last_est = *m;
 		if (R.pipe == PM_HOLD) {
@@ -541,6 +542,70 @@ test_observed_and_token(void **state)
 	relay_drop();
 	WAIT_FOR(rlink_state(L) != RL_UP);
 	assert_null(rlink_observed(L));
+}
+
+/* A chain request carries the hops in order, the token or none, and its
+ * answer (a PIPE_FAIL NEXT_HOP here) comes back as any other's; hop counts
+ * the format cannot carry are refused before anything is sent. */
+static void
+test_establish_chain(void **state)
+{
+	static const uint8_t tok[PROTO_TOKEN_LEN] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct rlink_hop hops[3];
+	struct endpoint local;
+	struct ans a = { 0 }, b = { 0 };
+	uint32_t id;
+	(void)state;
+
+	assert_int_equal(ep_parse("192.0.2.20:7600", 0, &hops[0].control), 0);
+	assert_int_equal(ep_parse("192.0.2.20:7601", 0, &hops[0].data), 0);
+	assert_int_equal(ep_parse("192.0.2.30:7600", 0, &hops[1].control), 0);
+	assert_int_equal(ep_parse("192.0.2.30:7601", 0, &hops[1].data), 0);
+	hops[2] = hops[1];
+	bring_up();
+	/* The local end of the control connection: the fake relay's family,
+	 * a port of ours. */
+	assert_int_equal(rlink_local(L, &local), 0);
+	assert_int_equal(local.addr.family, R.ep.addr.family);
+	assert_int_not_equal(local.port, 0);
+	assert_int_equal(rlink_establish_chain(L, &client_ep, &server_ep, NULL, hops, 0,
+	    answer_cb, &a), 0);
+	assert_int_equal(rlink_establish_chain(L, &client_ep, &server_ep, NULL, hops, 3,
+	    answer_cb, &a), 0);
+	assert_int_equal(rlink_pending(L), 0);
+
+	R.pipe = PM_OK;
+	id = rlink_establish_chain(L, &client_ep, &server_ep, tok, hops, 2, answer_cb, &a);
+	assert_int_not_equal(id, 0);
+	WAIT_FOR(a.calls == 1);
+	assert_int_equal(R.last_est.type, PROTO_PIPE_ESTABLISH_CHAIN);
+	assert_int_equal(R.last_est.id, id);
+	assert_int_equal(R.last_est.u.chain.hops, 2);
+	assert_memory_equal(R.last_est.u.chain.token, tok, PROTO_TOKEN_LEN);
+	assert_true(ep_eq(&R.last_est.u.chain.client, &client_ep));
+	assert_true(ep_eq(&R.last_est.u.chain.server, &server_ep));
+	assert_true(ep_eq(&R.last_est.u.chain.hop_ctl[0], &hops[0].control));
+	assert_true(ep_eq(&R.last_est.u.chain.hop_data[0], &hops[0].data));
+	assert_true(ep_eq(&R.last_est.u.chain.hop_ctl[1], &hops[1].control));
+	assert_true(ep_eq(&R.last_est.u.chain.hop_data[1], &hops[1].data));
+	assert_int_equal(a.m.type, PROTO_PIPE_OK);
+
+	R.pipe = PM_FAIL;
+	id = rlink_establish_chain(L, &client_ep, &server_ep, NULL, hops + 1, 1, answer_cb, &b);
+	assert_int_not_equal(id, 0);
+	WAIT_FOR(b.calls == 1);
+	assert_int_equal(R.last_est.u.chain.hops, 1);
+	assert_true(ep_eq(&R.last_est.u.chain.hop_ctl[0], &hops[1].control));
+	assert_int_equal(R.last_est.u.chain.hop_ctl[1].addr.family, 0);
+	static const uint8_t zero[PROTO_TOKEN_LEN];
+	assert_memory_equal(R.last_est.u.chain.token, zero, PROTO_TOKEN_LEN);
+	assert_int_equal(b.m.type, PROTO_PIPE_FAIL);
+
+	/* Down: the failure's errno is kept, and there is no local end. */
+	relay_drop();
+	WAIT_FOR(rlink_state(L) != RL_UP);
+	assert_int_equal(rlink_local(L, &local), -1);
+	assert_int_equal(rlink_error(L), ECONNRESET);
 }
 
 static void
@@ -1077,6 +1142,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_nothing_listening, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_observed_from_older_relay, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_observed_and_token, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_establish_chain, setup, teardown),
 	};
 
 	if (auth_init() == -1)

@@ -1,5 +1,5 @@
-#ifndef SLOT_CLIENT_RLINK_H
-#define SLOT_CLIENT_RLINK_H
+#ifndef SLOT_RLINK_H
+#define SLOT_RLINK_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -12,8 +12,9 @@
 #include "slot/proto.h"
 #include "slot/replay.h"
 
-/* slotd's persistent, authenticated control connection to one relay
- * (docs/protocol.md, "Control connection"): connects with the bypass mark,
+/* A persistent, authenticated control connection to one relay
+ * (docs/protocol.md, "Control connection"), slotd's to its relays and a
+ * relay's to the next relay of a chain: connects with the bypass mark,
  * in identity mode introduces itself with a HELLO and takes the relay's
  * (a relay certificate of our CA, not revoked), proves the key with a
  * KEEPALIVE before calling itself up, carries
@@ -69,6 +70,16 @@ bool rlink_revoke(struct rlink *l, const struct ident_revoked *rev);
 /* Drops the connection now (our identity changed); it reconnects later. */
 void rlink_drop(struct rlink *l, const char *why);
 
+/* The errno of the link's last failure (ECONNREFUSED, ETIMEDOUT,
+ * ECONNRESET; EACCES: the peer is not a relay of our CA; EPROTO: it spoke
+ * something else); 0 before any. */
+int rlink_error(const struct rlink *l);
+
+/* While connected: the local endpoint of the control connection (the
+ * address the relay reaches us at on this path). 0, or -1 if not
+ * connected. */
+int rlink_local(const struct rlink *l, struct endpoint *out);
+
 /* Requests sent and not answered yet. */
 size_t rlink_pending(const struct rlink *l);
 
@@ -82,6 +93,21 @@ uint32_t rlink_establish(struct rlink *l, const struct endpoint *client,
  * not all zero; NULL: rlink_establish. */
 uint32_t rlink_establish_token(struct rlink *l, const struct endpoint *client,
     const struct endpoint *server, const uint8_t *token, rlink_answer_cb cb, void *req);
+
+/* One relay after the one a chain request goes to: its control and data
+ * endpoints. */
+struct rlink_hop {
+	struct endpoint control, data;
+};
+
+/* PIPE_ESTABLISH_CHAIN: a pipe through this link's relay and then hops[0..
+ * nhops) (1 or PROTO_CHAIN_MAX_HOPS), the last of which connects to server.
+ * token: PROTO_TOKEN_LEN bytes matching the data connection's SYN as
+ * rlink_establish_token's, or NULL (or all zero): matched by client
+ * endpoint. Returns as rlink_establish; 0 also for an nhops out of range. */
+uint32_t rlink_establish_chain(struct rlink *l, const struct endpoint *client,
+    const struct endpoint *server, const uint8_t *token, const struct rlink_hop *hops,
+    unsigned nhops, rlink_answer_cb cb, void *req);
 
 /* While up: the source of our control connection as the relay sees it, if
  * the relay answered our keepalives with OBSERVED (it takes pipe tokens);

@@ -13,7 +13,7 @@
 #include "slot/clock.h"
 #include "slot/log.h"
 #include "slot/sock.h"
-#include "rlink.h"
+#include "slot/rlink.h"
 
 /* A relay that stops reading cannot make us buffer without end: beyond this
  * the link is dropped and reconnected. */
@@ -44,6 +44,7 @@ struct rlink {
 	bool ka_outstanding;
 	uint32_t ka_id;
 	unsigned failures;
+	int err;		/* errno of the last failure */
 	uint64_t backoff_ms;
 	uint32_t next_id;
 
@@ -129,9 +130,10 @@ rl_backoff_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	rl_connect(w->data);
 }
 
-/* Drops the connection and schedules the next attempt. */
+/* Drops the connection and schedules the next attempt; err is the errno
+ * behind it (rlink_error), set before the callbacks run. */
 static void
-rl_down(struct rlink *l, const char *why)
+rl_down_err(struct rlink *l, int err, const char *why)
 {
 	const struct rlink_env *e = l->env;
 	uint64_t wait;
@@ -143,6 +145,7 @@ rl_down(struct rlink *l, const char *why)
 	else
 		log_debug("relay %s: attempt %u failed: %s", l->name, l->failures + 1, why);
 	l->failures++;
+	l->err = err;
 	rl_close_fd(l);
 	l->observed_ok = false;
 	rl_set_state(l, RL_DOWN);
@@ -158,6 +161,13 @@ rl_down(struct rlink *l, const char *why)
 	ev_timer_init(&l->timer, rl_backoff_cb, ms_to_s(wait), 0.);
 	l->timer.data = l;
 	ev_timer_start(e->loop, &l->timer);
+}
+
+/* A failure with no errno behind it: the peer spoke something else. */
+static void
+rl_down(struct rlink *l, const char *why)
+{
+	rl_down_err(l, EPROTO, why);
 }
 
 static void
@@ -190,7 +200,7 @@ rl_flush(struct rlink *l)
 		if (n < 0 && (errno == EAGAIN || errno == ENOTCONN))
 			break;
 		if (n <= 0) {
-			rl_down(l, strerror(errno));
+			rl_down_err(l, errno, strerror(errno));
 			return -1;
 		}
 		memmove(l->out, l->out + n, l->outlen - (size_t)n);
@@ -248,7 +258,8 @@ rl_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 
-	rl_down(l, l->env->id != NULL && !l->authed ? "no HELLO from the relay in time" :
+	rl_down_err(l, ETIMEDOUT, l->env->id != NULL && !l->authed ?
+	    "no HELLO from the relay in time" :
 	    l->state == RL_CONNECTING ? "no answer to the first keepalive" :
 	    "keepalive not answered in time");
 }
@@ -296,7 +307,7 @@ rl_connect(struct rlink *l)
 
 	rl_close_fd(l);
 	if ((l->fd = sock_connect_nb(&l->control, e->bypass_mark)) == -1) {
-		rl_down(l, strerror(errno));
+		rl_down_err(l, errno, strerror(errno));
 		return;
 	}
 	(void)sock_set_nodelay(l->fd);
@@ -342,7 +353,7 @@ rl_hello(struct rlink *l, const struct proto_msg *m)
 	    (uint64_t)time(NULL), e->revoked, why, sizeof(why)) == -1 ||
 	    memcmp(c->pk, e->id->cert.pk, IDENT_PK_LEN) == 0) {
 		snprintf(b, sizeof(b), "relay refused: %s", why);
-		rl_down(l, b);
+		rl_down_err(l, EACCES, b);
 		return -1;
 	}
 	if (ident_pair_key(e->id, c->pk, &l->pair.key) == -1) {
@@ -469,7 +480,8 @@ rl_read(struct rlink *l)
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (n <= 0) {
-		rl_down(l, n == 0 ? "closed by the relay" : strerror(errno));
+		rl_down_err(l, n == 0 ? ECONNRESET : errno,
+		    n == 0 ? "closed by the relay" : strerror(errno));
 		return;
 	}
 	l->inlen += (size_t)n;
@@ -506,7 +518,7 @@ rl_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 
 	if (!l->connected) {
 		if ((err = sock_connect_result(l->fd)) != 0) {
-			rl_down(l, strerror(err));
+			rl_down_err(l, err, strerror(err));
 			return;
 		}
 		l->connected = true;
@@ -586,6 +598,24 @@ rlink_failures(const struct rlink *l)
 	return l->failures;
 }
 
+int
+rlink_error(const struct rlink *l)
+{
+	return l->err;
+}
+
+int
+rlink_local(const struct rlink *l, struct endpoint *out)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (l->fd < 0 || !l->connected ||
+	    getsockname(l->fd, (struct sockaddr *)&ss, &len) == -1)
+		return -1;
+	return ep_from_sockaddr((struct sockaddr *)&ss, len, out);
+}
+
 size_t
 rlink_pending(const struct rlink *l)
 {
@@ -633,20 +663,15 @@ rlink_establish(struct rlink *l, const struct endpoint *client, const struct end
 	return rlink_establish_token(l, client, server, NULL, cb, req);
 }
 
-uint32_t
-rlink_establish_token(struct rlink *l, const struct endpoint *client,
-    const struct endpoint *server, const uint8_t *token, rlink_answer_cb cb, void *req)
+/* Sends request m (a PIPE_ESTABLISH of some kind) and remembers cb. */
+static uint32_t
+rl_request(struct rlink *l, struct proto_msg *m, rlink_answer_cb cb, void *req)
 {
-	struct proto_msg m = { .type = token ? PROTO_PIPE_ESTABLISH_TOKEN : PROTO_PIPE_ESTABLISH };
 	struct rl_req *q;
 
 	if (l->state != RL_UP || (q = calloc(1, sizeof(*q))) == NULL)
 		return 0;
-	m.u.establish.client = *client;
-	m.u.establish.server = *server;
-	if (token)
-		memcpy(m.u.establish.token, token, PROTO_TOKEN_LEN);
-	if ((q->id = rl_send(l, &m)) == 0) {
+	if ((q->id = rl_send(l, m)) == 0) {
 		free(q);
 		return 0;
 	}
@@ -659,6 +684,40 @@ rlink_establish_token(struct rlink *l, const struct endpoint *client,
 	 * loop instead, so the id always comes first. */
 	rl_set_events(l);
 	return q->id;
+}
+
+uint32_t
+rlink_establish_token(struct rlink *l, const struct endpoint *client,
+    const struct endpoint *server, const uint8_t *token, rlink_answer_cb cb, void *req)
+{
+	struct proto_msg m = { .type = token ? PROTO_PIPE_ESTABLISH_TOKEN : PROTO_PIPE_ESTABLISH };
+
+	m.u.establish.client = *client;
+	m.u.establish.server = *server;
+	if (token)
+		memcpy(m.u.establish.token, token, PROTO_TOKEN_LEN);
+	return rl_request(l, &m, cb, req);
+}
+
+uint32_t
+rlink_establish_chain(struct rlink *l, const struct endpoint *client,
+    const struct endpoint *server, const uint8_t *token, const struct rlink_hop *hops,
+    unsigned nhops, rlink_answer_cb cb, void *req)
+{
+	struct proto_msg m = { .type = PROTO_PIPE_ESTABLISH_CHAIN };
+
+	if (nhops < 1 || nhops > PROTO_CHAIN_MAX_HOPS)
+		return 0;
+	m.u.chain.client = *client;
+	m.u.chain.server = *server;
+	if (token)
+		memcpy(m.u.chain.token, token, PROTO_TOKEN_LEN);
+	m.u.chain.hops = (uint8_t)nhops;
+	for (unsigned i = 0; i < nhops; i++) {
+		m.u.chain.hop_ctl[i] = hops[i].control;
+		m.u.chain.hop_data[i] = hops[i].data;
+	}
+	return rl_request(l, &m, cb, req);
 }
 
 void

@@ -1,0 +1,329 @@
+"""Relay chains (issue 17, docs/relay.md "Chains"): client -> relay1 ->
+relay2 [-> relay3] -> server, forced through libslot (relay=EP1,EP2[,EP3]).
+
+One bed for the module: three relays 10 ms from the client and the server
+and from each other, the server 80 ms direct. tests/integration/chain_peer.py
+runs both ends of each exchange: the client through slotd with the Python
+binding, the server a plain listener, each printing what it sent and
+received (sha256) and how its stream ended.
+
+- A 2-relay and a 3-relay chain carry a download and an upload of a few MB,
+  sha256 checked both ways; the server sees the last relay; the relays'
+  counters show who was first, middle and last.
+- Half-close in both orders: after one end's FIN the other direction still
+  flows and arrives complete.
+- Reset in both orders: one end's RST arrives at the other as a reset.
+- A chain through a relay that disallows chains ([chain] allow = no) fails
+  cleanly: PIPE_FAIL next-hop, the connection goes direct (the lib's
+  fallback) and still works.
+- The middle relay killed (SIGKILL) mid-transfer: the client and the server
+  both see a reset, not a clean EOF.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+
+import pytest
+
+from slotbed import BUILD, ROOT, SlotBed, deltas, sha256_file, unix_request, wait_for
+
+MiB = 1024 * 1024
+SIZE = 3 * MiB
+PY = "/usr/bin/python3"
+PEER = os.path.join(ROOT, "tests", "integration", "chain_peer.py")
+PYDIR = os.path.join(ROOT, "python")
+RELAYS = ("relay1", "relay2", "relay3")
+LIBGET = os.path.join(BUILD, "tests", "slot-libget")
+
+_port = [9100]
+
+
+@pytest.fixture(scope="module")
+def sb():
+    bed = SlotBed({r: (10, 10) for r in RELAYS}, direct_rtt=80, other_rtt=10)
+    with bed:                           # nginx started by up(), for slot-libget
+        bed.nginx.add_file("chain.bin", SIZE)
+        yield bed
+
+
+@pytest.fixture(scope="module")
+def slotd(sb):
+    s = sb.slotd([sb.relay(r) for r in RELAYS]).start()
+    yield s
+    s.stop()
+
+
+def chain(sb, *names):
+    return [sb.relay(n).control for n in names]
+
+
+def start_server(sb, scenario, size):
+    _port[0] += 1
+    port = _port[0]
+    srv = sb.bed.popen("server", [PY, PEER, "serve", str(port), scenario, str(size)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = srv.stdout.readline()
+    assert line.strip() == "listening", (line, srv.stderr.read() if srv.poll() else "")
+    return srv, port
+
+
+def start_client(sb, slotd, port, scenario, size, relays):
+    env = dict(os.environ, SLOT_LIBSLOT=os.path.join(BUILD, "libslot.so.1"))
+    return sb.bed.popen("client", [PY, PEER, "connect", sb.ip("server"), str(port), scenario,
+                                   str(size), slotd.lib_sock, ",".join(relays) or "-", PYDIR],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish(p, what, timeout=90):
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise AssertionError("%s did not finish: %s %s" % (what, out, err))
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    assert p.returncode == 0 and lines, (what, p.returncode, out, err)
+    return [json.loads(l) for l in lines]
+
+
+def exchange(sb, slotd, scenario, relays, size=SIZE):
+    """Runs scenario through the forced relays: (decision, client, server)."""
+    srv, port = start_server(sb, scenario, size)
+    cli = start_client(sb, slotd, port, scenario, size, relays)
+    c = finish(cli, "client")
+    s = finish(srv, "server")
+    assert len(c) == 2, c
+    return c[0]["decision"], c[1], s[0]
+
+
+def logs(sb, tail=3000):
+    return {r: sb.relay(r).log()[-tail:] for r in RELAYS}
+
+
+def counters(sb):
+    return {r: sb.relay(r).counters() for r in RELAYS}
+
+
+def changes(before, sb):
+    return {r: deltas(before[r], sb.relay(r).counters()) for r in RELAYS}
+
+
+def assert_relayed(sb, dec, srv, names):
+    assert dec["state"] == "relayed" and dec["relay"] == sb.relay(names[0]).control, dec
+    assert "chain" in dec["why"], dec
+    assert srv["peer"] == sb.relay(names[-1]).ip, srv
+
+
+@pytest.mark.parametrize("names", [RELAYS[:2], RELAYS], ids=["2relays", "3relays"])
+def test_chain_download_and_upload(sb, slotd, names):
+    c0 = counters(sb)
+    dec, cli, srv = exchange(sb, slotd, "download", chain(sb, *names))
+    assert_relayed(sb, dec, srv, names)
+    assert cli["rbytes"] == SIZE and cli["rsha"] == srv["sent"], (cli, srv)
+    assert cli["how"] == "eof" and srv["how"] == "eof", (cli, srv)
+
+    dec, cli, srv = exchange(sb, slotd, "upload", chain(sb, *names))
+    assert_relayed(sb, dec, srv, names)
+    assert srv["rbytes"] == SIZE and srv["rsha"] == cli["sent"], (cli, srv)
+    assert cli["how"] == "eof" and srv["how"] == "eof", (cli, srv)
+
+    d = changes(c0, sb)
+    first, last = names[0], names[-1]
+    # the first relay (and the middle one of three) took chain requests;
+    # the last one plain pipes; each carried both transfers
+    assert d[first]["chains_requested"] == 2 and d[first]["chains_joined"] == 2, d
+    assert d[first]["chains_failed"] == 0, d
+    if len(names) == 3:
+        assert d["relay2"]["chains_requested"] == 2 and d["relay2"]["chains_joined"] == 2, d
+    assert d[last]["chains_requested"] == 0 and d[last]["pipes_total"] == 2, d
+    for n in names:
+        assert d[n]["pipes_total"] == 2, (n, d)
+        assert d[n]["bytes_server_to_client"] >= SIZE, (n, d)
+        assert d[n]["bytes_client_to_server"] >= SIZE, (n, d)
+    assert sb.relay(first).counters()["chain_links"] >= 1
+    # the pipe's log line names the chain
+    via = " via " + " > ".join(sb.relay(n).control for n in names[1:])
+    assert via in sb.relay(first).log(), sb.relay(first).log()[-3000:]
+
+
+def test_chain_with_slot_libget(sb, slotd):
+    """The C program of test_libslot passes a chain with -r EP1,EP2: an HTTP
+    download on a port slotd does not hijack, through relay1 and relay2."""
+    out = os.path.join(sb.dir, "libget-chain.out")
+    r = sb.run_client(LIBGET, "-r", ",".join(chain(sb, "relay1", "relay2")), "-s",
+                      slotd.lib_sock, sb.ip("server"), 8080, "/f/chain.bin?libget", out,
+                      check=False, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["state"] == "relayed" and res["relay"] == sb.relay("relay1").control, res
+    assert sha256_file(out) == sb.nginx.files["chain.bin"][1]
+    assert sb.nginx.peer_of("libget") == sb.relay("relay2").ip
+    assert "via %s > %s" % tuple(chain(sb, "relay1", "relay2")) in slotd.log()
+
+    # a relay of the chain that slotd does not know: refused at once
+    r = sb.run_client(LIBGET, "-r", chain(sb, "relay1")[0] + ",192.0.2.99:7600", "-s",
+                      slotd.lib_sock, sb.ip("server"), 8080, "/f/chain.bin?unknown", out,
+                      check=False, timeout=60)
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert r.returncode == 2 and res["errno"] == 2, res            # ENOENT
+    assert "no relay 192.0.2.99:7600" in res["error"], res
+
+
+@pytest.mark.parametrize("scenario", ["cfirst", "sfirst"])
+def test_chain_half_close(sb, slotd, scenario):
+    """One end shuts its write side first; the other direction keeps
+    flowing and arrives complete, then both see a clean EOF."""
+    dec, cli, srv = exchange(sb, slotd, scenario, chain(sb, *RELAYS))
+    assert_relayed(sb, dec, srv, RELAYS)
+    assert cli["rbytes"] == SIZE and srv["rbytes"] == SIZE, (cli, srv)
+    assert cli["rsha"] == srv["sent"] and srv["rsha"] == cli["sent"], (cli, srv)
+    assert cli["how"] == "eof" and srv["how"] == "eof", (cli, srv)
+
+
+@pytest.mark.parametrize("scenario", ["creset", "sreset"])
+def test_chain_reset(sb, slotd, scenario):
+    """One end resets: the other sees a reset, not an EOF."""
+    c0 = counters(sb)
+    dec, cli, srv = exchange(sb, slotd, scenario, chain(sb, *RELAYS))
+    assert_relayed(sb, dec, srv, RELAYS)
+    sender, receiver = (cli, srv) if scenario == "creset" else (srv, cli)
+    assert receiver["rsha"] == sender["sent"], (cli, srv)
+    assert sender["how"] == "reset-sent" and receiver["how"] == "reset", (cli, srv)
+    # every relay of the chain passed the reset on
+    for n in RELAYS:
+        wait_for(lambda: deltas(c0[n], sb.relay(n).counters())["pipes_reset"] == 1, 5,
+                 "%s counts the reset" % n)
+
+
+def test_chain_through_a_relay_that_disallows_chains(sb, slotd):
+    r2 = sb.relay("relay2")
+    r2.reload({"chain": {"allow": "no"}})
+    try:
+        # relay2 first: it refuses at once
+        c0 = counters(sb)
+        dec, cli, srv = exchange(sb, slotd, "download", chain(sb, "relay2", "relay3"))
+        assert dec["state"] == "direct", dec
+        assert cli["rsha"] == srv["sent"] and cli["rbytes"] == SIZE, (cli, srv)
+        assert srv["peer"] == sb.ip("client"), srv
+        d = changes(c0, sb)
+        assert d["relay2"]["chains_requested"] == 1 and d["relay2"]["chains_refused"] == 1, d
+        assert d["relay3"]["pipes_total"] == 0, d
+        assert "chains disabled" in r2.log()
+
+        # relay2 in the middle: relay1 passes its NEXT_HOP on
+        c0 = counters(sb)
+        dec, cli, srv = exchange(sb, slotd, "download", chain(sb, *RELAYS))
+        assert dec["state"] == "direct", dec
+        assert cli["rsha"] == srv["sent"], (cli, srv)
+        d = changes(c0, sb)
+        assert d["relay1"]["chains_failed"] == 1, d
+        assert d["relay1"]["chains_next_hop_failed"] == 0, d   # relay2's, forwarded
+        assert d["relay2"]["chains_refused"] == 1, d
+        assert "a relay of the chain could not reach the next one" in slotd.log()
+    finally:
+        r2.reload({"chain": {"allow": "yes"}})
+
+
+def test_chain_pipes_view(sb, slotd):
+    """slotctl pipes at the first relay names the next relay and the hops."""
+    srv, port = start_server(sb, "stream", 0)
+    cli = start_client(sb, slotd, port, "stream", 0, chain(sb, *RELAYS))
+    try:
+        assert json.loads(cli.stdout.readline())["decision"]["state"] == "relayed"
+        line = cli.stdout.readline().strip()
+        assert line == "started", (line, logs(sb))
+        text = unix_request(sb.relay("relay1").stats, b"pipes\n")
+        assert "next" in text and sb.relay("relay2").control in text, text
+    finally:
+        cli.kill()
+        srv.kill()
+        cli.communicate()
+        srv.communicate()
+
+
+def test_chain_middle_relay_killed(sb, slotd):
+    """relay2 dies (SIGKILL) mid-transfer: its sockets' RSTs reach relay1 and
+    relay3, which reset theirs: the client and the server see a reset."""
+    srv, port = start_server(sb, "stream", 0)
+    cli = start_client(sb, slotd, port, "stream", 0, chain(sb, *RELAYS))
+    line = cli.stdout.readline()                # the decision
+    dec = json.loads(line)["decision"]
+    assert dec["state"] == "relayed", dec
+    line = cli.stdout.readline().strip()
+    assert line == "started", (line, logs(sb))
+    r2 = sb.relay("relay2")
+    r2.proc.send_signal(signal.SIGKILL)
+    r2.proc.wait(timeout=10)
+    c = finish(cli, "client", timeout=60)
+    s = finish(srv, "server", timeout=60)
+    assert c[-1]["how"] == "reset" and s[0]["how"] == "reset", (c, s, logs(sb))
+    assert c[-1]["rbytes"] >= MiB, c
+    r2.start()
+    slotd.wait_relays_up(3, timeout=20)
+
+VALGRIND = ["valgrind", "--vgdb=no", "--leak-check=full",
+            "--errors-for-leak-kinds=definite,indirect", "--error-exitcode=99"]
+
+
+def check_valgrind(what, rc, vg_log, log):
+    text = open(vg_log, errors="replace").read()
+    # the first error's stack, after valgrind's banner
+    first = text[text.find("\n", text.find("Command:")):][:5000]
+    assert rc == 0, "%s exited %r under valgrind:\n%s\n%s" % (what, rc, first, log[-3000:])
+    assert re.search(r"ERROR SUMMARY: 0 errors", text), text[-5000:]
+    for kind in ("definitely", "indirectly"):
+        assert "%s lost" % kind not in text or \
+            re.search(r"%s lost: 0 bytes" % kind, text), text[-5000:]
+
+
+@pytest.mark.serial     # under valgrind: alone (run.sh)
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
+def test_chain_under_valgrind():
+    """relay1 (first relay: the links, the asking), relay2 (middle) and slotd
+    (the forced chains) under valgrind: chains of two and three, a reset, a
+    next relay that is down (NEXT_HOP), links closed when idle, a reload and
+    a graceful stop, with no memory errors and no leaks."""
+    bed = SlotBed({r: (10, 10) for r in RELAYS}, direct_rtt=80, other_rtt=10, nginx=False)
+    with bed:
+        logs_vg = {}
+        for n in ("relay1", "relay2"):
+            r = bed.relay(n)
+            r.stop()
+            logs_vg[n] = os.path.join(bed.dir, "%s.valgrind" % n)
+            r.wrapper = VALGRIND + ["--log-file=" + logs_vg[n]]
+            r.update({"chain": {"link_idle_timeout": "1s"}})
+            r.start(timeout=60)
+        vg_slotd = os.path.join(bed.dir, "slotd.valgrind")
+        s = bed.slotd([bed.relay(r) for r in RELAYS],
+                      wrapper=VALGRIND + ["--log-file=" + vg_slotd])
+        s.start(timeout=60)
+        s.wait_relays_up(3, timeout=60)
+        for names in (RELAYS[:2], RELAYS):
+            dec, cli, srv = exchange(bed, s, "download", chain(bed, *names), size=MiB)
+            assert_relayed(bed, dec, srv, names)
+            assert cli["rsha"] == srv["sent"], (cli, srv)
+        dec, cli, srv = exchange(bed, s, "creset", chain(bed, *RELAYS))
+        assert cli["how"] == "reset-sent" and srv["how"] == "reset", (cli, srv)
+        # links unused for 1 s close
+        wait_for(lambda: bed.relay("relay1").counters()["chain_links"] == 0, 30,
+                 "relay1's idle link to close")
+        # relay3 down: relay2 cannot reach it, relay1 passes that on
+        r3 = bed.relay("relay3")
+        r3.stop()
+        c0 = bed.relay("relay2").counters()
+        dec, cli, srv = exchange(bed, s, "download", chain(bed, *RELAYS), size=MiB)
+        assert dec["state"] == "direct" and cli["rsha"] == srv["sent"], (dec, cli, srv)
+        assert deltas(c0, bed.relay("relay2").counters())["chains_next_hop_failed"] == 1
+        r3.start()
+        bed.relay("relay1").reload({"chain": {"allow": "no"}})
+        dec, cli, srv = exchange(bed, s, "download", chain(bed, *RELAYS[:2]), size=MiB)
+        assert dec["state"] == "direct", dec
+
+        for n in ("relay1", "relay2"):
+            r = bed.relay(n)
+            check_valgrind(n, r.stop(timeout=60), logs_vg[n], r.log())
+        check_valgrind("slotd", s.stop(timeout=60), vg_slotd, s.log())
