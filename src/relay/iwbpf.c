@@ -62,8 +62,8 @@ map_create(uint32_t type, uint32_t ksize, uint32_t vsize, uint32_t max, uint32_t
 	.src_reg = (s), .off = (o), .imm = (i) })
 
 #define MAXINSN 96
-#define NLABELS 4
-enum { L_KEY, L_V6, L_LOOKUP, L_OUT };
+#define NLABELS 5
+enum { L_KEY, L_V6, L_V6KEY, L_LOOKUP, L_OUT };
 
 struct prog {
 	struct bpf_insn i[MAXINSN];
@@ -95,6 +95,8 @@ jmpc(struct prog *p, int cls, int op, int reg, int32_t imm, int label)
 }
 
 #define jmp(p, op, reg, imm, label) jmpc(p, BPF_JMP, op, reg, imm, label)
+/* BPF_JA ignores the register and the immediate. */
+#define jmp_always(p, label) jmpc(p, BPF_JMP, BPF_JA, 0, 0, label)
 /* Compares the low 32 bits only: an immediate with its top bit set is
  * sign-extended otherwise. */
 #define jmp32(p, op, reg, imm, label) jmpc(p, BPF_JMP32, op, reg, imm, label)
@@ -154,13 +156,7 @@ assemble(struct prog *p, int map_fd, int ctr_fd, uint16_t data_port)
 	emit(p, STIW(FP, K_OFF, TAG_BITS + 32));
 	emit(p, STIW(FP, K_OFF + 4, 4));
 	emit(p, STW(FP, 3, K_OFF + 8));
-	/* to L_LOOKUP: patched below like the others */
-	if (p->nfix < 32) {
-		p->fix[p->nfix].at = p->n;
-		p->fix[p->nfix].label = L_LOOKUP;
-	}
-	p->nfix++;
-	emit(p, JA(0));
+	jmp_always(p, L_LOOKUP);
 
 	place(p, L_V6);
 	/* An IPv4 peer of a dual-stack socket (::ffff:a.b.c.d) is keyed as
@@ -172,12 +168,11 @@ assemble(struct prog *p, int map_fd, int ctr_fd, uint16_t data_port)
 	emit(p, LDW(2, 6, CTX(remote_ip6[0])));
 	emit(p, LDW(4, 6, CTX(remote_ip6[1])));
 	emit(p, INSN(BPF_ALU64 | BPF_OR | BPF_X, 2, 4, 0, 0));
-	jmp(p, BPF_JNE, 2, 0, -1);	/* not mapped: patched to the IPv6 key */
-	int not_mapped = p->nfix - 1;
+	jmp(p, BPF_JNE, 2, 0, L_V6KEY);
 	emit(p, LDW(2, 6, CTX(remote_ip6[2])));
 	jmp32(p, BPF_JEQ, 2, (int32_t)htonl(0xffff), L_LOOKUP);
 	/* A real IPv6 address. */
-	int v6key = p->n;
+	place(p, L_V6KEY);
 	emit(p, STIW(FP, K_OFF, TAG_BITS + 128));
 	emit(p, STIW(FP, K_OFF + 4, 6));
 	emit(p, LDW(3, 6, CTX(remote_ip6[0])));
@@ -223,7 +218,7 @@ assemble(struct prog *p, int map_fd, int ctr_fd, uint16_t data_port)
 		return -1;
 	for (int f = 0; f < p->nfix; f++) {
 		int at = p->fix[f].at;
-		int to = f == not_mapped ? v6key : p->label[p->fix[f].label];
+		int to = p->label[p->fix[f].label];
 		if (to < 0)
 			return -1;
 		p->i[at].off = (int16_t)(to - at - 1);
