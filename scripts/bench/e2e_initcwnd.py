@@ -64,7 +64,11 @@ SIZES = [("100K", 100 * KiB, "100 KiB"), ("1M", MiB, "1 MiB")]
 # and one where the relay's sending leg is the long one (a relay near the
 # server, far from the client), where the leg it sends on lags behind the
 # one it receives on.
-TOPOS = [("scenario 4", 80, 40, 40), ("relay near the server", 100, 60, 10)]
+# The third: that with a shallow bottleneck buffer (tbf queues of 5 ms, 62 kB,
+# instead of the test bed's 50 ms), where a burst of a learned window meets
+# the competing flow's queue and may cost losses. Last field: queue_ms.
+TOPOS = [("scenario 4", 80, 40, 40, None), ("relay near the server", 100, 60, 10, None),
+         ("relay near the server, shallow buffers", 100, 60, 10, 5)]
 RATE = 100
 RMEM = "4096 131072 262144"
 METHODS = ["direct", "slot-cold", "slot-cold-iw"]
@@ -90,7 +94,7 @@ def fmt(vals, f="%.3f"):
 class Bench:
     def __init__(self, args, topo):
         self.args = args
-        self.topo_name, self.rtt_direct, self.rtt_cr, self.rtt_rs = topo
+        self.topo_name, self.rtt_direct, self.rtt_cr, self.rtt_rs, self.queue_ms = topo
         self.sb = None
         self.n = 0
         self.ttl_toggle = 0
@@ -106,6 +110,8 @@ class Bench:
     def up(self):
         def spec_edit(spec):
             spec["host_defaults"]["rate"] = RATE
+            if self.queue_ms:
+                spec["host_defaults"]["queue_ms"] = self.queue_ms
         self.sb = slotbed.SlotBed(
             {"relay1": (self.rtt_cr, self.rtt_rs)}, direct_rtt=self.rtt_direct,
             host_sysctls={"net.ipv4.tcp_congestion_control": "cubic",
@@ -223,6 +229,7 @@ class Bench:
                                       "-C", "cubic"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         times = []
+        c0 = self.relay.counters()
         if kind != "alone":
             self.set_learning(kind == "learned")
             end = time.monotonic() + PHASE_S - 1
@@ -239,7 +246,9 @@ class Bench:
         j = json.loads(so)
         s = j["end"]["sum_sent"]
         mbps = s["bits_per_second"] / 1e6
-        self.phases.setdefault(kind, []).append((mbps, s.get("retransmits", 0), times))
+        c1 = self.relay.counters()
+        self.phases.setdefault(kind, []).append((mbps, s.get("retransmits", 0), times,
+                                                 c1["initcwnd_shrunk"] - c0["initcwnd_shrunk"]))
         print("phase %s rep %d: iperf3 %.1f Mbit/s, %d retransmits, %d downloads"
               % (kind, rep, mbps, s.get("retransmits", 0), len(times)), file=sys.stderr,
               flush=True)
@@ -269,8 +278,9 @@ class Bench:
     def report(self, elapsed):
         L = []
         w = L.append
-        w("### %s: client-server %d ms, client-relay %d ms, relay-server %d ms"
-          % (self.topo_name.capitalize(), self.rtt_direct, self.rtt_cr, self.rtt_rs))
+        w("### %s: client-server %d ms, client-relay %d ms, relay-server %d ms%s"
+          % (self.topo_name.capitalize(), self.rtt_direct, self.rtt_cr, self.rtt_rs,
+             ", tbf queues of %d ms" % self.queue_ms if self.queue_ms else ""))
         w("")
         w("Client-server %d ms RTT, client-relay %d ms, "
           "relay-server %d ms (measured by ping: %.1f, %.1f, %.1f ms), %d Mbit/s tbf on every "
@@ -310,18 +320,19 @@ class Bench:
         w("")
         w("| phase | iperf3 Mbit/s | iperf3 retransmits | downloads per phase | "
           "downloads' Mbit/s over the phase | iperf3 + downloads Mbit/s | "
-          "1 MiB download time (s) |")
-        w("|---|---|---|---|---|---|---|")
+          "1 MiB download time (s) | windows halved after a loss |")
+        w("|---|---|---|---|---|---|---|---|")
         names = {"alone": "iperf3 alone", "off": "with downloads, IW 10",
                  "learned": "with downloads, learned IW"}
         for kind in ("alone", "off", "learned"):
             ph = self.phases.get(kind, [])
-            dl = [t for _, _, ts in ph for t in ts]
+            dl = [t for p in ph for t in p[2]]
             dmbps = [len(p[2]) * MiB * 8 / 1e6 / PHASE_S for p in ph]
-            w("| %s | %s | %s | %s | %s | %s | %s |" % (
+            w("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 names[kind], fmt([p[0] for p in ph], "%.1f"), fmt([p[1] for p in ph], "%.0f"),
                 fmt([len(p[2]) for p in ph], "%.0f"), fmt(dmbps, "%.1f"),
-                fmt([p[0] + d for p, d in zip(ph, dmbps)], "%.1f"), fmt(dl) if dl else "-"))
+                fmt([p[0] + d for p, d in zip(ph, dmbps)], "%.1f"), fmt(dl) if dl else "-",
+                sum(p[3] for p in ph) if kind == "learned" else "-"))
         w("")
         w("Run time %.0f s." % elapsed)
         w("")
@@ -332,8 +343,9 @@ def preamble(reps):
     return "\n".join([
         "## Learned initial windows: cold downloads and a competing flow (issue 17)",
         "",
-        "Setup: the triangle of scenario 4 (above) and one where the relay is near the "
-        "server and far from the client; %d Mbit/s tbf on every host's access link, no "
+        "Setup: the triangle of scenario 4 (above), one where the relay is near the "
+        "server and far from the client, and that one again with shallow bottleneck "
+        "buffers (tbf queues of 5 ms instead of 50); %d Mbit/s tbf on every host's access link, no "
         "loss, cubic, net.ipv4.tcp_rmem = `%s` on every host (receive buffers capped at "
         "256 KiB), tcp_no_metrics_save = 1. slot-relayd runs in a cgroup of its own (as "
         "systemd runs it) with `[pipe] learn_initcwnd = yes` and its defaults (initcwnd_max "
