@@ -26,8 +26,6 @@
 
 #include "../../src/relay/iwbpf.h"
 
-#define DATA_PORT 47601
-#define OTHER_PORT 47602
 
 static char mnt[256], home[512], mine[600];
 
@@ -95,23 +93,27 @@ teardown(void **state)
 	return 0;
 }
 
+/* The program for data port port (the listeners' ports are the kernel's
+ * choice: a fixed one may be some connection's ephemeral port). */
 static struct iwbpf *
-open_or_skip(void)
+open_or_skip(uint16_t port)
 {
 	char err[512];
 	struct iwbpf *b;
 
 	if (mine[0] == '\0')
 		skip();	/* not root, or no cgroup v2 */
-	if ((b = iwbpf_open(DATA_PORT, 64, err, sizeof(err))) == NULL)
+	if ((b = iwbpf_open(port, 64, err, sizeof(err))) == NULL)
 		fail_msg("iwbpf_open: %s", err);
 	assert_int_equal(iwbpf_check(b, err, sizeof(err)), 0);
 	return b;
 }
 
+/* A listener on a port of the kernel's choice. */
 static int
-listener(int family, uint16_t port)
+listener(int family)
 {
+	uint16_t port = 0;
 	struct sockaddr_in6 s6 = { .sin6_family = AF_INET6, .sin6_port = htons(port),
 		.sin6_addr = IN6ADDR_ANY_INIT };
 	struct sockaddr_in s4 = { .sin_family = AF_INET, .sin_port = htons(port),
@@ -130,6 +132,17 @@ listener(int family, uint16_t port)
 	}
 	assert_int_equal(listen(fd, 8), 0);
 	return fd;
+}
+
+static uint16_t
+port_of(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&ss, &len), 0);
+	return ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port :
+	    ((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
 static unsigned
@@ -172,23 +185,24 @@ static const struct addr LO6 = { .family = AF_INET6,
 static void
 test_ipv4_both_ends(void **state)
 {
-	struct iwbpf *b = open_or_skip();
 	unsigned a, p;
-	int l = listener(AF_INET, DATA_PORT);
+	int l = listener(AF_INET);
+	uint16_t port = port_of(l);
+	struct iwbpf *b = open_or_skip(port);
 	(void)state;
 
-	pair(l, AF_INET, DATA_PORT, &a, &p);
+	pair(l, AF_INET, port, &a, &p);
 	assert_int_equal(a, 10);	/* nothing learned: the kernel's own */
 	assert_int_equal(p, 10);
 	assert_int_equal(iwbpf_set(b, &LO4, 8, 37), 0);
-	pair(l, AF_INET, DATA_PORT, &a, &p);
+	pair(l, AF_INET, port, &a, &p);
 	assert_int_equal(a, 37);
 	assert_int_equal(p, 37);
 	assert_int_equal(iwbpf_applied(b), 2);
 	/* Forgotten: the kernel's own again. */
 	assert_int_equal(iwbpf_del(b, &LO4, 8), 0);
 	assert_int_equal(iwbpf_del(b, &LO4, 8), 0);	/* not there: fine */
-	pair(l, AF_INET, DATA_PORT, &a, &p);
+	pair(l, AF_INET, port, &a, &p);
 	assert_int_equal(a, 10);
 	assert_int_equal(p, 10);
 	close(l);
@@ -198,36 +212,38 @@ test_ipv4_both_ends(void **state)
 static void
 test_passive_only_on_the_data_port(void **state)
 {
-	struct iwbpf *b = open_or_skip();
 	unsigned a, p;
-	int l = listener(AF_INET, OTHER_PORT);
+	int data = listener(AF_INET), l = listener(AF_INET);
+	struct iwbpf *b = open_or_skip(port_of(data));
 	(void)state;
 
 	assert_int_equal(iwbpf_set(b, &LO4, 8, 25), 0);
-	pair(l, AF_INET, OTHER_PORT, &a, &p);
+	pair(l, AF_INET, port_of(l), &a, &p);
 	/* The relay's own connect gets it; another listener's connections
 	 * (control connections) do not. */
 	assert_int_equal(a, 25);
 	assert_int_equal(p, 10);
 	close(l);
+	close(data);
 	iwbpf_close(b);
 }
 
 static void
 test_ipv6_and_mapped_ipv4(void **state)
 {
-	struct iwbpf *b = open_or_skip();
 	unsigned a, p;
-	int l = listener(AF_INET6, DATA_PORT);
+	int l = listener(AF_INET6);
+	uint16_t port = port_of(l);
+	struct iwbpf *b = open_or_skip(port);
 	(void)state;
 
 	assert_int_equal(iwbpf_set(b, &LO6, 128, 33), 0);
 	assert_int_equal(iwbpf_set(b, &LO4, 8, 21), 0);
-	pair(l, AF_INET6, DATA_PORT, &a, &p);
+	pair(l, AF_INET6, port, &a, &p);
 	assert_int_equal(a, 33);
 	assert_int_equal(p, 33);
 	/* An IPv4 peer of the dual-stack listener is looked up as IPv4. */
-	pair(l, AF_INET, DATA_PORT, &a, &p);
+	pair(l, AF_INET, port, &a, &p);
 	assert_int_equal(a, 21);
 	assert_int_equal(p, 21);
 	close(l);
@@ -237,15 +253,15 @@ test_ipv6_and_mapped_ipv4(void **state)
 static void
 test_longest_prefix_wins(void **state)
 {
-	struct iwbpf *b = open_or_skip();
 	struct addr host = { .family = AF_INET, .bytes = { 127, 0, 0, 1 } };
 	unsigned a, p;
-	int l = listener(AF_INET, DATA_PORT);
+	int l = listener(AF_INET);
+	struct iwbpf *b = open_or_skip(port_of(l));
 	(void)state;
 
 	assert_int_equal(iwbpf_set(b, &LO4, 8, 20), 0);
 	assert_int_equal(iwbpf_set(b, &host, 32, 30), 0);
-	pair(l, AF_INET, DATA_PORT, &a, &p);
+	pair(l, AF_INET, port_of(l), &a, &p);
 	assert_int_equal(a, 30);
 	close(l);
 	iwbpf_close(b);
@@ -267,7 +283,7 @@ test_refused_in_a_shared_cgroup(void **state)
 		_exit(0);
 	}
 	assert_true(child > 0);
-	assert_null(iwbpf_open(DATA_PORT, 64, err, sizeof(err)));
+	assert_null(iwbpf_open(7601, 64, err, sizeof(err)));
 	kill(child, SIGKILL);
 	waitpid(child, &st, 0);
 	if (strstr(err, "1 other process") == NULL)
