@@ -81,8 +81,8 @@ emit(struct prog *p, struct bpf_insn in)
 	p->n++;
 }
 
-/* A conditional jump (op: BPF_JEQ, BPF_JNE) on a register and an immediate,
- * to a label placed later. */
+/* A jump (op: BPF_JEQ, BPF_JNE on a register and an immediate; BPF_JA) to
+ * a label, its offset filled in once every label is placed. */
 static void
 jmpc(struct prog *p, int cls, int op, int reg, int32_t imm, int label)
 {
@@ -122,7 +122,6 @@ ld_map_fd(struct prog *p, int reg, int fd)
 #define STW(d, s, o) INSN(BPF_STX | BPF_MEM | BPF_W, d, s, o, 0)
 #define STIW(d, o, v) INSN(BPF_ST | BPF_MEM | BPF_W, d, 0, o, v)
 #define STIDW(d, o, v) INSN(BPF_ST | BPF_MEM | BPF_DW, d, 0, o, v)
-#define JA(o) INSN(BPF_JMP | BPF_JA, 0, 0, o, 0)
 #define CALL(f) INSN(BPF_JMP | BPF_CALL, 0, 0, 0, f)
 #define EXIT() INSN(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)
 
