@@ -286,6 +286,7 @@ def test_nothing_left_after_exit_or_sigkill(sb, slotd):
     slotd.wait_relays_up(1)
 
 
+@pytest.mark.serial     # under valgrind: alone (run.sh)
 @pytest.mark.skipif(slotbed.shutil.which("valgrind") is None, reason="valgrind not installed")
 def test_under_valgrind(sb, slotd):
     """Loading, learning, a reload off and on, forgetting and SIGTERM under
