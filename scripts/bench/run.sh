@@ -14,7 +14,7 @@ set -eu
 cd "$(dirname "$0")/../.."
 
 # The issue's scenarios first, in their order, then the component benchmarks.
-ORDER="e2e_throughput e2e_throughput_ipv6 e2e_files e2e_geo e2e_scale e2e_latency e2e_chain relay_throughput testbed_limits"
+ORDER="e2e_throughput e2e_throughput_ipv6 e2e_files e2e_initcwnd e2e_geo e2e_scale e2e_latency e2e_chain relay_throughput testbed_limits"
 
 assemble=0
 only=""

@@ -17,6 +17,7 @@
 #include "slot/syntok.h"
 #include "chain.h"
 #include "flow.h"
+#include "initcwnd.h"
 #include "pipe.h"
 
 enum pipe_state { PS_CONNECTING, PS_PENDING, PS_OPEN };
@@ -438,6 +439,10 @@ pipe_close(struct pipe *p, enum close_how how, const char *why)
 
 	ev_timer_stop(r->loop, &p->timer);
 	ev_timer_stop(r->loop, &p->retry);
+	if (p->state == PS_OPEN) {	/* what the sending sockets learned */
+		initcwnd_pipe_done(r, p->cli.fd, p->s2c.f.bytes);
+		initcwnd_pipe_done(r, p->srv.fd, p->c2s.f.bytes);
+	}
 	half_close(&p->cli, how);
 	half_close(&p->srv, how);
 	for (struct dir *d = &p->c2s; d; d = d == &p->c2s ? &p->s2c : NULL)

@@ -43,6 +43,13 @@ rconf_defaults(struct rconf *c)
 	 * leg the relay sends on at its window where cubic backs off. */
 	snprintf(c->congestion, sizeof(c->congestion), RCONF_CONGESTION_DEFAULT);
 
+	c->learn_initcwnd = false;
+	c->initcwnd_max = 40;
+	c->initcwnd_prefix4 = 24;
+	c->initcwnd_prefix6 = 48;
+	c->initcwnd_expiry_ms = 10 * 60 * 1000;
+	c->initcwnd_max_prefixes = 4096;
+
 	policy_init(&c->policy);
 
 	c->rtt_cache_ttl_ms = 5 * 60 * 1000;
@@ -128,6 +135,14 @@ static const struct conf_key keys[] = {
 	{ F("chain", "allow", CK_BOOL, chain_allow) },
 	{ F("chain", "link_idle_timeout", CK_MS, chain_link_idle_ms), .min = 1000, .max = DAY_MS },
 	{ F("pipe", "congestion", CK_CUSTOM, congestion), .custom = K_CONGESTION },
+	{ F("pipe", "learn_initcwnd", CK_BOOL, learn_initcwnd) },
+	/* Above 10, the kernel's own; 1000 segments is 1.4 MB in one burst. */
+	{ F("pipe", "initcwnd_max", CK_UINT, initcwnd_max), .min = 11, .max = 1000 },
+	{ F("pipe", "initcwnd_prefix4", CK_UINT, initcwnd_prefix4), .min = 8, .max = 32 },
+	{ F("pipe", "initcwnd_prefix6", CK_UINT, initcwnd_prefix6), .min = 16, .max = 128 },
+	{ F("pipe", "initcwnd_expiry", CK_MS, initcwnd_expiry_ms), .min = 1000, .max = DAY_MS },
+	{ F("pipe", "initcwnd_max_prefixes", CK_UINT, initcwnd_max_prefixes),
+	    .min = 1, .max = 1000000 },
 	{ F("policy", "allowed_ports", CK_PORTS, policy.ports) },
 	{ F("policy", "allow_destinations", CK_CIDRS, policy.allow) },
 	{ F("policy", "deny_destinations", CK_CIDRS, policy.deny) },

@@ -56,6 +56,13 @@ struct rconf {
 						 * "": the system's default */
 	int congestion_set;	/* written in the file (else the default: see relayd.c) */
 
+	/* [pipe]: learned initial windows (iwlearn.h, docs/relay.md) */
+	bool learn_initcwnd;
+	uint64_t initcwnd_max;		/* segments */
+	uint64_t initcwnd_prefix4, initcwnd_prefix6;	/* bits */
+	uint64_t initcwnd_expiry_ms;
+	uint64_t initcwnd_max_prefixes;
+
 	/* [policy] */
 	struct policy policy;	/* ports, allow, deny; self filled by the daemon */
 

@@ -70,6 +70,7 @@ struct dirlink;
 struct peers;
 struct peertab;
 struct chains;
+struct initcwnd;
 
 TAILQ_HEAD(pipe_list, pipe);
 TAILQ_HEAD(ctrl_list, ctrl_conn);
@@ -109,6 +110,7 @@ struct relay {
 	struct dirlink *dir;		/* NULL: no directory configured */
 	struct peers *peers;
 	struct chains *chains;		/* links to next relays (chain.c) */
+	struct initcwnd *iw;		/* learned initial windows; NULL: off */
 
 	int draining;
 	ev_timer drain_timer;

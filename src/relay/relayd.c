@@ -27,6 +27,7 @@
 #include "ctrl.h"
 #include "chain.h"
 #include "dirlink.h"
+#include "initcwnd.h"
 #include "peers.h"
 #include "pipe.h"
 #include "probe.h"
@@ -278,6 +279,7 @@ reload(struct relay *r)
 	r->kpipes.max_free = KPIPE_POOL_BYTES / r->conf.pipe_size;
 	if (r->probe)
 		probe_reconfigure(r->probe);
+	initcwnd_reload(r);
 	log_info("configuration reloaded from %s", r->conf_path);
 }
 
@@ -487,6 +489,8 @@ main(int argc, char **argv)
 	if ((synp = synp_open(r->loop, 0, err, sizeof(err))) == NULL)
 		log_warnx("RTT measurements by TCP connect, which servers' applications "
 		    "accept: %s (needs CAP_NET_RAW)", err);
+	/* Loading BPF needs CAP_BPF and CAP_NET_ADMIN: now or never. */
+	initcwnd_open(r);
 	if (drop_privileges(&r->conf, err, sizeof(err)) == -1)
 		fatalx("%s", err);
 
@@ -499,6 +503,7 @@ main(int argc, char **argv)
 	r->kpipes.limit = kpipe_limit(&r->conf);
 	nofile_check(&r->conf);
 	ctrl_start(r);
+	initcwnd_ready(r);
 	ev_io_init(&r->data_accept, data_accept_cb, r->data_fd, EV_READ);
 	r->data_accept.data = r;
 	ev_io_start(r->loop, &r->data_accept);
@@ -561,6 +566,7 @@ main(int argc, char **argv)
 	ctrl_stop_accepting(r);
 	pipes_destroy(r);
 	chains_destroy(r);
+	initcwnd_close(r);
 	ev_io_stop(r->loop, &r->data_accept);
 	close(r->data_fd);
 	ctlsrv_stop(r->stats);

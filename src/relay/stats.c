@@ -5,6 +5,7 @@
 #include "slot/proto.h"
 #include "chain.h"
 #include "dirlink.h"
+#include "initcwnd.h"
 #include "peers.h"
 #include "pipe.h"
 #include "probe.h"
@@ -17,9 +18,11 @@ counters(void *user, struct ctl_counters *cs)
 	const struct relay_counters *c = &r->ctr;
 	struct dirlink_counters d = { 0 };
 	const struct synp_stats *syn = probe_syn_stats(r->probe);
+	struct initcwnd_stats iw;
 
 	if (r->dir)
 		dirlink_get_counters(r->dir, &d);
+	initcwnd_get_stats(r, &iw);
 #define C(...) ctl_counter_add(cs, __VA_ARGS__)
 	C("pipes_open", c->pipes_open, CTL_GAUGE, "Pipes joined and splicing.");
 	C("pipes_pending", c->pipes_pending, CTL_GAUGE,
@@ -92,6 +95,22 @@ counters(void *user, struct ctl_counters *cs)
 	    "Pipes refused (PIPE_FAIL limit) for want of kernel pipes.");
 	C("kpipe_waits", c->kpipe_waits, CTL_COUNTER,
 	    "Times a direction paused reading for want of a kernel pipe.");
+	C("initcwnd_on", iw.on, CTL_GAUGE,
+	    "1 while learned initial windows are on ([pipe] learn_initcwnd).");
+	C("initcwnd_prefixes", iw.prefixes, CTL_GAUGE,
+	    "Destination prefixes with a learned initial window.");
+	C("initcwnd_applied", iw.applied, CTL_COUNTER,
+	    "Connections that started with a learned initial window.");
+	C("initcwnd_samples", iw.learn.samples, CTL_COUNTER,
+	    "Sending sockets of ended pipes looked at for learning.");
+	C("initcwnd_learned", iw.learn.learned, CTL_COUNTER,
+	    "Clean transfers that set or moved a prefix's initial window.");
+	C("initcwnd_shrunk", iw.learn.shrunk, CTL_COUNTER,
+	    "Transfers with retransmissions that halved a prefix's initial window.");
+	C("initcwnd_expired", iw.learn.expired, CTL_COUNTER,
+	    "Prefixes forgotten by initcwnd_expiry or for room.");
+	C("initcwnd_map_errors", iw.map_errors, CTL_COUNTER,
+	    "Failed updates of the kernel's table of initial windows.");
 	C("draining", r->draining, CTL_GAUGE, "1 while draining after SIGTERM.");
 	C("peer_pings", c->peer_pings, CTL_COUNTER, "Other relays' RTT probes answered.");
 	C("peers", c->peers, CTL_GAUGE, "Other relays in the directory's latest list.");
@@ -241,6 +260,45 @@ cache(void *user, struct ctl_table *t)
 		probe_cache_view(r->probe, cache_row, t);
 }
 
+static const struct ctl_col initcwnd_cols[] = {
+	{ "prefix", CTL_STR, NULL },
+	{ "initcwnd", CTL_UINT, NULL },
+	{ "samples", CTL_UINT, NULL },
+	{ "min_rtt", CTL_RTT, NULL },
+	{ "age", CTL_DUR, NULL },
+};
+
+struct iw_rows {
+	struct ctl_table *t;
+	double now_ms;
+};
+
+static void
+initcwnd_row(void *arg, const struct iwl_entry *e)
+{
+	struct iw_rows *w = arg;
+	char b[ADDR_STRLEN + 8];
+	double age = w->now_ms - (double)e->updated_ms;
+
+	addr_fmt(&e->prefix, b);
+	snprintf(b + strlen(b), sizeof(b) - strlen(b), "/%u", e->plen);
+	ctl_cell_str(w->t, b);
+	ctl_cell_uint(w->t, e->iw);
+	ctl_cell_uint(w->t, e->samples);
+	ctl_cell_us(w->t, e->min_rtt_us);
+	ctl_cell_us(w->t, age > 0 ? (uint64_t)(age * 1000) : 0);
+}
+
+/* The learned initial windows, least recently updated first. */
+static void
+initcwnd(void *user, struct ctl_table *t)
+{
+	struct relay *r = user;
+	struct iw_rows w = { t, ev_now(r->loop) * 1000.0 };
+
+	initcwnd_foreach(r, initcwnd_row, &w);
+}
+
 static const struct ctl_col relay_cols[] = {
 	{ "relay", CTL_STR, NULL },
 	{ "rtt", CTL_RTT, NULL },
@@ -304,6 +362,7 @@ static const struct ctl_cmd cmds[] = {
 	CTL_CMD_TABLE("pipes", pipes, pipe_cols),
 	CTL_CMD_TABLE("cache", cache, cache_cols),
 	CTL_CMD_TABLE("relays", relays, relay_cols),
+	CTL_CMD_TABLE("initcwnd", initcwnd, initcwnd_cols),
 	CTL_CMD_COUNTERS,
 	CTL_CMD_METRICS,
 	CTL_CMD("json", json),

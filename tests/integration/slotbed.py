@@ -273,7 +273,29 @@ class Relay:
         }
         self.proc = None
         self._log_f = None
+        self.cgroup = None          # own_cgroup(): a cgroup v2 directory of its own
         self.update(overrides or {})
+
+    def own_cgroup(self):
+        """Starts the relay in a cgroup of its own (removed at stop), as
+        systemd's unit does: [pipe] learn_initcwnd attaches its BPF program
+        to the relay's cgroup and wants it alone there."""
+        name = "sltit%d-relay-%s" % (os.getpid(), self.host)
+        self.cgroup = os.path.join(netns.cgroup2_mounts()[0], name)
+        os.makedirs(self.cgroup, exist_ok=True)
+        # ip netns exec mounts a sysfs of the namespace's, without the cgroup
+        # hierarchy: mount it again, in ip's private mount namespace.
+        self.wrapper = ["sh", "-c", 'mount -t cgroup2 none /sys/fs/cgroup && '
+                        'echo $$ > "/sys/fs/cgroup/$0/cgroup.procs" && exec "$@"',
+                        name] + list(self.wrapper)
+        return self
+
+    def _rm_cgroup(self):
+        if self.cgroup:
+            try:
+                os.rmdir(self.cgroup)
+            except OSError:
+                pass
 
     @property
     def control(self):
@@ -291,6 +313,8 @@ class Relay:
         os.chmod(self.conf_path, 0o644)
 
     def start(self, timeout=10):
+        if self.cgroup:
+            os.makedirs(self.cgroup, exist_ok=True)
         self._log_f = open(self.log_path, "ab")
         self.proc = self.bed.popen(self.host, self.wrapper + [RELAYD, "-c", self.conf_path],
                                    stdout=self._log_f, stderr=self._log_f)
@@ -335,6 +359,7 @@ class Relay:
         if self._log_f:
             self._log_f.close()
             self._log_f = None
+        self._rm_cgroup()
         return self.proc.returncode
 
     def restart(self):

@@ -70,6 +70,13 @@ test_defaults_match_example(void **state)
 	assert_string_equal(c.congestion, d.congestion);
 	assert_string_equal(d.congestion, "bbr");
 	assert_int_equal(c.congestion_set, 0);	/* the default may give way */
+	assert_int_equal(c.learn_initcwnd, d.learn_initcwnd);
+	assert_false(d.learn_initcwnd);		/* off unless asked */
+	assert_int_equal(c.initcwnd_max, d.initcwnd_max);
+	assert_int_equal(c.initcwnd_prefix4, d.initcwnd_prefix4);
+	assert_int_equal(c.initcwnd_prefix6, d.initcwnd_prefix6);
+	assert_int_equal(c.initcwnd_expiry_ms, d.initcwnd_expiry_ms);
+	assert_int_equal(c.initcwnd_max_prefixes, d.initcwnd_max_prefixes);
 	rconf_free(&c);
 	rconf_free(&d);
 }
@@ -177,6 +184,18 @@ test_values(void **state)
 	unlink(path);
 	assert_string_equal(c.congestion, "abcdefghij_1234");
 	rconf_free(&c);
+
+	write_conf("[pipe]\nlearn_initcwnd = yes\ninitcwnd_max = 64\ninitcwnd_prefix4 = 20\n"
+	    "initcwnd_prefix6 = 56\ninitcwnd_expiry = 2m\ninitcwnd_max_prefixes = 100\n");
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	assert_true(c.learn_initcwnd);
+	assert_int_equal(c.initcwnd_max, 64);
+	assert_int_equal(c.initcwnd_prefix4, 20);
+	assert_int_equal(c.initcwnd_prefix6, 56);
+	assert_int_equal(c.initcwnd_expiry_ms, 120000);
+	assert_int_equal(c.initcwnd_max_prefixes, 100);
+	rconf_free(&c);
 }
 
 static void
@@ -227,6 +246,12 @@ test_errors_name_the_line(void **state)
 	bad("[pipe]\ncongestion = bbr cubic\n", "expected an algorithm's name");
 	bad("[pipe]\ncongestion = abcdefghij_12345\n", "expected an algorithm's name");
 	bad("[pipe]\ncongestion = ../x\n", "expected an algorithm's name");
+	bad("[pipe]\nlearn_initcwnd = maybe\n", "learn_initcwnd");
+	/* Not above the kernel's own 10: nothing to learn. */
+	bad("[pipe]\ninitcwnd_max = 10\n", "initcwnd_max");
+	bad("[pipe]\ninitcwnd_prefix4 = 33\n", "initcwnd_prefix4");
+	bad("[pipe]\ninitcwnd_prefix6 = 8\n", "initcwnd_prefix6");
+	bad("[pipe]\ninitcwnd_expiry = 10ms\n", "initcwnd_expiry");
 	bad("[relay]\nprobe_listen = 0.0.0.0:7000\n[directory]\nurls = http://d/RPC2\n",
 	    "same port");
 }
