@@ -339,6 +339,44 @@ class Bench:
         return "\n".join(L)
 
 
+def plot(benches, path):
+    """Per bed, the median cold download time of each method and size, as a
+    fraction of direct's (min-max as error bars): below 1, faster than direct."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(benches), figsize=(4.2 * len(benches), 4.2), sharey=True)
+    if len(benches) == 1:
+        axes = [axes]
+    colors = {"direct": "#7f7f7f", "slot-cold": "#1f77b4", "slot-cold-iw": "#2ca02c"}
+    width = 0.8 / len(METHODS)
+    for ax, b in zip(axes, benches):
+        for i, m in enumerate(METHODS):
+            meds, lo, hi = [], [], []
+            for name, _, _ in SIZES:
+                v = [t / d for t, d in zip(b.res[(m, name)], b.res[("direct", name)])]
+                md = statistics.median(v)
+                meds.append(md)
+                lo.append(md - min(v))
+                hi.append(max(v) - md)
+            xs = [j + (i - (len(METHODS) - 1) / 2) * width for j in range(len(SIZES))]
+            ax.bar(xs, meds, width, yerr=[lo, hi], capsize=3, color=colors[m], label=LABEL[m])
+        ax.set_xticks(range(len(SIZES)))
+        ax.set_xticklabels([label for _, _, label in SIZES])
+        ax.set_title("%s\n(%d ms direct; %d + %d ms via the relay%s)" % (
+            b.topo_name, b.rtt_direct, b.rtt_cr, b.rtt_rs,
+            "; 5 ms queues" if b.queue_ms else ""), fontsize=9)
+        ax.axhline(1.0, color="black", lw=0.6)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("cold download time / direct's (median, min-max)")
+    axes[0].legend(fontsize=8, loc="upper right")
+    fig.suptitle("Learned initial windows: cold downloads through one relay, %d repetitions"
+                 % len(benches[0].res[(METHODS[0], SIZES[0][0])]), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def preamble(reps):
     return "\n".join([
         "## Learned initial windows: cold downloads and a competing flow (issue 17)",
@@ -379,7 +417,7 @@ def main():
     args = ap.parse_args()
     if args.quick:
         args.reps = 2
-    _needs.check("e2e_initcwnd", args, tools=("curl", "nginx", "iperf3"),
+    _needs.check("e2e_initcwnd", args, modules=("matplotlib",), tools=("curl", "nginx", "iperf3"),
                  files=[os.path.join(args.build, b) for b in ("slotd", "slot-relayd",
                                                                "slot-wanem")])
     os.environ["SLOT_BUILD"] = os.path.abspath(args.build)
@@ -388,7 +426,7 @@ def main():
     slotbed = sbmod
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, on_signal)
-    parts = [preamble(args.reps)]
+    parts, benches = [preamble(args.reps)], []
     for topo in TOPOS:
         t0 = time.monotonic()
         b = Bench(args, topo)
@@ -396,11 +434,17 @@ def main():
             b.up()
             b.run()
             parts.append(b.report(time.monotonic() - t0))
+            benches.append(b)
         finally:
             if b.sb:
                 b.sb.down()
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    png = os.path.join(os.path.dirname(out_dir), "img", "bench_initcwnd.png")
+    os.makedirs(os.path.dirname(png), exist_ok=True)
+    _, note = _needs.draw("e2e_initcwnd", "cold download times", plot, benches, png)
+    parts.append(note or "![Learned initial windows](img/bench_initcwnd.png)\n")
     text = "\n".join(parts)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    os.makedirs(out_dir, exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)
     sys.stdout.write(text)
