@@ -1262,6 +1262,46 @@ class SlotBed:
         self.dirds.append(d)
         return d
 
+    # A directory that regroups often and relays that list and measure each
+    # other often: a bed where slotd ranks relays from the directory's RTTs.
+    FAST_DIRD = {"relays": {"heartbeat_interval": "1s", "expire_after": "30s"},
+                 "groups": {"regroup_interval": "200ms"}}
+
+    def measuring_dird(self, host="dir"):
+        """A started slot-dird in host with every relay restarted to register
+        with it and measure the others every 2 s."""
+        d = self.dird(host, overrides=self.FAST_DIRD)
+        for r in self.relays.values():
+            r.stop()
+            r.update({"directory": {"urls": d.url, "list_interval": "500ms",
+                                    "measure_interval": "2s", "measure_rate": 50,
+                                    "timeout": "2s"}})
+            r.start()
+        return d
+
+    def relays_measured(self, d):
+        """True once d lists every relay and each has an RTT to every other
+        (the relays' "peers" command: endpoint, RTT or -, samples)."""
+        if len(d.listing()) != len(self.relays):
+            return False
+        for r in self.relays.values():
+            lines = unix_request(r.stats, b"peers\n").splitlines()
+            if len(lines) != len(self.relays) - 1 or any(ln.split()[1] == "-" for ln in lines):
+                return False
+        return True
+
+    def cover_slotd(self, d, tag, **select):
+        """A started slotd with the cover strategy (k 1 unless select says)
+        on directory d, once it has every relay's control link up."""
+        s = self.slotd([], overrides={
+            "select": dict({"strategy": "cover", "k": 1}, **select),
+            "directory": {"urls": d.url, "refresh": "1s", "retry": "500ms",
+                          "cache_file": os.path.join(self.dir, "slotd-%s.relays" % tag)}})
+        s.start(wait=False)
+        s.wait_ready()
+        s.wait_relays_up(len(self.relays), timeout=20)
+        return s
+
     def slotd(self, relays, overrides=None, **kw):
         """A new Slotd (not started) for these relays (Relay objects or raw
         `relay =` values)."""

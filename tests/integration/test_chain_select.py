@@ -21,7 +21,6 @@ transfer, not which relay of the chain reaches the server.
 """
 
 import json
-import os
 
 import pytest
 
@@ -29,8 +28,6 @@ import slotbed
 
 PATHS = {"relay-a": (20, 200), "relay-b": (200, 5), "relay-c": (200, 5)}
 PAIRS = [("relay-a", "relay-b", 10), ("relay-b", "relay-c", 30), ("relay-a", "relay-c", 200)]
-DIRD_CONF = {"relays": {"heartbeat_interval": "1s", "expire_after": "30s"},
-             "groups": {"regroup_interval": "200ms"}}
 
 
 def wait_for(pred, timeout, what):
@@ -44,13 +41,7 @@ def bed():
     try:
         b.nginx.add_file("f", 256 << 10)
         b.nginx.start()
-        d = b.dird(overrides=DIRD_CONF)
-        for r in b.relays.values():
-            r.stop()
-            r.update({"directory": {"urls": d.url, "list_interval": "500ms",
-                                    "measure_interval": "2s", "measure_rate": 50,
-                                    "timeout": "2s"}})
-            r.start()
+        d = b.measuring_dird()
         b.chain_dird = d
         yield b
     finally:
@@ -58,26 +49,11 @@ def bed():
 
 
 def measured(bed):
-    """True once the directory lists every relay and each has measured the
-    others (the relays' "peers" command: endpoint, RTT or -, samples)."""
-    if len(bed.chain_dird.listing()) != len(PATHS):
-        return False
-    for n in PATHS:
-        lines = slotbed.unix_request(bed.relay(n).stats, b"peers\n").splitlines()
-        if len(lines) != len(PATHS) - 1 or any(ln.split()[1] == "-" for ln in lines):
-            return False
-    return True
+    return bed.relays_measured(bed.chain_dird)
 
 
 def start_slotd(bed, tag, **select):
-    s = bed.slotd([], overrides={
-        "select": dict({"strategy": "cover", "k": 1}, **select),
-        "directory": {"urls": bed.chain_dird.url, "refresh": "1s", "retry": "500ms",
-                      "cache_file": os.path.join(bed.dir, "slotd-%s.relays" % tag)}})
-    s.start(wait=False)
-    s.wait_ready()
-    s.wait_relays_up(len(PATHS), timeout=20)
-    return s
+    return bed.cover_slotd(bed.chain_dird, tag, **select)
 
 
 def ranks(s):

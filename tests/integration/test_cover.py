@@ -16,7 +16,6 @@ member, nearest-first takes relay-a2, cover must take relay-a1.
 """
 
 import json
-import os
 
 import pytest
 
@@ -28,8 +27,6 @@ PATHS = {"relay-a1": (35, 35), "relay-a2": (20, 65), "relay-b1": (70, 5),
 PAIRS = [("relay-a1", "relay-a2", 15), ("relay-b1", "relay-b2", 2),
          ("relay-a1", "relay-b1", 35), ("relay-a1", "relay-b2", 35),
          ("relay-a2", "relay-b1", 65), ("relay-a2", "relay-b2", 65)]
-DIRD_CONF = {"relays": {"heartbeat_interval": "1s", "expire_after": "30s"},
-             "groups": {"regroup_interval": "200ms"}}
 
 
 def wait_for(pred, timeout, what):
@@ -43,13 +40,7 @@ def bed():
     try:
         b.nginx.add_file("f", 256 << 10)
         b.nginx.start()
-        d = b.dird(overrides=DIRD_CONF)
-        for r in b.relays.values():
-            r.stop()
-            r.update({"directory": {"urls": d.url, "list_interval": "500ms",
-                                    "measure_interval": "2s", "measure_rate": 50,
-                                    "timeout": "2s"}})
-            r.start()
+        d = b.measuring_dird()
         b.cover_dird = d
         yield b
     finally:
@@ -57,26 +48,11 @@ def bed():
 
 
 def measured(bed):
-    """True once the directory lists every relay and each has measured the
-    three others (the relays' "peers" command: endpoint, RTT or -, samples)."""
-    if len(bed.cover_dird.listing()) != 4:
-        return False
-    for n in PATHS:
-        lines = slotbed.unix_request(bed.relay(n).stats, b"peers\n").splitlines()
-        if len(lines) != 3 or any(ln.split()[1] == "-" for ln in lines):
-            return False
-    return True
+    return bed.relays_measured(bed.cover_dird)
 
 
 def start_slotd(bed, tag, **select):
-    s = bed.slotd([], overrides={
-        "select": dict({"strategy": "cover", "k": 1}, **select),
-        "directory": {"urls": bed.cover_dird.url, "refresh": "1s", "retry": "500ms",
-                      "cache_file": os.path.join(bed.dir, "slotd-%s.relays" % tag)}})
-    s.start(wait=False)
-    s.wait_ready()
-    s.wait_relays_up(4, timeout=20)
-    return s
+    return bed.cover_slotd(bed.cover_dird, tag, **select)
 
 
 def relays_table(s):
