@@ -157,13 +157,7 @@ class Bench:
         self.learning = on
 
     def table(self):
-        out = slotbed.unix_request(self.relay.stats, b"initcwnd\n")
-        rows = {}
-        for line in out.splitlines()[1:]:
-            f = line.split()
-            if len(f) >= 2 and "/" in f[0]:
-                rows[f[0]] = int(f[1])
-        return rows
+        return self.relay.initcwnd_table()
 
     # ---- one download ----
 

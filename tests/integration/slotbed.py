@@ -276,6 +276,15 @@ class Relay:
         self.cgroup = None          # own_cgroup(): a cgroup v2 directory of its own
         self.update(overrides or {})
 
+    def initcwnd_table(self):
+        """The learned initial windows ("initcwnd" command): {prefix: segments}."""
+        rows = {}
+        for line in unix_request(self.stats, b"initcwnd\n").splitlines()[1:]:
+            f = line.split()
+            if len(f) >= 2 and "/" in f[0]:
+                rows[f[0]] = int(f[1])
+        return rows
+
     def own_cgroup(self):
         """Starts the relay in a cgroup of its own (removed at stop), as
         systemd's unit does: [pipe] learn_initcwnd attaches its BPF program

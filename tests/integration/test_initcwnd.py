@@ -158,14 +158,7 @@ def idle_leg_cwnd(sb, relay, leg="client"):
 
 
 def learned(relay):
-    """The relay's table: {prefix: initcwnd}."""
-    out = slotbed.unix_request(relay.stats, b"initcwnd\n")
-    rows = {}
-    for line in out.splitlines()[1:]:
-        f = line.split()
-        if len(f) >= 2 and "/" in f[0]:
-            rows[f[0]] = int(f[1])
-    return rows
+    return relay.initcwnd_table()
 
 
 def client_prefix(sb, host="client"):
