@@ -918,13 +918,25 @@ void
 pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 {
 	uint8_t token[PROTO_TOKEN_LEN];
-	enum syntok_result tr = data_token(r, fd, token);
+	enum syntok_result tr = SYNTOK_ABSENT;
 	enum data_match by = BY_ENDPOINT;
-	struct pipe *p;
+	struct pipe *p = NULL;
 	char b[EP_STRLEN];
 
-	if (tr == SYNTOK_OK) {
-		/* An unknown token is never matched by endpoint: it was meant
+	/* The saved SYN (a getsockopt) is read only where its token can
+	 * change the outcome. While no tokened pipe is pending, a token can
+	 * name none: a connection from the endpoint of a pending pipe joins
+	 * it, as one from there without a token always did (the endpoint is
+	 * what such pipes trust). While tokened pipes are pending the token
+	 * comes first, endpoint match or not: else a client could announce
+	 * the public endpoint of a NAT and take the data connection of a
+	 * tokened client behind it (docs/protocol.md, "Pipe tokens"). */
+	if (r->pending_tok.n == 0 && (p = pending_find(r, peer)) != NULL)
+		;
+	else if ((tr = data_token(r, fd, token)) == SYNTOK_OK) {
+		/* An unknown token is not matched by endpoint either (the
+		 * SYN is read for it only when no pending pipe has the
+		 * endpoint, or while tokened pipes are pending): it was meant
 		 * for a pipe that is gone (expired, or used) or forged. */
 		if ((p = pending_tok_find(r, token)) == NULL) {
 			r->ctr.data_token_unknown++;
@@ -934,7 +946,8 @@ pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 			return;
 		}
 		by = BY_TOKEN;
-	} else if ((p = pending_find(r, peer)) == NULL && tr == SYNTOK_ABSENT &&
+	} else if (r->pending_tok.n > 0 && (p = pending_find(r, peer)) == NULL &&
+	    tr == SYNTOK_ABSENT &&
 	    (p = tokened_by_addr(r, &peer->addr)) != NULL) {
 		by = BY_ADDRESS;
 		log_info("data connection from %s without a token: the one tokened pipe "
