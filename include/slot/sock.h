@@ -50,11 +50,20 @@ struct sock_leg {
 	int linger_rst;
 	const char *congestion;			/* NULL or "": left alone */
 	int reset;	/* a listener reconfigured: user timeout 0 is set too */
+	int later;	/* keepalive and user timeout left out: they only
+			 * matter after tens of seconds (sock_set_leg_later) */
 };
 
 /* Returns 0, or -1 with errno of the first option that failed (the others
  * are still set). */
 int sock_set_leg(int fd, const struct sock_leg *o);
+
+/* The options sock_set_leg leaves out when o->later: keepalive and the
+ * user timeout. Both count from the socket's own timestamps (the last
+ * segment received, the first retransmission), not from when they are set,
+ * so setting them late on a live connection loses nothing. Returns 0 or -1
+ * as sock_set_leg. */
+int sock_set_leg_later(int fd, const struct sock_leg *o);
 
 /* Whether an unprivileged process may use algorithm name on this host: it
  * must be available (a loaded module), allowed for unprivileged sockets

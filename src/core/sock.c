@@ -161,6 +161,23 @@ sock_set_congestion(int fd, const char *name)
 }
 
 int
+sock_set_leg_later(int fd, const struct sock_leg *o)
+{
+	int e = 0;
+
+	/* SO_KEEPALIVE before TCP_KEEPIDLE: the latter re-arms the keepalive
+	 * timer from the last segment received, so a late call probes as
+	 * early as one made at the connect would have. */
+	if (sock_set_keepalive(fd, o->keepidle_s, o->keepintvl_s, o->keepcnt) == -1)
+		e = errno;
+	if ((o->user_timeout_ms || o->reset) && setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT,
+	    &o->user_timeout_ms, sizeof(o->user_timeout_ms)) == -1 && !e)
+		e = errno;
+	errno = e;
+	return e ? -1 : 0;
+}
+
+int
 sock_set_leg(int fd, const struct sock_leg *o)
 {
 	struct linger l = { .l_onoff = 1, .l_linger = 0 };
@@ -168,10 +185,7 @@ sock_set_leg(int fd, const struct sock_leg *o)
 
 	if (sock_set_nodelay(fd) == -1)
 		e = errno;
-	if (sock_set_keepalive(fd, o->keepidle_s, o->keepintvl_s, o->keepcnt) == -1 && !e)
-		e = errno;
-	if ((o->user_timeout_ms || o->reset) && setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT,
-	    &o->user_timeout_ms, sizeof(o->user_timeout_ms)) == -1 && !e)
+	if (!o->later && sock_set_leg_later(fd, o) == -1 && !e)
 		e = errno;
 	if (o->linger_rst && setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l)) == -1 && !e)
 		e = errno;

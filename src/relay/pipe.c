@@ -63,6 +63,8 @@ struct pipe {
 	ev_timer timer;		/* connect, pending, idle or half-closed timeout */
 	uint64_t limit_ms;	/* open: the inactivity limit timer runs for */
 	ev_timer retry;		/* a direction waits for a kernel pipe */
+	ev_timer later;		/* open: the server leg's keepalive and user
+				 * timeout are due (half_attach) */
 	int reserved;		/* holds its two kernel pipes' reservation */
 	ev_tstamp started, connected, last_io;
 };
@@ -72,6 +74,7 @@ enum close_how { CLOSE_CLEAN, CLOSE_RESET };
 static void pipe_close(struct pipe *p, enum close_how how, const char *why);
 static void half_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
+static void later_cb(struct ev_loop *loop, ev_timer *w, int revents);
 static void pipe_open(struct pipe *p);
 static void pipe_timer_update(struct pipe *p);
 static uint64_t pipe_limit_ms(const struct pipe *p);
@@ -400,6 +403,12 @@ half_cb(struct ev_loop *loop, ev_io *w, int revents)
 	struct dir *out = h == &p->cli ? &p->s2c : &p->c2s;	/* h is its destination */
 
 	(void)loop;
+	if (p->state != PS_OPEN) {
+		/* The server spoke (or closed) before the client's data
+		 * connection came: left unread until pipe_open. */
+		half_set(h, 0);
+		return;
+	}
 	if ((revents & EV_WRITE) && dir_flush(p, out) == -1)
 		return;
 	if ((revents & EV_READ) && dir_pump(p, in) == -1)
@@ -439,6 +448,7 @@ pipe_close(struct pipe *p, enum close_how how, const char *why)
 
 	ev_timer_stop(r->loop, &p->timer);
 	ev_timer_stop(r->loop, &p->retry);
+	ev_timer_stop(r->loop, &p->later);
 	if (p->state == PS_OPEN) {	/* what the sending sockets learned */
 		initcwnd_pipe_done(r, p->cli.fd, p->s2c.f.bytes);
 		initcwnd_pipe_done(r, p->srv.fd, p->c2s.f.bytes);
@@ -596,17 +606,19 @@ pipe_timer_update(struct pipe *p)
 	ev_timer_start(p->r->loop, &p->timer);
 }
 
-/* The connect to the server finished (srv writable) or failed. */
+/* The connect to the server finished or failed. The socket is watched for
+ * both readable and writable (connect_watch): a failed connect raises
+ * EPOLLERR and EPOLLHUP, which libev reports as both; writable alone is a
+ * connect that succeeded with no error pending, so SO_ERROR is read only
+ * when readable too (a failure, or the server's first bytes already). */
 static void
 connect_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct half *h = w->data;
 	struct pipe *p = h->p;
 	int err;
-	(void)revents;
 
-	half_set(h, 0);
-	if ((err = sock_connect_result(h->fd)) != 0) {
+	if ((revents & EV_READ) && (err = sock_connect_result(h->fd)) != 0) {
 		/* A chain's data connection to the next relay. */
 		pipe_fail(p, p->chain ? FAIL_NEXT_HOP : fail_reason(err), err);
 		return;
@@ -614,6 +626,14 @@ connect_cb(struct ev_loop *loop, ev_io *w, int revents)
 	p->connected = ev_now(loop);
 	p->state = PS_PENDING;
 	ev_set_cb(&h->io, half_cb);
+	/* From writable to readable in one change within this callback: libev
+	 * makes it one EPOLL_CTL_MOD before its next epoll_wait, where
+	 * stopping the watcher now and starting it at pipe_open cost a DEL
+	 * (libev defers it to the spurious wake-up that follows) and an ADD.
+	 * pipe_open, or the client's data connection arriving early, keeps
+	 * this mask; bytes from the server before the client is there stop
+	 * the watcher (half_cb) until pipe_open. */
+	half_set(h, EV_READ);
 	timer_arm(p, p->r->conf.pending_timeout_ms);
 	if (p->ctl) {
 		double us = (p->connected - p->started) * 1e6;
@@ -630,23 +650,64 @@ connect_cb(struct ev_loop *loop, ev_io *w, int revents)
  * timeout) in minutes, so idle pipes need no idle timeout; the RST on loss
  * armed (see half_linger_rst); the relay's congestion control on the leg
  * it sends on. An accepted client socket inherited all of it from the data
- * listener (relayd.c): no system call for it here. */
+ * listener (relayd.c): no system call for it here.
+ *
+ * The server leg, a socket of its own, gets TCP_NODELAY and the RST on loss
+ * now, and the congestion control unless it is the netns's default (what
+ * the socket has already). Keepalive and the user timeout (five system
+ * calls) only act after keepalive_idle of silence or user_timeout of
+ * unacknowledged bytes, and count from the socket's own timestamps: they
+ * are set when the pipe has been open rconf_leg_later_ms (later_cb), which
+ * most pipes never live to see. */
 static void
 half_attach(struct half *h, int fd)
 {
 	static int warned;
+	struct relay *r = h->p->r;
 	struct sock_leg o;
 
 	h->fd = fd;
 	if (h == &h->p->cli)
 		return;
-	rconf_leg(&h->p->r->conf, &o);
+	rconf_leg(&r->conf, &o);
+	o.later = 1;
+	if (strcmp(o.congestion, r->cc_default) == 0)
+		o.congestion = NULL;
 	/* Checked at start and reload: only a sysctl changed since can fail. */
 	if (sock_set_leg(fd, &o) == -1 && !warned) {
 		warned = 1;
 		log_warn("pipe %llu: options of the server leg (congestion control %s)",
-		    (unsigned long long)h->p->id, o.congestion[0] ? o.congestion : "system");
+		    (unsigned long long)h->p->id, r->conf.congestion[0] ? r->conf.congestion :
+		    "system");
 	}
+}
+
+/* The pipe has been open long enough for keepalive and the user timeout
+ * of its server leg to matter (half_attach). */
+static void
+later_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	static int warned;
+	struct pipe *p = w->data;
+	struct sock_leg o;
+	(void)loop;
+	(void)revents;
+
+	rconf_leg(&p->r->conf, &o);
+	if (p->srv.fd >= 0 && sock_set_leg_later(p->srv.fd, &o) == -1 && !warned) {
+		warned = 1;
+		log_warn("pipe %llu: keepalive and user timeout of the server leg",
+		    (unsigned long long)p->id);
+	}
+}
+
+/* Watches a connecting server leg for the connect's end (connect_cb). */
+static void
+connect_watch(struct pipe *p, int fd)
+{
+	half_attach(&p->srv, fd);
+	ev_set_cb(&p->srv.io, connect_cb);
+	half_set(&p->srv, EV_READ | EV_WRITE);
 }
 
 /* A pipe to server, or through the rest of chain s (NULL: direct). */
@@ -754,6 +815,8 @@ establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 	p->timer.data = p;
 	ev_timer_init(&p->retry, retry_cb, 0.1, 0.);
 	p->retry.data = p;
+	ev_timer_init(&p->later, later_cb, 0., 0.);
+	p->later.data = p;
 
 	if (s != NULL) {
 		/* Each relay of the chain has its own connect timeout: ours
@@ -767,9 +830,7 @@ establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 		}
 		return;
 	}
-	half_attach(&p->srv, fd);
-	ev_set_cb(&p->srv.io, connect_cb);
-	half_set(&p->srv, EV_WRITE);
+	connect_watch(p, fd);
 	timer_arm(p, r->conf.connect_timeout_ms);
 }
 
@@ -796,9 +857,7 @@ pipe_establish_chain(struct relay *r, struct ctrl_conn *c, uint32_t id,
 void
 pipe_chain_ready(struct pipe *p, int fd)
 {
-	half_attach(&p->srv, fd);
-	ev_set_cb(&p->srv.io, connect_cb);
-	half_set(&p->srv, EV_WRITE);
+	connect_watch(p, fd);
 }
 
 void
@@ -823,6 +882,8 @@ pipe_open(struct pipe *p)
 	ev_timer_stop(r->loop, &p->timer);
 	p->limit_ms = 0;
 	pipe_timer_update(p);
+	ev_timer_set(&p->later, (double)rconf_leg_later_ms(&r->conf) / 1000.0, 0.);
+	ev_timer_start(r->loop, &p->later);
 	pipe_update(p);
 }
 
@@ -857,13 +918,25 @@ void
 pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 {
 	uint8_t token[PROTO_TOKEN_LEN];
-	enum syntok_result tr = data_token(r, fd, token);
+	enum syntok_result tr = SYNTOK_ABSENT;
 	enum data_match by = BY_ENDPOINT;
-	struct pipe *p;
+	struct pipe *p = NULL;
 	char b[EP_STRLEN];
 
-	if (tr == SYNTOK_OK) {
-		/* An unknown token is never matched by endpoint: it was meant
+	/* The saved SYN (a getsockopt) is read only where its token can
+	 * change the outcome. While no tokened pipe is pending, a token can
+	 * name none: a connection from the endpoint of a pending pipe joins
+	 * it, as one from there without a token always did (the endpoint is
+	 * what such pipes trust). While tokened pipes are pending the token
+	 * comes first, endpoint match or not: else a client could announce
+	 * the public endpoint of a NAT and take the data connection of a
+	 * tokened client behind it (docs/protocol.md, "Pipe tokens"). */
+	if (r->pending_tok.n == 0 && (p = pending_find(r, peer)) != NULL)
+		;
+	else if ((tr = data_token(r, fd, token)) == SYNTOK_OK) {
+		/* An unknown token is not matched by endpoint either (the
+		 * SYN is read for it only when no pending pipe has the
+		 * endpoint, or while tokened pipes are pending): it was meant
 		 * for a pipe that is gone (expired, or used) or forged. */
 		if ((p = pending_tok_find(r, token)) == NULL) {
 			r->ctr.data_token_unknown++;
@@ -873,7 +946,8 @@ pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 			return;
 		}
 		by = BY_TOKEN;
-	} else if ((p = pending_find(r, peer)) == NULL && tr == SYNTOK_ABSENT &&
+	} else if (r->pending_tok.n > 0 && (p = pending_find(r, peer)) == NULL &&
+	    tr == SYNTOK_ABSENT &&
 	    (p = tokened_by_addr(r, &peer->addr)) != NULL) {
 		by = BY_ADDRESS;
 		log_info("data connection from %s without a token: the one tokened pipe "

@@ -84,6 +84,16 @@ rconf_leg(const struct rconf *c, struct sock_leg *o)
 	o->congestion = c->congestion;
 }
 
+uint64_t
+rconf_leg_later_ms(const struct rconf *c)
+{
+	uint64_t ms = c->keepalive_idle_ms;
+
+	if (c->user_timeout_ms && c->user_timeout_ms < ms)
+		ms = c->user_timeout_ms;
+	return ms / 2;
+}
+
 void
 rconf_free(struct rconf *c)
 {

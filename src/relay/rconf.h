@@ -97,6 +97,12 @@ struct rconf {
  * points into c. */
 void rconf_leg(const struct rconf *c, struct sock_leg *o);
 
+/* How long a pipe is open before its server leg gets keepalive and the
+ * user timeout (sock_set_leg_later): half the shorter of keepalive_idle
+ * and user_timeout, so that neither finds a dead peer later than if it
+ * had been set at the connect (pipe.c, half_attach). */
+uint64_t rconf_leg_later_ms(const struct rconf *c);
+
 /* Fills c with the defaults (those of etc/relayd.conf). */
 void rconf_defaults(struct rconf *c);
 

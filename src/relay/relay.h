@@ -96,6 +96,9 @@ struct relay {
 	struct htab owners;		/* pending count per control peer address */
 	struct htab pending_tok;	/* connecting or pending, by pipe token */
 	int save_syn;			/* the data listener saves SYNs: tokens work */
+	char cc_default[SOCK_CC_NAME_MAX];	/* the netns's congestion control,
+						 * read at start and reload ("":
+						 * unknown): what a new socket gets */
 	uint64_t next_pipe_id;
 
 	struct ctrl_list ctrls;		/* authenticated control connections */

@@ -100,9 +100,13 @@ data_listener_leg(struct relay *r, const char *was, char *err, size_t errlen)
 
 	rconf_leg(&r->conf, &o);
 	o.reset = 1;
-	if (o.congestion[0] == '\0' && was[0] != '\0' &&
-	    sock_congestion_default(def, sizeof(def)) == 0)
+	/* A server leg set to the default is left alone (pipe.c, half_attach). */
+	if (sock_congestion_default(r->cc_default, sizeof(r->cc_default)) == -1)
+		r->cc_default[0] = '\0';
+	if (o.congestion[0] == '\0' && was[0] != '\0' && r->cc_default[0] != '\0') {
+		memcpy(def, r->cc_default, sizeof(def));
 		o.congestion = def;
+	}
 	if (sock_set_leg(r->data_fd, &o) == -1) {
 		snprintf(err, errlen, "data listener: socket options (congestion control %s): %s",
 		    o.congestion[0] ? o.congestion : "system", strerror(errno));

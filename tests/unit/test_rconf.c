@@ -168,6 +168,13 @@ test_values(void **state)
 	assert_int_equal(o.user_timeout_ms, 120000);
 	assert_int_equal(o.linger_rst, 1);
 	assert_int_equal(o.reset, 0);
+	assert_int_equal(o.later, 0);
+	/* a server leg's keepalive and user timeout: at half the shorter */
+	assert_int_equal(rconf_leg_later_ms(&c), 30000);
+	c.user_timeout_ms = 20000;
+	assert_int_equal(rconf_leg_later_ms(&c), 10000);
+	c.user_timeout_ms = 0;		/* off: keepalive alone */
+	assert_int_equal(rconf_leg_later_ms(&c), 30000);
 	rconf_free(&c);
 
 	/* system: no TCP_CONGESTION at all, the host's default */

@@ -362,6 +362,49 @@ test_leg_inherited(void **state)
 	close(l);
 }
 
+/* A relay's server leg: nodelay, the RST on loss and the congestion
+ * control at the connect; keepalive and the user timeout only with later,
+ * and then all of them. */
+static void
+test_leg_later(void **state)
+{
+	struct sock_leg o = { .keepidle_s = 61, .keepintvl_s = 7, .keepcnt = 4,
+	    .user_timeout_ms = 90000, .linger_rst = 1, .congestion = "reno", .later = 1 };
+	struct linger lg;
+	socklen_t len = sizeof(lg);
+	char cc[SOCK_CC_NAME_MAX] = "";
+	int l, c, s;
+
+	(void)state;
+	l = tcp_pair("127.0.0.1:1", &c, &s);
+	assert_int_equal(sock_set_leg(c, &o), 0);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_NODELAY), 1);
+	assert_int_equal(getsockopt(c, SOL_SOCKET, SO_LINGER, &lg, &len), 0);
+	assert_true(lg.l_onoff == 1 && lg.l_linger == 0);
+	len = sizeof(cc);
+	assert_int_equal(getsockopt(c, IPPROTO_TCP, TCP_CONGESTION, cc, &len), 0);
+	assert_string_equal(cc, "reno");
+	/* Not yet: keepalive off, the kernel's user timeout. */
+	assert_int_equal(getint(c, SOL_SOCKET, SO_KEEPALIVE), 0);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_USER_TIMEOUT), 0);
+
+	assert_int_equal(sock_set_leg_later(c, &o), 0);
+	assert_int_equal(getint(c, SOL_SOCKET, SO_KEEPALIVE), 1);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_KEEPIDLE), 61);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_KEEPINTVL), 7);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_KEEPCNT), 4);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_USER_TIMEOUT), 90000);
+	/* Errors: -1 with errno, the rest still set. */
+	o.keepidle_s = 100000;
+	o.user_timeout_ms = 80000;
+	assert_int_equal(sock_set_leg_later(c, &o), -1);
+	assert_int_equal(errno, EINVAL);
+	assert_int_equal(getint(c, IPPROTO_TCP, TCP_USER_TIMEOUT), 80000);
+	close(c);
+	close(s);
+	close(l);
+}
+
 static void
 test_congestion_check(void **state)
 {
@@ -608,6 +651,7 @@ main(void)
 		cmocka_unit_test(test_close_rst),
 		cmocka_unit_test(test_options),
 		cmocka_unit_test(test_leg_inherited),
+		cmocka_unit_test(test_leg_later),
 		cmocka_unit_test(test_congestion_check),
 		cmocka_unit_test(test_mark),
 		cmocka_unit_test(test_udp),
