@@ -139,10 +139,14 @@ def tandem_mbps(up, down, streams):
 
 class Case:
     def __init__(self, scenario, name, title, direct_rtt, sub_rtt, direct_loss=0.0,
-                 sub_loss=0.0, seconds=10, streams=1):
+                 sub_loss=0.0, seconds=10, streams=1, leg_loss=None):
+        """sub_loss: the loss of both sub-hops; leg_loss = (client-relay,
+        relay-server) sets them apart instead (each relay's pair of that
+        side: the decoy's too)."""
         self.scenario, self.name, self.title = scenario, name, title
         self.direct_rtt, self.sub_rtt = direct_rtt, sub_rtt
         self.direct_loss, self.sub_loss = direct_loss, sub_loss
+        self.cr_loss, self.rs_loss = leg_loss if leg_loss is not None else (sub_loss, sub_loss)
         self.seconds = seconds
         self.streams = streams
         self.sb = None
@@ -156,7 +160,19 @@ class Case:
 
     @property
     def lossy(self):
-        return bool(self.direct_loss or self.sub_loss)
+        return bool(self.direct_loss or self.cr_loss or self.rs_loss)
+
+    @property
+    def legs_differ(self):
+        return self.cr_loss != self.rs_loss
+
+    def loss_text(self):
+        """'1% on the direct pair, 0.5% on each sub-hop' (or each sub-hop's own)."""
+        s = "%g%% on the direct pair, " % (self.direct_loss * 100)
+        if self.legs_differ:
+            return s + "%g%% on client-relay1 and %g%% on relay1-server" % (
+                self.cr_loss * 100, self.rs_loss * 100)
+        return s + "%g%% on each sub-hop" % (self.cr_loss * 100)
 
     @property
     def peers(self):
@@ -173,8 +189,10 @@ class Case:
             ends = {p["a"], p["b"]}
             if ends == {"client", "server"}:
                 p["loss"] = self.direct_loss
-            elif "server" in ends or "client" in ends:
-                p["loss"] = self.sub_loss
+            elif "client" in ends:
+                p["loss"] = self.cr_loss
+            elif "server" in ends:
+                p["loss"] = self.rs_loss
 
     def up(self):
         import slotbed
@@ -338,7 +356,8 @@ class Case:
     # ---- results ----
 
     RAW = ("scenario", "name", "title", "direct_rtt", "sub_rtt", "direct_loss", "sub_loss",
-           "seconds", "streams", "res", "sub", "tandem", "selection_misses")
+           "cr_loss", "rs_loss", "seconds", "streams", "res", "sub", "tandem",
+           "selection_misses")
 
     def to_raw(self):
         return {k: getattr(self, k) for k in self.RAW}
@@ -346,7 +365,9 @@ class Case:
     @classmethod
     def from_raw(cls, d):
         c = cls(d["scenario"], d["name"], d["title"], d["direct_rtt"], d["sub_rtt"],
-                d["direct_loss"], d["sub_loss"], d["seconds"], d["streams"])
+                d["direct_loss"], d["sub_loss"], d["seconds"], d["streams"],
+                # raw files from before leg_loss: both sub-hops sub_loss
+                (d.get("cr_loss", d["sub_loss"]), d.get("rs_loss", d["sub_loss"])))
         c.res.update(d["res"])
         c.sub, c.tandem = d["sub"], d["tandem"]
         c.selection_misses = d.get("selection_misses", [])
@@ -840,6 +861,8 @@ def main():
     ap.add_argument("--relay-cc", default="bbr",
                     help="the relays' [pipe] congestion (default bbr, slot-relayd's default)")
     ap.add_argument("--only", default="1,2,3", help="scenarios, e.g. 1,3")
+    ap.add_argument("--cases", default=None,
+                    help="only these cases of those scenarios, by name, e.g. relayleg")
     ap.add_argument("--family", type=int, choices=(4, 6), default=4,
                     help="6: every host IPv6-only (slotd's ip6tables rules, IPv6 relays)")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench", "e2e_throughput.md"))
@@ -883,10 +906,23 @@ def main():
                           seconds=args.loss_seconds, streams=args.loss_streams))
         cases.append(Case(2, "paper", "1% direct,\n0.5% sub-hops (paper)", 80, 40, 0.01, 0.005,
                           seconds=args.loss_seconds, streams=args.loss_streams))
+        # loss only on the leg the relay sends on in a download (relay1 ->
+        # client: the client's lossy access, which the direct path crosses
+        # too), where the relay's congestion control governs the lossy leg
+        cases.append(Case(2, "relayleg", "1% on the relay's\nsending leg only", 80, 40, 0.01,
+                          seconds=args.loss_seconds, streams=args.loss_streams,
+                          leg_loss=(0.01, 0.0)))
     if 3 in only:
         for rtt in (QUICK_SWEEP if args.quick else SWEEP):
             cases.append(Case(3, "rtt%d" % rtt, "%d ms" % rtt, rtt, rtt / 2,
                               seconds=args.seconds))
+    if args.cases:
+        want = [x.strip() for x in args.cases.split(",") if x.strip()]
+        bad = [w for w in want if w not in [c.name for c in cases]]
+        if bad:
+            sys.exit("e2e_throughput: --cases: no case %s in scenarios %s (cases: %s)"
+                     % (", ".join(bad), args.only, ", ".join(c.name for c in cases)))
+        cases = [c for c in cases if c.name in want]
 
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, on_signal)
@@ -894,8 +930,9 @@ def main():
     t0 = time.monotonic()
     try:
         for c in cases:
-            log("%-7s setting up: direct %g ms, sub-hops %g ms, loss %g/%g"
-                % (c.name, c.direct_rtt, c.sub_rtt, c.direct_loss, c.sub_loss))
+            log("%-7s setting up: direct %g ms, sub-hops %g ms, loss direct %g, "
+                "client-relay %g, relay-server %g"
+                % (c.name, c.direct_rtt, c.sub_rtt, c.direct_loss, c.cr_loss, c.rs_loss))
             c.up()
         threads = [threading.Thread(target=c.measure, args=(args.reps,), daemon=True)
                    for c in cases]
