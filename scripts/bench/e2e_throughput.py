@@ -451,12 +451,91 @@ def setup_text(case):
          "net.ipv4.tcp_rmem max 262144 on every host, " % (
              case.direct_rtt, case.sub_rtt, case.direct_rtt * .75, case.direct_rtt * .75))
     if case.lossy:
-        s += ("loss %g%% each way on the direct pair and %g%% each way on each sub-hop "
-              "(one segment per packet: gso off), " % (case.direct_loss * 100,
-                                                        case.sub_loss * 100))
+        s += "loss each way %s (one segment per packet: gso off), " % case.loss_text()
     else:
         s += "no loss, "
     return s
+
+
+def joined(vals):
+    """'a and b', 'a, b and c'."""
+    return vals[0] if len(vals) == 1 else ", ".join(vals[:-1]) + " and " + vals[-1]
+
+
+def what_text(cs):
+    """Scenario 2, the cases with both sub-hops lossy alike: the gain over
+    direct (Mathis), against the ideal, HAProxy and the tandem bound."""
+    if not cs:
+        return ""
+    both = lambda f: joined(["%.2f" % f(c) for c in cs])     # noqa: E731
+    s_t = [med([x / t for x, t in zip(c.res["slot"], c.tandem)]) for c in cs]
+    if [c.name for c in cs] == ["loss1", "paper"]:
+        measured = ("slot %.2fx direct with 1%% everywhere, %.2fx in the paper's case (the "
+                    "Slot paper measured 2.38x)" % tuple(med(c.ratios("slot", "direct"))
+                                                        for c in cs))
+    else:
+        measured = "slot %s direct (%s)" % (both(lambda c: med(c.ratios("slot", "direct"))),
+                                            joined([c.name for c in cs]))
+    text = (
+        "What it means: under loss a TCP connection's rate goes as 1/(RTT sqrt(p)) "
+        "(Mathis), so halving the round trip at equal loss gives at most 2x, and "
+        "halving the loss as well sqrt(2) more (2.83x). Measured: %s. "
+        "Against the ideal, slot reaches %s (target 0.95) and HAProxy on the same node "
+        "%s (slot/HAProxy %s). The tandem bound is %s of the ideal, and slot reaches %s "
+        "of that bound"
+        % (measured,
+           both(lambda c: med(c.ratios("slot", "ideal"))),
+           both(lambda c: med(c.ratios("haproxy", "ideal"))),
+           both(lambda c: med(c.ratios("slot", "haproxy"))),
+           both(lambda c: med([t / i for t, i in zip(c.tandem, c.res["ideal"])])),
+           joined(["%.2f" % x for x in s_t])))
+    if all(med(c.ratios("slot", "ideal")) >= 1.0 for c in cs) and \
+            all(c.res["slot-cubic"] for c in cs) and RELAY_CC["cc"] != "cubic":
+        text += (": above both, because the bound and the ideal are those of cubic legs "
+                 "while the relay sends on its leg with %s, which does not stall after "
+                 "each loss (see the relay's congestion control below).\n" % RELAY_CC["cc"])
+    elif all(x >= 0.95 for x in s_t):
+        text += (": slot forwards about what any relay could from these two legs, and "
+                 "the distance to the ideal is that of relaying two fluctuating lossy "
+                 "legs, not of slot's relay.\n")
+    else:
+        text += (". Below the bound, the relay's buffers are finite (the receive buffer "
+                 "is capped at 256 KiB on the relay too), so a long stall of the "
+                 "downstream leg also throttles the upstream one, and a leg kept idle "
+                 "does not grow its window meanwhile; the tandem bound has neither "
+                 "effect. HAProxy is subject to the same.\n")
+    return text
+
+
+def relayleg_text(cs):
+    """Scenario 2, the cases where only the relay's sending leg loses."""
+    cc = RELAY_CC["cc"]
+    out = []
+    for c in cs:
+        t = ("**%s** (%s): %s. The ideal is then the lossy client-relay leg alone, with "
+             "cubic, %s Mbit/s (relay-server alone %s: its %d streams share the 100 Mbit/s "
+             "link), and the tandem bound is %.2f of it (the lossless upstream leg keeps a "
+             "relay fed). slot moves %.2fx direct, %.2fx the ideal, %.2fx the tandem bound and "
+             "%.2fx HAProxy on the same node"
+             % (c.title.replace("\n", " "), c.name, c.loss_text(), "%.2f" % med(c.res["ideal"]),
+                "%.1f" % med(c.sub["relay-server"]), c.streams,
+                med([t / i for t, i in zip(c.tandem, c.res["ideal"])]),
+                med(c.ratios("slot", "direct")), med(c.ratios("slot", "ideal")),
+                med([x / t for x, t in zip(c.res["slot"], c.tandem)]),
+                med(c.ratios("slot", "haproxy"))))
+        if c.res["slot-cubic"] and c.res["haproxy-bbr"]:
+            t += ("; with the relay's legs cubic, slot gets %.2f of the ideal (%.2fx HAProxy), "
+                  "and HAProxy with bbr as its host's default %.2f of it"
+                  % (med(c.ratios("slot-cubic", "ideal")), med(c.ratios("slot-cubic", "haproxy")),
+                     med(c.ratios("haproxy-bbr", "ideal"))))
+            if cc != "cubic":
+                t += (". In a download the relay is the sender on the lossy leg, so the "
+                      "algorithm that sets this transfer's rate is the relay's: with cubic (the "
+                      "ideal, HAProxy, slot with cubic legs) the leg runs at what cubic gets "
+                      "at 1%% loss and 40 ms, with %s, which does not cut its rate at each "
+                      "loss, at %.1fx that" % (cc, med(c.ratios("slot", "slot-cubic"))))
+        out.append(t + ".\n")
+    return "\n".join(out)
 
 
 def cc_text(cs):
@@ -480,19 +559,52 @@ def cc_text(cs):
         out.append("| %s | %s | %s |" % (label, " | ".join(rrng(c.ratios(a, b)) for c in cs),
                                          target))
     out.append("")
-    met13 = all(meets(c.ratios("slot", "haproxy"), 1.3) for c in cs)
-    met10 = all(meets(c.ratios("slot", "ideal"), 1.0) for c in cs)
-    out.append(
-        "Which leg the relay's choice reaches: the download's bytes go server -> relay1 -> "
-        "client, and the relay is the sender only on the client leg (relay1 -> client); "
-        "the server leg's sender is the server, with its own cubic, whatever the relay "
-        "chooses (an upload is the mirror image: the relay sends on the server leg, the "
-        "client's cubic on the other, and with these symmetric legs the same bound). So "
-        "the relay's choice can make its own leg keep up, never the server's: a relayed "
-        "transfer stays bounded by the server's cubic leg, which is what the ideal (the "
-        "slower cubic sub-hop alone) measures. slot >= 1.3x HAProxy: **%s**; slot >= 1.0x "
-        "the ideal of cubic legs: **%s**.\n" % ("met" if met13 else "not met",
-                                                 "met" if met10 else "not met"))
+    sym = [c for c in cs if not c.legs_differ]
+    one = [c for c in cs if c.legs_differ]
+    text = ("Which leg the relay's choice reaches: the download's bytes go server -> relay1 -> "
+            "client, and the relay is the sender only on the client leg (relay1 -> client); "
+            "the server leg's sender is the server, with its own cubic, whatever the relay "
+            "chooses (an upload is the mirror image: the relay sends on the server leg, the "
+            "client's cubic on the other). So the relay's choice can make its own leg keep "
+            "up, never the server's.")
+    if sym:
+        text += (" Where both legs lose (%s), a relayed transfer stays bounded by the "
+                 "server's cubic leg, which is what the ideal (the slower cubic sub-hop alone) "
+                 "measures; with these symmetric legs an upload has the same bound."
+                 % joined([c.name for c in sym]))
+    if one:
+        text += (" Where only the relay's leg loses (%s), that leg is the slower one and the "
+                 "ideal is that leg with cubic: the relay's %s replaces the very algorithm "
+                 "that bounds the ideal, and the server's lossless leg keeps the relay fed "
+                 "(an upload over the same lossy access would put the client's cubic on the "
+                 "lossy leg, out of the relay's reach)." % (joined([c.name for c in one]), cc))
+    out.append(text + " Per case:\n")
+    for c in cs:
+        r13, r10 = c.ratios("slot", "haproxy"), c.ratios("slot", "ideal")
+        if c.legs_differ:
+            why = ("the lossy leg is the relay's own, and %s on it moves %.2fx what cubic "
+                   "does (slot / slot with cubic legs); HAProxy, cubic, gets %.2f of the "
+                   "ideal" % (cc, med(c.ratios("slot", "slot-cubic")),
+                              med(c.ratios("haproxy", "ideal"))))
+        else:
+            rs_ha = med([x / h for x, h in zip(c.sub["relay-server"], c.res["haproxy"])])
+            why = ("the server's cubic leg, lossy too, bounds every relay: alone it moved "
+                   "%.2fx HAProxy's rate (relay-server alone / HAProxy, medians of the "
+                   "repetitions; the ideal %.2fx)%s; %s on the relay's leg takes slot %.2fx "
+                   "past slot with cubic legs, to %.2f of the ideal"
+                   % (rs_ha, med([i / h for i, h in zip(c.res["ideal"], c.res["haproxy"])]),
+                      ", so 1.3x is out of any relay's reach here" if rs_ha < 1.3 else "", cc,
+                      med(c.ratios("slot", "slot-cubic")), med(r10)))
+        out.append("- **%s** (%s): slot >= 1.3x HAProxy (cubic) **%s** (%.2f); slot >= 1.0x "
+                   "the ideal of cubic legs **%s** (%.2f). Why: %s."
+                   % (c.name, c.loss_text(), "met" if meets(r13, 1.3) else "not met", med(r13),
+                      "met" if meets(r10, 1.0) else "not met", med(r10), why))
+    out.append("")
+    if sym and one:
+        out.append("Issue 17's targets were posed for scenario 2 as it stood (%s); %s was "
+                   "added to show where the relay's per-leg congestion control pays, and its "
+                   "figures leave those cases' verdicts as they are.\n"
+                   % (joined([c.name for c in sym]), joined([c.name for c in one])))
     return out
 
 
@@ -509,7 +621,8 @@ def bar_plot(cases, path, title, ylabel="throughput, Mbit/s (iperf3 goodput)"):
     """Bars of every path per case (median, min-max whiskers, value on top); with
     loss, the tandem bound too (hatched)."""
     plt = plt_mod()
-    series = [(p, LABEL[p], COLOR[p], None, [c.res[p] for c in cases]) for p in PEERS]
+    peers = PEERS + tuple(p for p in LOSS_PEERS if all(c.res[p] for c in cases))
+    series = [(p, LABEL[p], COLOR[p], None, [c.res[p] for c in cases]) for p in peers]
     if all(c.lossy for c in cases):
         series.append(("tandem", "tandem bound (relay, unlimited buffer)", "#ffffff", "//",
                        [c.tandem for c in cases]))
@@ -591,7 +704,9 @@ def cmd_line(args, only):
     return "`%s` (root, after `make all`), or `make bench`" % a
 
 
-def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
+def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac, separate=()):
+    """separate: runs merged in from other --raw files ({cases, reps,
+    elapsed, busy}); elapsed and busy_frac are the full run's."""
     out = []
     v6 = getattr(args, "family", 4) == 6
     if v6:
@@ -618,10 +733,16 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
         "would. The cases' test beds run concurrently, each case measuring its paths in turn. "
         "Each case also downloads a %d MiB file of random bytes through slot with curl, before "
         "and after its repetitions, and checks its sha256 and that nginx saw relay1 as the "
-        "peer. Full run: %.0f s.\n"
+        "peer. Full run: %.0f s.%s\n"
         % ("%g s per run (%g s and %d parallel streams with loss, see scenario 2)"
            % (args.seconds, args.loss_seconds, args.loss_streams),
-           args.reps, CHECK_FILE_SIZE >> 20, elapsed))
+           args.reps, CHECK_FILE_SIZE >> 20, elapsed,
+           "".join(" The %s case%s measured later in a run of %s own (`--cases %s`, the "
+                   "same build and settings, %d repetitions, %.0f s, the machine %.0f%% busy) "
+                   "and merged with the full run's raw data." % (
+                       joined(r["cases"]), " was" if len(r["cases"]) == 1 else "s were",
+                       "its" if len(r["cases"]) == 1 else "their", ",".join(r["cases"]),
+                       r["reps"], r["elapsed"], 100 * r["busy"]) for r in separate)))
 
     allc = [c for s in sorted(by_sc) for c in by_sc[s]]
     misses = [(c, d) for c in allc for d in c.selection_misses]
@@ -675,8 +796,7 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
                    "per packet (gso off on every host, so a loss hits one segment; "
                    "docs/testbed.md), %g s per run:\n" % cs[0].seconds)
         for c in cs:
-            out.append("- **%s**: %g%% on the direct pair, %g%% on each sub-hop."
-                       % (c.title.replace("\n", " "), c.direct_loss * 100, c.sub_loss * 100))
+            out.append("- **%s**: %s." % (c.title.replace("\n", " "), c.loss_text()))
         out.append("")
         for c in cs:
             out.append("**%s**\n" % c.title.replace("\n", " "))
@@ -684,15 +804,26 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
             out.append("")
         out.append(note2 or "![%s](%s/%s)\n" % ("scenario 2", img_rel, png))
         out.append("Reproduce: %s.\n" % cmd_line(args, "2"))
-        a, b = cs
-        both = lambda f: " and ".join("%.2f" % f(c) for c in cs)    # noqa: E731
+        # sym: both sub-hops lossy alike (loss1, paper); one: the legs differ
+        # (relayleg: only the leg the relay sends on is lossy)
+        sym = [c for c in cs if not c.legs_differ]
+        one = [c for c in cs if c.legs_differ]
+        a = sym[0] if sym else cs[0]
         segs = med(a.res["slot"]) * 1e6 * a.seconds / 8 / 1448
+        shared = ""
+        if one:
+            shared = ("; in %s they do share links: the lossless relay-server leg alone "
+                      "fills the 100 Mbit/s access link (%s Mbit/s per stream), and slot's "
+                      "streams together move %s Mbit/s on the client's access link" % (
+                          ", ".join(c.name for c in one),
+                          ", ".join("%.1f" % med(c.sub["relay-server"]) for c in one),
+                          ", ".join("%.0f" % (med(c.res["slot"]) * c.streams) for c in one)))
         out.append(
             "Each run is %d parallel streams with independent losses, and the table gives "
             "the mean per stream: one stream through slot sends about %s segments in %g s, "
             "so only about %d are lost per leg, too few for a steady figure; the parallel "
             "streams share no bottleneck (together they move under %d Mbit/s on 100 Mbit/s "
-            "links). The **tandem bound** is computed from the ideal runs: from each "
+            "links)%s. The **tandem bound** is computed from the ideal runs: from each "
             "leg's bytes per 0.1 s (iperf3 -i 0.1), the most a relay with an unlimited "
             "buffer could have forwarded when joining one stream of the upstream leg to one "
             "of the downstream leg: min over t of (upstream bytes by t + downstream bytes "
@@ -702,41 +833,15 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
             "downstream leg unless a backlog waits in the relay, and the ideal, the slower "
             "leg's average, assumes no such coupling.\n"
             % (cs[0].streams, "{:,}".format(int(round(segs, -2))), a.seconds,
-               round(segs * a.sub_loss), 5 * round(max(max(c.res[p]) for c in cs
-                                                       for p in PEERS) * cs[0].streams / 5 + 1)))
-        s_t = [med([x / t for x, t in zip(c.res["slot"], c.tandem)]) for c in cs]
-        text = (
-            "What it means: under loss a TCP connection's rate goes as 1/(RTT sqrt(p)) "
-            "(Mathis), so halving the round trip at equal loss gives at most 2x, and "
-            "halving the loss as well sqrt(2) more (2.83x). Measured: slot %.2fx direct with "
-            "1%% everywhere, %.2fx in the paper's case (the Slot paper measured 2.38x). "
-            "Against the ideal, slot reaches %s (target 0.95) and HAProxy on the same node "
-            "%s (slot/HAProxy %s). The tandem bound is %s of the ideal, and slot reaches %s "
-            "of that bound"
-            % (med(a.ratios("slot", "direct")), med(b.ratios("slot", "direct")),
-               both(lambda c: med(c.ratios("slot", "ideal"))),
-               both(lambda c: med(c.ratios("haproxy", "ideal"))),
-               both(lambda c: med(c.ratios("slot", "haproxy"))),
-               both(lambda c: med([t / i for t, i in zip(c.tandem, c.res["ideal"])])),
-               " and ".join("%.2f" % x for x in s_t)))
-        if all(med(c.ratios("slot", "ideal")) >= 1.0 for c in cs) and \
-                all(c.res["slot-cubic"] for c in cs) and RELAY_CC["cc"] != "cubic":
-            text += (": above both, because the bound and the ideal are those of cubic legs "
-                     "while the relay sends on its leg with %s, which does not stall after "
-                     "each loss (see the relay's congestion control below).\n" % RELAY_CC["cc"])
-        elif all(x >= 0.95 for x in s_t):
-            text += (": slot forwards about what any relay could from these two legs, and "
-                     "the distance to the ideal is that of relaying two fluctuating lossy "
-                     "legs, not of slot's relay.\n")
-        else:
-            text += (". Below the bound, the relay's buffers are finite (the receive buffer "
-                     "is capped at 256 KiB on the relay too), so a long stall of the "
-                     "downstream leg also throttles the upstream one, and a leg kept idle "
-                     "does not grow its window meanwhile; the tandem bound has neither "
-                     "effect. HAProxy is subject to the same.\n")
-        out.append(text)
+               round(segs * max(a.cr_loss, a.rs_loss)),
+               5 * round(max(max(c.res[p]) for c in (sym or cs) for p in PEERS)
+                         * cs[0].streams / 5 + 1), shared))
+        out.append(what_text(sym))
+        if one:
+            out.append(relayleg_text(one))
         if all(c.res["slot-cubic"] and c.res["haproxy-bbr"] for c in cs):
             out += cc_text(cs)
+
 
     if 3 in by_sc:
         cs = by_sc[3]
@@ -828,9 +933,10 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac):
                                         max(c.ratios("slot", "haproxy"))) for c in ha_miss)))
     if lossy_miss or ha_miss:
         out.append("")
-    out.append("Machine: %d cores, busy %.0f%% on average during the measurements (this "
+    out.append("Machine: %d cores, busy %.0f%% on average during the %smeasurements (this "
                "benchmark's %d test beds and whatever else ran).\n"
-               % (os.cpu_count(), 100 * busy_frac, sum(len(v) for v in by_sc.values())))
+               % (os.cpu_count(), 100 * busy_frac, "full run's " if separate else "",
+                  sum(len(v) for v in by_sc.values()) - sum(len(r["cases"]) for r in separate)))
     return "\n".join(out) + "\n"
 
 
@@ -893,7 +999,9 @@ def main():
             setattr(args, k, raw["args"][k])
         RELAY_CC["cc"] = raw["args"].get("relay_cc", "bbr")
         cases = [Case.from_raw(d) for d in raw["cases"]]
-        return write_report(args, cases, raw["elapsed"], raw["busy"])
+        # "separate": cases measured in runs of their own and merged in
+        # (their own elapsed and busy; the top-level ones are the full run's)
+        return write_report(args, cases, raw["elapsed"], raw["busy"], raw.get("separate", ()))
     import slotbed
     _needs.check("e2e_throughput", args, modules=("matplotlib",),
                  tools=("iperf3", "haproxy", "nginx", "curl"),
@@ -967,7 +1075,7 @@ def main():
     log("done in %.0f s" % elapsed)
 
 
-def write_report(args, cases, elapsed, busy):
+def write_report(args, cases, elapsed, busy, separate=()):
     out_path = os.path.abspath(args.out)
     imgdir = os.path.abspath(args.img) if args.img else \
         os.path.join(os.path.dirname(os.path.dirname(out_path)), "img")
@@ -976,7 +1084,7 @@ def write_report(args, cases, elapsed, busy):
     for c in cases:
         by_sc.setdefault(c.scenario, []).append(c)
     img_rel = os.path.relpath(imgdir, os.path.dirname(os.path.dirname(out_path)))
-    text = report(args, by_sc, imgdir, img_rel, elapsed, busy)
+    text = report(args, by_sc, imgdir, img_rel, elapsed, busy, separate)
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     with open(out_path + ".tmp", "w") as f:
         f.write(text)
