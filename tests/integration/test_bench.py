@@ -158,7 +158,7 @@ def raw_cases():
             c["res"].update({"slot-cubic": [9.0 * k, 9.2 * k], "haproxy-bbr": [9.6 * k, 9.7 * k]})
         return c
     relayleg = case(2, "relayleg", "1% on the relay's\nsending leg only", 80, 0.01, 0.0)
-    relayleg.update({"cr_loss": 0.01, "rs_loss": 0.0,
+    relayleg.update({"cr_loss": 0.01, "rs_loss": 0.0, "seq_ideal": True,
                      "res": {"direct": [2.0, 2.2], "slot": [18.0, 19.0], "ideal": [3.0, 3.2],
                              "haproxy": [3.3, 3.4], "slot-cubic": [3.4, 3.5],
                              "haproxy-bbr": [18.0, 18.5]},
@@ -225,6 +225,9 @@ def test_report_relayleg_case_and_separate_run(tmp_path):
     assert ("- **1% on the relay's sending leg only**: 1% on the direct pair, 1% on "
             "client-relay1 and 0% on relay1-server." in text), text
     assert "**1% on the relay's sending leg only**\n\n| path |" in text, text
+    # its ideal's two legs were measured one after the other (seq_ideal)
+    assert "they share no link; in relayleg one after the other, see scenario 2)" in text, text
+    assert "; the two legs measured one after the other, each alone:" in text, text
     assert "| ratio | loss1 | paper | relayleg | target |" in text, text
     rows = {l.split(" | ")[0]: l for l in tables(text) if l.startswith("| slot")}
     # relayleg: slot / HAProxy 18/3.3 and 19/3.4, slot / ideal 18/3.0 and 19/3.2
