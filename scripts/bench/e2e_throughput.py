@@ -153,7 +153,7 @@ class Case:
         # differ: at once they share no link in the data direction, but a
         # lossless leg's 4 streams fill the 100 Mbit/s link (~8,000 packets/s
         # through slot-wanem and relay1 on 2 shared cores), and the lossy
-        # leg measured beside it moved about 20% less than alone (relayleg,
+        # leg measured beside it moved 15-28% less than alone (relayleg,
         # 3 pairs of runs): the ideal would be understated. Both legs lossy,
         # they move ~15 Mbit/s together: at once, as before.
         self.seq_ideal = self.legs_differ
@@ -526,7 +526,7 @@ def relayleg_text(cs):
     out = []
     for c in cs:
         how = ("measured one after the other, each alone: at once, the lossless leg's "
-               "streams filling the link slowed the lossy leg by about a fifth (3.44, 3.31 "
+               "streams filling the link slowed the lossy leg by 15-28%% (3.44, 3.31 "
                "and 3.96 Mbit/s per stream alone against 2.48, 2.80 and 2.94 beside it, "
                "3 pairs of runs on a relayleg bed)" if c.seq_ideal else
                "measured at once, as in the other cases; the lossless leg's streams filling "
