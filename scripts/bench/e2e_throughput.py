@@ -526,7 +526,7 @@ def relayleg_text(cs):
     out = []
     for c in cs:
         how = ("measured one after the other, each alone: at once, the lossless leg's "
-               "streams filling the link slowed the lossy leg by 15-28%% (3.44, 3.31 "
+               "streams filling the link slowed the lossy leg by 15-28% (3.44, 3.31 "
                "and 3.96 Mbit/s per stream alone against 2.48, 2.80 and 2.94 beside it, "
                "3 pairs of runs on a relayleg bed)" if c.seq_ideal else
                "measured at once, as in the other cases; the lossless leg's streams filling "
