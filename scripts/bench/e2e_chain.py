@@ -67,33 +67,6 @@ RMEM = "4096 131072 262144"
 DIR_RTT = 20            # the directory: 20 ms from everybody
 PORT_SLOT, PORT_DIRECT, PORT_HAPROXY = 80, 8080, 8081
 FILE_MIB = 256
-NGINX_CONF = """# written by scripts/bench/e2e_chain.py
-daemon off;
-master_process on;
-worker_processes 1;
-user nobody nogroup;
-pid %(d)s/nginx.pid;
-error_log %(d)s/error.log warn;
-events {
-    worker_connections 1024;
-}
-http {
-    access_log off;
-    client_body_temp_path %(d)s/tmp/body;
-    proxy_temp_path %(d)s/tmp/proxy;
-    fastcgi_temp_path %(d)s/tmp/fastcgi;
-    uwsgi_temp_path %(d)s/tmp/uwsgi;
-    scgi_temp_path %(d)s/tmp/scgi;
-    default_type application/octet-stream;
-    sendfile on;
-    keepalive_timeout 0;
-    server {
-%(listen)s
-        root %(www)s;
-        location /f/ { }
-    }
-}
-"""
 MODES = ["direct", "slot", "single"] + ["loop:%s<%s" % l for l in LOOPS]
 
 slotbed = None
@@ -194,31 +167,9 @@ class Chain:
         log("deployed in %.1f s" % (time.monotonic() - t))
 
     def services(self):
-        www = os.path.join(self.sb.dir, "www")
-        os.makedirs(os.path.join(www, "f"))
-        self.file = os.path.join(www, "f", "big")
-        with open(self.file, "wb") as f:
-            for _ in range(FILE_MIB // 4):
-                f.write(os.urandom(4 << 20))
-        for d in (www, os.path.join(www, "f")):
-            os.chmod(d, 0o755)
-        os.chmod(self.file, 0o644)
-        for h in ["server"] + [s for _, s in LOOPS if s != "server"]:
-            d = os.path.join(self.sb.dir, "nginx-" + h)
-            os.makedirs(os.path.join(d, "tmp"))
-            os.chmod(d, 0o755)
-            conf = os.path.join(d, "nginx.conf")
-            ports = (PORT_SLOT, PORT_DIRECT) if h == "server" else (PORT_DIRECT,)
-            with open(conf, "w") as f:
-                f.write(NGINX_CONF % {
-                    "d": d, "www": www,
-                    "listen": "\n".join("        listen %s:%d;" % (self.sb.ip(h), p)
-                                        for p in ports)})
-            p = self.sb.bed.popen(h, [slotbed.NGINX, "-p", d + "/", "-c", conf,
-                                      "-e", os.path.join(d, "error.log")],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for port in ports:
-                self.sb.bed.wait_listen(h, port, p)
+        self.file = self.sb.serve_random_file(FILE_MIB, {
+            h: (PORT_SLOT, PORT_DIRECT) if h == "server" else (PORT_DIRECT,)
+            for h in ["server"] + [s for _, s in LOOPS if s != "server"]})
         self.sb.haproxy(BEST_SINGLE, {PORT_HAPROXY: (self.sb.ip("server"), PORT_DIRECT)})
 
     def target(self, mode):

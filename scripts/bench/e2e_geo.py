@@ -74,33 +74,6 @@ DIR_RTT = 20            # the directory host: 20 ms from everybody, no loss
 PORT_SLOT, PORT_DIRECT, PORT_HAPROXY = 80, 8080, 8081
 HAPROXY_BASE = 9000
 FILE_MIB = 64           # served file; a transfer stops at --max-time, long before its end
-NGINX_CONF = """# written by scripts/bench/e2e_geo.py
-daemon off;
-master_process on;
-worker_processes 1;
-user nobody nogroup;
-pid %(d)s/nginx.pid;
-error_log %(d)s/error.log warn;
-events {
-    worker_connections 1024;
-}
-http {
-    access_log off;
-    client_body_temp_path %(d)s/tmp/body;
-    proxy_temp_path %(d)s/tmp/proxy;
-    fastcgi_temp_path %(d)s/tmp/fastcgi;
-    uwsgi_temp_path %(d)s/tmp/uwsgi;
-    scgi_temp_path %(d)s/tmp/scgi;
-    default_type application/octet-stream;
-    sendfile on;
-    keepalive_timeout 0;
-    server {
-%(listen)s
-        root %(www)s;
-        location /f/ { }
-    }
-}
-"""
 MODES = ["direct", "slot", "haproxy"]
 MIN_GAIN = 1.1          # slotd's [select] min_gain (default)
 
@@ -257,31 +230,8 @@ class Geo:
     def services(self):
         """nginx in every server host (one per host, three ports: one per mode,
         the same file), and the HAProxy peers."""
-        www = os.path.join(self.sb.dir, "www")
-        os.makedirs(os.path.join(www, "f"))
-        self.file = os.path.join(www, "f", "big")
-        with open(self.file, "wb") as f:
-            for _ in range(FILE_MIB // 4):
-                f.write(os.urandom(4 << 20))
-        for d in (www, os.path.join(www, "f")):
-            os.chmod(d, 0o755)
-        os.chmod(self.file, 0o644)
-        for s in SERVERS:
-            h = self.host[s]
-            d = os.path.join(self.sb.dir, "nginx-" + h)
-            os.makedirs(os.path.join(d, "tmp"))
-            os.chmod(d, 0o755)
-            conf = os.path.join(d, "nginx.conf")
-            with open(conf, "w") as f:
-                f.write(NGINX_CONF % {
-                    "d": d, "www": www,
-                    "listen": "\n".join("        listen %s:%d;" % (self.sb.ip(h), port)
-                                        for port in (PORT_SLOT, PORT_DIRECT, PORT_HAPROXY))})
-            p = self.sb.bed.popen(h, [slotbed.NGINX, "-p", d + "/", "-c", conf,
-                                      "-e", os.path.join(d, "error.log")],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for port in (PORT_SLOT, PORT_DIRECT, PORT_HAPROXY):
-                self.sb.bed.wait_listen(h, port, p)
+        self.file = self.sb.serve_random_file(FILE_MIB, {
+            self.host[s]: (PORT_SLOT, PORT_DIRECT, PORT_HAPROXY) for s in SERVERS})
         self.best = {s: self.ranking(s)[0][1] for s in SERVERS}
         self.hport = {s: HAPROXY_BASE + i for i, s in enumerate(SERVERS)}
         by_relay = {}

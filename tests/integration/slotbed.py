@@ -1091,6 +1091,36 @@ class BedDird(DirClient):
         return {e["relay"]: e["group"] for e in self.list("")["relays"]}
 
 
+# serve_random_file's nginx: a file server and nothing else.
+STATIC_NGINX_CONF = """# written by slotbed.serve_random_file
+daemon off;
+master_process on;
+worker_processes 1;
+user nobody nogroup;
+pid %(d)s/nginx.pid;
+error_log %(d)s/error.log warn;
+events {
+    worker_connections 1024;
+}
+http {
+    access_log off;
+    client_body_temp_path %(d)s/tmp/body;
+    proxy_temp_path %(d)s/tmp/proxy;
+    fastcgi_temp_path %(d)s/tmp/fastcgi;
+    uwsgi_temp_path %(d)s/tmp/uwsgi;
+    scgi_temp_path %(d)s/tmp/scgi;
+    default_type application/octet-stream;
+    sendfile on;
+    keepalive_timeout 0;
+    server {
+%(listen)s
+        root %(www)s;
+        location /f/ { }
+    }
+}
+"""
+
+
 class SlotBed:
     """The test bed and its daemons. relays: {name: (rtt client-relay, rtt
     relay-server)}; direct_rtt: client-server. extra_hosts: more hosts (a
@@ -1251,6 +1281,37 @@ class SlotBed:
 
     def relay(self, name):
         return self.relays[name]
+
+    def serve_random_file(self, mib, ports_by_host):
+        """A file of mib MiB of random bytes at /f/big, served by a plain nginx
+        (no access log, no keep-alive) in each host of ports_by_host on its
+        ports; returns the file's path. For benchmarks that download from
+        several hosts; stopped with the bed."""
+        www = os.path.join(self.dir, "www")
+        os.makedirs(os.path.join(www, "f"))
+        path = os.path.join(www, "f", "big")
+        with open(path, "wb") as f:
+            for _ in range(mib // 4):
+                f.write(os.urandom(4 << 20))
+        for d in (www, os.path.join(www, "f")):
+            os.chmod(d, 0o755)
+        os.chmod(path, 0o644)
+        for h, ports in ports_by_host.items():
+            d = os.path.join(self.dir, "nginx-" + h)
+            os.makedirs(os.path.join(d, "tmp"))
+            os.chmod(d, 0o755)
+            conf = os.path.join(d, "nginx.conf")
+            with open(conf, "w") as f:
+                f.write(STATIC_NGINX_CONF % {
+                    "d": d, "www": www,
+                    "listen": "\n".join("        listen %s:%d;" % (self.ip(h), p)
+                                        for p in ports)})
+            proc = self.bed.popen(h, [NGINX, "-p", d + "/", "-c", conf,
+                                      "-e", os.path.join(d, "error.log")],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for p in ports:
+                self.bed.wait_listen(h, p, proc)
+        return path
 
     def haproxy(self, host, routes, **kw):
         """A started HAProxy in host (stopped at down())."""
