@@ -112,16 +112,28 @@ def test_keepalive_on_both_sockets(net, relays, key, servers, port):
     relay = relays({"limits": {"keepalive_idle": "7s", "keepalive_interval": "3s"}})
     client = make_client(net, relay, key)
     proc, srv = idle_pipe(net, client, servers, port)
-    try:
-        relay.wait_counter("pipes_open", lambda v: v == 1)
+
+    def legs():
         out = net.run_ns("relay", "ss", "-tnoH", "state", "established").stdout
         if isinstance(out, bytes):
             out = out.decode()
+        return out, [l for l in out.splitlines() if ":%d" % relay.data_port in l or
+                     "%s:" % net.server_ip in l]
+
+    try:
+        relay.wait_counter("pipes_open", lambda v: v == 1)
+        # The server leg gets its keepalive once the pipe has been open half
+        # of keepalive_idle (docs/relay.md: set late, as it cannot act earlier).
+        deadline = time.monotonic() + 15
+        while True:
+            out, lines = legs()
+            if (len(lines) >= 2 and all(re.search(r"timer:\(keepalive,", l) for l in lines)
+                    or time.monotonic() > deadline):
+                break
+            time.sleep(0.25)
     finally:
         proc.stdin.close()
         wait_exit(proc, 10)
-    lines = [l for l in out.splitlines() if ":%d" % relay.data_port in l or
-             "%s:" % net.server_ip in l]
     # The accepted client socket and the connected server socket.
     assert len(lines) >= 2, out
     for l in lines:
