@@ -16,6 +16,7 @@
 #include "slot/sock.h"
 #include "slot/syntok.h"
 #include "chain.h"
+#include "datahold.h"
 #include "flow.h"
 #include "initcwnd.h"
 #include "pipe.h"
@@ -76,8 +77,41 @@ static void half_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
 static void later_cb(struct ev_loop *loop, ev_timer *w, int revents);
 static void pipe_open(struct pipe *p);
+static void adopt_held(struct pipe *p);
 static void pipe_timer_update(struct pipe *p);
 static uint64_t pipe_limit_ms(const struct pipe *p);
+
+/* A held data connection (datahold.h) leaves the hold. */
+static void
+held_gone(void *arg, const struct held *h, enum held_end why)
+{
+	struct relay *r = arg;
+	char b[EP_STRLEN];
+
+	switch (why) {
+	case HELD_JOINED:
+		r->ctr.data_held_joined++;
+		log_info("data connection from %s joins the pipe that came after it",
+		    ep_fmt(&h->peer, b));
+		return;
+	case HELD_EVICTED:
+		r->ctr.data_held_evicted++;
+		break;
+	case HELD_EXPIRED:
+		r->ctr.data_held_expired++;
+		break;
+	case HELD_CLEARED:
+		break;
+	}
+	if (h->token_ok) {
+		r->ctr.data_token_unknown++;
+		log_info("data connection from %s: unknown pipe token: reset", ep_fmt(&h->peer, b));
+	} else {
+		r->ctr.data_rejected++;
+		log_info("data connection from %s matches no pending pipe: reset",
+		    ep_fmt(&h->peer, b));
+	}
+}
 
 int
 pipes_init(struct relay *r)
@@ -96,12 +130,14 @@ pipes_init(struct relay *r)
 		htab_destroy(&r->owners);
 		return -1;
 	}
+	datahold_init(&r->hold, r->loop, (double)r->conf.data_hold_ms / 1000.0, held_gone, r);
 	return 0;
 }
 
 void
 pipes_destroy(struct relay *r)
 {
+	datahold_clear(&r->hold);
 	pipe_reset_all(r);
 	htab_destroy(&r->pending);
 	htab_destroy(&r->owners);
@@ -827,11 +863,14 @@ establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 			r->ctr.chains_failed++;
 			r->ctr.chains_next_hop_failed++;
 			pipe_fail(p, FAIL_NEXT_HOP, err);
+			return;
 		}
+		adopt_held(p);
 		return;
 	}
 	connect_watch(p, fd);
 	timer_arm(p, r->conf.connect_timeout_ms);
+	adopt_held(p);
 }
 
 void
@@ -914,6 +953,62 @@ data_join(struct relay *r, struct pipe *p, int fd, enum data_match by)
 	half_attach(&p->cli, fd);
 }
 
+/* A data connection that matches no pipe: held for the PIPE_ESTABLISH that
+ * may still come for it (datahold.h; adopt_held), else reset. */
+static void
+data_unmatched(struct relay *r, int fd, const struct endpoint *peer,
+    enum syntok_result tr, const uint8_t *token)
+{
+	char b[EP_STRLEN];
+
+	if (!r->draining && datahold_add(&r->hold, fd, peer, tr == SYNTOK_OK,
+	    tr == SYNTOK_ABSENT, token) == 0) {
+		r->ctr.data_held++;
+		log_debug("data connection from %s matches no pipe yet: held",
+		    ep_fmt(peer, b));
+		return;
+	}
+	if (tr == SYNTOK_OK) {
+		r->ctr.data_token_unknown++;
+		log_info("data connection from %s: unknown pipe token: reset", ep_fmt(peer, b));
+	} else {
+		r->ctr.data_rejected++;
+		log_info("data connection from %s matches no pending pipe: reset",
+		    ep_fmt(peer, b));
+	}
+	sock_close_rst(fd);
+}
+
+/* Whether held connection h is the data connection of the new pipe arg,
+ * by the rules pipe_accept_data applies on arrival. */
+static int
+held_matches(void *arg, const struct held *h)
+{
+	struct pipe *p = arg;
+
+	if (h->token_ok)
+		return p->tokened && sodium_memcmp(p->token, h->token, PROTO_TOKEN_LEN) == 0;
+	if (!p->tokened)
+		return ep_eq(&h->peer, &p->client);
+	return h->token_absent && pending_find(p->r, &h->peer) == NULL &&
+	    tokened_by_addr(p->r, &h->peer.addr) == p;
+}
+
+/* A new pipe takes its data connection if it came first and was held. */
+static void
+adopt_held(struct pipe *p)
+{
+	struct relay *r = p->r;
+	struct held *h;
+
+	if (r->hold.n == 0 || (h = datahold_take(&r->hold, held_matches, p)) == NULL)
+		return;
+	data_join(r, p, h->fd, h->token_ok ? BY_TOKEN :
+	    ep_eq(&h->peer, &p->client) && !p->tokened ? BY_ENDPOINT : BY_ADDRESS);
+	r->ctr.data_early++;
+	datahold_free(h);
+}
+
 void
 pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 {
@@ -939,10 +1034,7 @@ pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 		 * endpoint, or while tokened pipes are pending): it was meant
 		 * for a pipe that is gone (expired, or used) or forged. */
 		if ((p = pending_tok_find(r, token)) == NULL) {
-			r->ctr.data_token_unknown++;
-			log_info("data connection from %s: unknown pipe token: reset",
-			    ep_fmt(peer, b));
-			sock_close_rst(fd);
+			data_unmatched(r, fd, peer, tr, token);
 			return;
 		}
 		by = BY_TOKEN;
@@ -962,7 +1054,11 @@ pipe_accept_data(struct relay *r, int fd, const struct endpoint *peer)
 		r->ctr.data_early++;
 		return;
 	}
-	if (p == NULL || p->state != PS_PENDING || p->cli.fd >= 0) {
+	if (p == NULL) {
+		data_unmatched(r, fd, peer, tr, token);
+		return;
+	}
+	if (p->state != PS_PENDING || p->cli.fd >= 0) {
 		r->ctr.data_rejected++;
 		log_info("data connection from %s matches no pending pipe: reset",
 		    ep_fmt(peer, b));

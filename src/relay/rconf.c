@@ -22,6 +22,7 @@ rconf_defaults(struct rconf *c)
 	c->max_pending_per_client = 256;
 	c->connect_timeout_ms = 5000;
 	c->pending_timeout_ms = 10000;
+	c->data_hold_ms = 3000;
 	c->idle_timeout_ms = 0;
 	c->chain_allow = true;
 	c->chain_link_idle_ms = 5 * 60 * 1000;
@@ -120,6 +121,7 @@ static const struct conf_key keys[] = {
 	    .min = 1, .max = 1000000 },
 	{ F("limits", "connect_timeout", CK_MS, connect_timeout_ms), .min = 100, .max = 600000 },
 	{ F("limits", "pending_timeout", CK_MS, pending_timeout_ms), .min = 100, .max = 600000 },
+	{ F("limits", "data_hold", CK_MS_OFF, data_hold_ms), .min = 100, .max = 60000 },
 	{ F("limits", "idle_timeout", CK_MS_OFF, idle_timeout_ms),
 	    .min = 1000, .max = 365 * DAY_MS },
 	{ F("limits", "half_closed_timeout", CK_MS_OFF, half_closed_timeout_ms),

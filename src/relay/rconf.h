@@ -33,6 +33,7 @@ struct rconf {
 	uint64_t max_pending_per_client;
 	uint64_t connect_timeout_ms;
 	uint64_t pending_timeout_ms;
+	uint64_t data_hold_ms;		/* 0: a data connection with no pipe is reset at once */
 	uint64_t idle_timeout_ms;	/* 0: never */
 	uint64_t half_closed_timeout_ms;	/* 0: never */
 	uint64_t drain_timeout_ms;

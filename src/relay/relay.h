@@ -10,6 +10,7 @@
 #include "slot/htab.h"
 #include "slot/ident.h"
 #include "admit.h"
+#include "datahold.h"
 #include "kpipe.h"
 #include "rconf.h"
 
@@ -44,6 +45,10 @@ struct relay_counters {
 	unsigned long long control_rate_limited;	/* messages refused over the rate */
 	unsigned long long data_rejected;	/* data connections with no pipe */
 	unsigned long long data_early;		/* data connections before the server's connect */
+	unsigned long long data_held;		/* matched no pipe on arrival: held (datahold.c) */
+	unsigned long long data_held_joined;	/* ... then joined the pipe of a late PIPE_ESTABLISH */
+	unsigned long long data_held_expired;	/* ... reset: nothing came for them in time */
+	unsigned long long data_held_evicted;	/* ... reset: pushed out of a full hold */
 	unsigned long long pipes_tokened;	/* PIPE_ESTABLISH_TOKEN accepted */
 	unsigned long long data_token;		/* data connections joined by their SYN's token */
 	unsigned long long data_token_unknown;	/* ... reset: a token no pending pipe has */
@@ -95,6 +100,7 @@ struct relay {
 	struct htab pending;		/* connecting or pending, by client endpoint */
 	struct htab owners;		/* pending count per control peer address */
 	struct htab pending_tok;	/* connecting or pending, by pipe token */
+	struct datahold hold;		/* data connections that came before their pipe */
 	int save_syn;			/* the data listener saves SYNs: tokens work */
 	char cc_default[SOCK_CC_NAME_MAX];	/* the netns's congestion control,
 						 * read at start and reload ("":

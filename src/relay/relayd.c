@@ -281,6 +281,7 @@ reload(struct relay *r)
 	r->kpipes.size = r->conf.pipe_size;
 	r->kpipes.limit = kpipe_limit(&r->conf);
 	r->kpipes.max_free = KPIPE_POOL_BYTES / r->conf.pipe_size;
+	datahold_set_time(&r->hold, (double)r->conf.data_hold_ms / 1000.0);
 	if (r->probe)
 		probe_reconfigure(r->probe);
 	initcwnd_reload(r);
@@ -322,6 +323,9 @@ signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
 		return;
 	}
 	r->draining = 1;
+	/* No pipe will come for them any more. */
+	datahold_clear(&r->hold);
+	datahold_set_time(&r->hold, 0);
 	log_info("draining: %zu pipes, deadline %.1f s", r->npipes,
 	    (double)r->conf.drain_timeout_ms / 1000.0);
 	probe_stop(r->probe);

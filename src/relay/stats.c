@@ -75,6 +75,14 @@ counters(void *user, struct ctl_counters *cs)
 	    "Data connections reset for matching no pipe.");
 	C("data_early", c->data_early, CTL_COUNTER,
 	    "Data connections that arrived while their pipe was still connecting.");
+	C("data_held", c->data_held, CTL_COUNTER,
+	    "Data connections that matched no pipe on arrival, held for a late PIPE_ESTABLISH.");
+	C("data_held_joined", c->data_held_joined, CTL_COUNTER,
+	    "Held data connections that joined the pipe of a late PIPE_ESTABLISH.");
+	C("data_held_expired", c->data_held_expired, CTL_COUNTER,
+	    "Held data connections reset: no pipe for them within data_hold.");
+	C("data_held_evicted", c->data_held_evicted, CTL_COUNTER,
+	    "Held data connections reset early to make room in a full hold.");
 	C("pipes_tokened", c->pipes_tokened, CTL_COUNTER,
 	    "Pipes requested with a token (PIPE_ESTABLISH_TOKEN: clients behind NAT).");
 	C("data_token", c->data_token, CTL_COUNTER,

@@ -63,6 +63,8 @@ struct opts {
 	bool probe;
 	double pause_read_s;
 	double connect_delay_s;
+	double data_first_s;	/* connect the data socket this long before asking */
+	bool data_first;
 	double hold_s;		/* --no-connect: keep control open this long */
 	bool no_connect;
 	long long rst_after;	/* -1: never */
@@ -101,7 +103,7 @@ usage(void)
 	    "  identity mode, instead of --key: --id-key FILE --id-cert FILE --ca FILE\n"
 	    "  hostile: --stale S  --replay  --wrong-key FILE  --no-pipe\n"
 	    "           --pause-read S  --rst-after BYTES  --count N\n"
-	    "           --connect-delay S  --no-connect S\n"
+	    "           --connect-delay S  --no-connect S  --data-first S\n"
 	    "  probes:  --probe --probe-port P [--count N]\n");
 	exit(EXIT_USAGE);
 }
@@ -608,6 +610,20 @@ run_establish(void)
 			say("error bind %s: %s", addr_fmt(&local.addr, s), strerror(errno));
 			return EXIT_OTHER;
 		}
+		if (o.data_first) {
+			/* As a PIPE_ESTABLISH lost and retransmitted would:
+			 * the relay sees the data connection first. */
+			struct endpoint dep = o.relay;
+
+			dep.port = o.data_port;
+			if ((e = connect_wait(dfd[i], &dep)) != 0) {
+				say(e == ECONNRESET ? "reset (connect)" : "error data connect: %s",
+				    strerror(e));
+				return e == ECONNRESET ? EXIT_RESET : EXIT_OTHER;
+			}
+			say("data connected first");
+			sleep_s(o.data_first_s);
+		}
 		m.ts_us = msg_timestamp();
 		m.nonce = random_u64();
 		m.id = (uint32_t)i + 1;
@@ -721,7 +737,7 @@ run_establish(void)
 	if (any_fail)
 		return EXIT_PIPE_FAIL;
 
-	if ((e = connect_wait(dfd[0], &data_ep)) != 0) {
+	if (!o.data_first && (e = connect_wait(dfd[0], &data_ep)) != 0) {
 		if (e == ECONNRESET) {
 			say("reset (connect)");
 			return EXIT_RESET;
@@ -800,6 +816,7 @@ main(int argc, char **argv)
 		{ "rst-after", required_argument, NULL, 'X' },
 		{ "connect-delay", required_argument, NULL, 'D' },
 		{ "no-connect", required_argument, NULL, 'C' },
+		{ "data-first", required_argument, NULL, 'F' },
 		{ "id-key", required_argument, NULL, 'I' },
 		{ "id-cert", required_argument, NULL, 'J' },
 		{ "ca", required_argument, NULL, 'A' },
@@ -841,13 +858,15 @@ main(int argc, char **argv)
 		case 'X': o.rst_after = (long long)num_arg(optarg, 0); break;
 		case 'D': o.connect_delay_s = num_arg(optarg, 0); break;
 		case 'C': o.no_connect = true; o.hold_s = num_arg(optarg, 0); break;
+		case 'F': o.data_first = true; o.data_first_s = num_arg(optarg, 0); break;
 		case 'I': o.id_key = optarg; break;
 		case 'J': o.id_cert = optarg; break;
 		case 'A': o.ca = optarg; break;
 		default: usage();
 		}
 	}
-	if (optind != argc || !o.have_relay || o.count > MAX_COUNT)
+	if (optind != argc || !o.have_relay || o.count > MAX_COUNT ||
+	    (o.data_first && (o.count > 1 || o.no_connect || o.replay)))
 		usage();
 	have_id = o.id_key || o.id_cert || o.ca;
 	if (have_id && (!o.id_key || !o.id_cert || !o.ca || o.key_file || o.wrong_key_file))

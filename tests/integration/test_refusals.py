@@ -2,12 +2,17 @@
 bad authentication, stale and replayed requests, data connections without a pipe."""
 
 import contextlib
+import os
+import socket
 import subprocess
+import sys
+import threading
 import time
 
 import pytest
 
-from conftest import make_client, recv_all
+from conftest import MiB, make_client, random_file, recv_all, send_file
+from netns import sha256_file
 
 REFUSED, UNREACHABLE, TIMEOUT, POLICY_ADDR, POLICY_PORT = 1, 2, 3, 4, 5
 ERR_AUTH, ERR_STALE, ERR_REPLAY = 2, 3, 4
@@ -152,14 +157,99 @@ def test_replay(net, relay, client, servers, port):
 
 
 def test_data_connection_without_pipe(net, relay, client):
-    before = relay.counters()["data_rejected"]
+    """Held for data_hold in case its PIPE_ESTABLISH is late, then reset."""
+    before = relay.counters()
     p = subprocess.run(client.net.cmd("client", *client.argv(None, "--no-pipe", "--timeout", 10)),
                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        timeout=20)
     err = p.stderr.decode()
     assert p.returncode == 5 and "reset" in err, err
     assert p.stdout == b""
-    relay.wait_counter("data_rejected", lambda v: v == before + 1)
+    c = relay.wait_counter("data_rejected", lambda v: v == before["data_rejected"] + 1)
+    assert c["data_held"] == before["data_held"] + 1, c
+    assert c["data_held_expired"] == before["data_held_expired"] + 1, c
+    assert c["data_held_joined"] == before["data_held_joined"], c
+
+
+def test_data_connection_before_its_pipe(net, relay, client, servers, port):
+    """The PIPE_ESTABLISH comes 0.8 s after the data connection (as when the
+    control message is lost and retransmitted while a client with a warm
+    cache connects at once): the held connection joins the pipe, and every
+    byte goes through both ways."""
+    p = port()
+    up, up_digest = random_file(net, "early-up", 3 * MiB + 17)
+    down, down_digest = random_file(net, "early-down", 2 * MiB + 5)
+
+    def serve(c):
+        def tx():
+            send_file(c, down)
+            c.shutdown(socket.SHUT_WR)
+        t = threading.Thread(target=tx)
+        t.start()
+        got = recv_all(c)
+        t.join()
+        return got
+
+    srv = servers(p, serve)
+    c0 = relay.counters()
+    out = os.path.join(net.dir, "early.out")
+    r = client.run(p, "--data-first", 0.8, stdin=up, stdout=out, timeout=60)
+    assert r.rc == 0, r
+    assert r.line("data connected first") and r.line("pipe ok"), r
+    assert srv.result() == (3 * MiB + 17, up_digest)
+    assert sha256_file(out) == down_digest
+    c = relay.counters()
+    assert c["data_held"] == c0["data_held"] + 1, c
+    assert c["data_held_joined"] == c0["data_held_joined"] + 1, c
+    assert c["data_rejected"] == c0["data_rejected"], c
+    assert c["pipes_total"] == c0["pipes_total"] + 1, c
+
+
+def test_data_hold_off_resets_at_once(net, relays, key, servers, port):
+    """data_hold = off (as before the hold): a data connection with no pipe
+    is reset on arrival."""
+    relay = relays({"limits": {"data_hold": "off"}})
+    client = make_client(net, relay, key)
+    p = port()
+    servers(p, recv_all)
+    r = client.run(p, "--data-first", 0.3, timeout=20)
+    assert r.rc == 5 and r.line("reset"), r
+    c = relay.wait_counter("data_rejected", lambda v: v == 1)
+    assert c["data_held"] == 0 and c["pipes_total"] == 0, c
+
+
+def test_data_hold_is_bounded_per_address(net, relay, client):
+    """One address holds at most 32 connections: the 33rd is reset at once,
+    the held ones stay until their time runs out."""
+    c0 = relay.counters()
+    # Python in the client namespace: 33 bare connections to the data
+    # port, each from its own port; prints the index of the first reset.
+    prog = (
+        "import socket,sys,time\n"
+        "ss=[]\n"
+        "for i in range(33):\n"
+        "    s=socket.create_connection((%r,%d)); ss.append(s)\n"
+        "time.sleep(0.5)\n"
+        "reset=[]\n"
+        "for i,s in enumerate(ss):\n"
+        "    s.setblocking(False)\n"
+        "    try:\n"
+        "        s.recv(1)\n"
+        "    except ConnectionResetError:\n"
+        "        reset.append(i)\n"
+        "    except BlockingIOError:\n"
+        "        pass\n"
+        "print(' '.join(map(str,reset)))\n" % (net.relay_cip, relay.data_port))
+    q = subprocess.run(net.cmd("client", sys.executable, "-c", prog), capture_output=True,
+                       timeout=30)
+    assert q.returncode == 0, q.stderr
+    assert q.stdout.split() == [b"32"], q.stdout
+    c = relay.counters()
+    assert c["data_held"] == c0["data_held"] + 32, c
+    assert c["data_rejected"] == c0["data_rejected"] + 1, c
+    c = relay.wait_counter("data_held_expired", lambda v: v == c0["data_held_expired"] + 32,
+                           timeout=15)
+    assert c["data_rejected"] == c0["data_rejected"] + 33, c
 
 
 def test_data_connection_from_other_port(net, relay, client, servers, port):

@@ -617,6 +617,37 @@ def test_cache_early_skips_the_wait_for_pipe_ok(sb, slotd, tags):
         r1.reload({"policy": {"deny_destinations": ""}})
 
 
+def test_warm_early_connection_whose_request_is_late(sb, slotd, tags):
+    """A warm hit connects to the relay at once while its PIPE_ESTABLISH is
+    lost once on the control connection and comes again a retransmission
+    later (loss on the client-relay leg): the relay holds the data
+    connection that came first and joins it to the late pipe; the download
+    completes byte-exact instead of being reset."""
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"], {"select": {"cache_ttl": "10m", "cache_early": "yes"}})
+    assert_relayed(sb, s, fetch(sb, tags(), "small"), r1)
+    wait_for = slotbed.wait_for
+    wait_for(lambda: s.counters()["pipes_ok"] >= 1, 10, "the first PIPE_OK")
+    rc0, c0 = r1.counters(), s.counters()
+    # The next segment with a payload to the control port is dropped: the
+    # warm hit's PIPE_ESTABLISH (the link is otherwise quiet: its keepalives
+    # come every 30 s).
+    rule = ["INPUT", "-p", "tcp", "--dport", str(r1.ctl_port), "-m", "length",
+            "--length", "80:65535", "-m", "statistic", "--mode", "nth", "--every",
+            "1000000", "--packet", "0", "-j", "DROP"]
+    sb.bed.run("relay1", "iptables", "-w", "-I", *rule)
+    try:
+        b = fetch(sb, tags(), "big")
+    finally:
+        sb.bed.run("relay1", "iptables", "-w", "-D", *rule, check=False)
+    d = assert_relayed(sb, s, b, r1)
+    assert d["cached"] is True and d["why"] == "cached decision, early", d
+    rd = slotbed.deltas(rc0, r1.counters())
+    assert rd["data_held"] == 1 and rd["data_held_joined"] == 1, rd
+    assert rd["data_rejected"] == 0 and rd["pipes_reset"] == 0, rd
+    assert slotbed.deltas(c0, s.counters())["early_failures"] == 0
+
+
 # ---------------------------------------------------------------- 8b: what the cache learns, flush, warm hits
 
 def ctl(s, *args):
