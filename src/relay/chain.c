@@ -42,6 +42,7 @@ struct chain {
 	struct chain_link *lk;		/* while waiting or asked */
 	uint32_t req_id;		/* while asked */
 	int fd;				/* the data socket until handed to the pipe */
+	int connecting;			/* its connect has been started */
 	struct endpoint server;
 	struct chain_spec s;
 	TAILQ_ENTRY(chain) wlink;	/* lk->waiting, while CH_WAIT_LINK */
@@ -360,13 +361,31 @@ link_get(struct chains *cs, const struct endpoint *ctl, int *err)
 
 /* --- asking --- */
 
+/* Starts the data connection to the next relay, once. 0, or an errno. */
+static int
+chain_connect(struct chain *ch)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	char b[EP_STRLEN];
+
+	if (ch->connecting)
+		return 0;
+	len = ep_to_sockaddr(&ch->s.hops[0].data, &ss);
+	if (connect(ch->fd, (struct sockaddr *)&ss, len) == -1 && errno != EINPROGRESS) {
+		int err = errno;
+		log_info("chain: data connection to %s: %s", ep_fmt(&ch->s.hops[0].data, b),
+		    strerror(err));
+		return err;
+	}
+	ch->connecting = 1;
+	return 0;
+}
+
 static void
 answer_cb(void *req, const struct proto_msg *m)
 {
 	struct chain *ch = req;
-	struct sockaddr_storage ss;
-	socklen_t len;
-	char b[EP_STRLEN];
 	int err, fd;
 
 	ch->req_id = 0;
@@ -379,14 +398,11 @@ answer_cb(void *req, const struct proto_msg *m)
 	case PROTO_PIPE_OK:
 		chain_release_link(ch);
 		ch->state = CH_DONE;
-		/* The next relay's pipe is pending now: our data
-		 * connection may go. Its result is the pipe's to see, as a
-		 * connect to a server would be (pipe_chain_ready). */
-		len = ep_to_sockaddr(&ch->s.hops[0].data, &ss);
-		if (connect(ch->fd, (struct sockaddr *)&ss, len) == -1 && errno != EINPROGRESS) {
-			err = errno;
-			log_info("chain: data connection to %s: %s",
-			    ep_fmt(&ch->s.hops[0].data, b), strerror(err));
+		/* The next relay's pipe is pending now; our data connection
+		 * went with the request (chain_send). Its result is the
+		 * pipe's to see, as a connect to a server would be
+		 * (pipe_chain_ready). */
+		if ((err = chain_connect(ch)) != 0) {
 			chain_fail(ch, true, FAIL_NEXT_HOP, (uint32_t)err);
 			return;
 		}
@@ -439,6 +455,13 @@ chain_send(struct chain *ch)
 		return ENOBUFS;
 	ch->req_id = id;
 	ch->state = CH_ASKED;
+	/* The data connection goes right behind the request, as a client
+	 * with a warm cache does (cache_early): its handshake overlaps the
+	 * next relay's connect, where waiting for PIPE_OK cost one more
+	 * round trip between the relays. The next relay joins it to the
+	 * pipe while connecting, or holds it if it overtook the request
+	 * (data_hold). A failure here is seen at PIPE_OK, as before. */
+	(void)chain_connect(ch);
 	return 0;
 }
 

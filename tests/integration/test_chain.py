@@ -150,6 +150,31 @@ def test_chain_download_and_upload(sb, slotd, names):
     assert via in sb.relay(first).log(), sb.relay(first).log()[-3000:]
 
 
+def test_chain_data_connection_goes_with_the_request(sb, slotd):
+    """relay1 opens its data connection to relay2 right behind its request,
+    not after relay2's PIPE_OK: relay2's connect to the server is slowed by
+    a second (its first SYN dropped), and relay1's data connection reaches
+    relay2 while that pipe is still connecting (counted data_early there;
+    data_held_joined had it overtaken the request)."""
+    srv, port = start_server(sb, "download", MiB)
+    rule = ["OUTPUT", "-p", "tcp", "--syn", "--dport", str(port), "-m", "statistic",
+            "--mode", "nth", "--every", "1000000", "--packet", "0", "-j", "DROP"]
+    sb.bed.run("relay2", "iptables", "-w", "-I", *rule)
+    try:
+        c0 = counters(sb)
+        cli = start_client(sb, slotd, port, "download", MiB, chain(sb, "relay1", "relay2"))
+        c = finish(cli, "client")
+        s = finish(srv, "server")
+    finally:
+        sb.bed.run("relay2", "iptables", "-w", "-D", *rule, check=False)
+    dec, cli, srv = c[0]["decision"], c[1], s[0]
+    assert_relayed(sb, dec, srv, ("relay1", "relay2"))
+    assert cli["rbytes"] == MiB and cli["rsha"] == srv["sent"], (cli, srv)
+    d = changes(c0, sb)
+    assert d["relay2"]["data_early"] + d["relay2"]["data_held_joined"] == 1, d
+    assert d["relay2"]["pipes_total"] == 1 and d["relay1"]["chains_joined"] == 1, d
+
+
 def test_chain_with_slot_libget(sb, slotd):
     """The C program of test_libslot passes a chain with -r EP1,EP2: an HTTP
     download on a port slotd does not hijack, through relay1 and relay2."""
