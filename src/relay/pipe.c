@@ -353,8 +353,9 @@ dir_pump(struct pipe *p, struct dir *d)
 
 	while (flow_wants_read(&d->f) && !d->kp_wait && d->f.bytes - start < PUMP_BUDGET) {
 		if (d->kp == NULL && (d->kp = kpipe_get(&p->r->kpipes)) == NULL) {
-			/* Cannot happen within the reservation but for a
-			 * replacement pipe2() that failed: wait, never reset a
+			/* The reservation kept the descriptors for it, so only
+			 * the kernel refused (ENFILE, ENOMEM, pipe-user-pages-
+			 * hard): wait and try again (retry), never reset a
 			 * running transfer for it. */
 			log_warn("pipe %llu: no kernel pipe, reading paused",
 			    (unsigned long long)p->id);
@@ -751,11 +752,12 @@ establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 		ctrl_send_fail(c, id, reason, 0);
 		return;
 	}
-	/* The kernel pipes it may need, now or never: running out of them
-	 * later would reset a running transfer. */
+	/* The descriptors for the kernel pipes it may need, accounted now or
+	 * never: running out of them later would stall a running transfer. */
 	if (kpipe_reserve(&r->kpipes, 2) == -1) {
 		err = errno;
-		log_warn("pipe refused: no kernel pipes to reserve");
+		log_warn("pipe refused: no kernel pipes to reserve (max_kernel_pipes or "
+		    "the descriptor limit)");
 		r->ctr.pipes_failed++;
 		r->ctr.chains_failed += s != NULL;
 		ctrl_send_fail(c, id, FAIL_LIMIT, (uint32_t)err);
