@@ -25,16 +25,17 @@ would be the bottleneck of the set-up rate (each SYN is a queued packet and a
 decision), and this scenario is about the relay.
 
 Peers: slot-relayd (as nobody, [limits] max_pipes and max_pending_per_client
-30000, pipe_size default 256k, log_level warn, RLIMIT_NOFILE 65536 when the
-machine lets us raise it) and HAProxy (mode tcp, splice both ways, nbthread
+30000, max_control_connections and [probe] max_inflight 16, pipe_size default
+256k, log_level warn, RLIMIT_NOFILE 65536 when the machine lets us raise it) and HAProxy (mode tcp, splice both ways, nbthread
 1; maxconn 4000 for (a), maxconn above the idle count and maxpipes 16 for (b)
 and (c)), both in the relay host. The relay runs as nobody, whose kernel
 pipes beyond fs.pipe-user-pages-soft get two pages each: the script raises
 that global sysctl to 262144 pages (1 GiB) for the run and puts the old value
 back on exit (kpipes_undersized is reported). Where the descriptor hard limit
 cannot be raised (no CAP_SYS_RESOURCE), (b) holds as many pipes as it allows
-(6 descriptors each in slot-relayd: two sockets and the two kernel pipes
-it reserves) and says so.
+and says so: slot-relayd admits what fits at 6 descriptors each (two sockets
+and the two kernel pipes accounted to it, made only when bytes flow) once its
+other users' caps and a margin are set aside (src/relay/kpipe.h).
 
 Last, unless --no-strace, one more set-up of 2,000 pipes per peer runs under
 strace -c, for the system calls each pipe costs (not timed).
@@ -59,7 +60,14 @@ import _needs  # scripts/bench/_needs.py: checked before measuring; figures that
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-FDS_PER_PIPE = 6    # slot-relayd: two sockets, two kernel pipes reserved (docs/relay.md)
+FDS_PER_PIPE = 6    # slot-relayd: two sockets, two kernel pipes accounted (docs/relay.md)
+# What slot-relayd sets aside from RLIMIT_NOFILE before admitting pipes
+# (src/relay/kpipe.h, kpipe_limit): its control connections' and probes' caps
+# (set low here: one control connection, no probes), two descriptors per
+# pooled kernel pipe (8 MiB / pipe_size of them) and a fixed margin.
+RELAY_CTRL_MAX = 16
+RELAY_INFLIGHT_MAX = 16
+RELAY_FDS_ASIDE = RELAY_CTRL_MAX + RELAY_INFLIGHT_MAX + 2 * (8 << 20) // (256 << 10) + 512
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SINK_PORT = 9000
 HAPROXY_PORT = 8000
@@ -172,16 +180,16 @@ class Bench:
         self.relay = None
         self.haproxy = None
         # Descriptors: six per pipe in slot-relayd (two sockets, and two
-        # kernel pipes reserved when it accepts the pipe, issue 14). Raising
-        # the hard limit takes
-        # CAP_SYS_RESOURCE; without it (some containers) the idle count is
-        # cut to what the hard limit allows, and the report says so.
+        # kernel pipes accounted when it accepts the pipe, issue 14), past
+        # what it sets aside. Raising the hard limit takes CAP_SYS_RESOURCE;
+        # without it (some containers) the idle count is cut to what the
+        # hard limit allows, and the report says so.
         self.hard_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         self.nofile = self.hard_nofile
         if subprocess.run(["prlimit", "--nofile=%d:%d" % (NOFILE, NOFILE), "--", "true"],
                           capture_output=True).returncode == 0:
             self.nofile = max(NOFILE, self.hard_nofile)
-        room = (self.nofile - 200) // FDS_PER_PIPE // 100 * 100
+        room = (self.nofile - RELAY_FDS_ASIDE) // FDS_PER_PIPE // 100 * 100
         self.idle_cut = args.idle > room
         if self.idle_cut:
             args.idle = room
@@ -195,7 +203,9 @@ class Bench:
                    "net.ipv4.tcp_max_syn_backlog": 16384,
                    "net.ipv4.tcp_congestion_control": "cubic"}
         relay_conf = {"relay": {"log_level": "warn"},
+                      "probe": {"max_inflight": RELAY_INFLIGHT_MAX},
                       "limits": {"max_pipes": 30000, "max_pending_per_client": 30000,
+                                 "max_control_connections": RELAY_CTRL_MAX,
                                  "pending_timeout": "10s", "connect_timeout": "5s",
                                  # one client asks for every pipe: its rate cap
                                  # (PIPE_FAIL CLIENT_LIMIT) is not what is measured
@@ -503,7 +513,9 @@ def report(res, peers_busy, peers_idle, args, info, elapsed):
         "one epoll loop that discards everything (splice to /dev/null). slotd and NFQUEUE are "
         "left out on purpose: this measures the relay, and one slotd's SYN queue would bound "
         "the set-up rate first. slot-relayd runs as `nobody` with `[limits] max_pipes = 30000`, "
-        "`max_pending_per_client = 30000`, `pipe_size` 256k (default), log level warn, and "
+        "`max_pending_per_client = 30000`, `max_control_connections` and `[probe] "
+        "max_inflight` 16 (one control connection, no probes: the descriptors the relay sets "
+        "aside for them go to pipes), `pipe_size` 256k (default), log level warn, and "
         "RLIMIT_NOFILE %d%s. "
         "Since kernel pipes of an unprivileged user beyond `fs.pipe-user-pages-soft` get two "
         "pages, that global sysctl was raised from %s to %d pages for the run and restored "
@@ -639,10 +651,11 @@ def meaning(res, args):
                 "setsockopt (TCP_NODELAY, the RST on loss, and the congestion control since the "
                 "relay's bbr is not the host's default; keepalive's four and TCP_USER_TIMEOUT "
                 "wait until a pipe has been open half of keepalive_idle, 30 s, which none of "
-                "these reaches; HAProxy sets %.0f and no keepalive); the two kernel "
-                "pipes reserved for the pipe, so that a running transfer is never refused one, "
-                "%.0f pipe2 and %.0f fcntl (each made, then shrunk to one page while unused; "
-                "HAProxy's idle streams hold none: maxpipes 16); %.1f getsockopt (the connect's "
+                "these reaches; HAProxy sets %.0f and no keepalive); "
+                "%.2f pipe2 and %.2f fcntl (F_SETPIPE_SZ) for kernel pipes, which are made "
+                "lazily when bytes flow and pooled (up to 8 MiB of empty ones) as HAProxy's are, "
+                "the pipe's reservation being only an account of their descriptors; "
+                "%.1f getsockopt (the connect's "
                 "result is read only when epoll reports more than writability, the SYN saved "
                 "for the pipe token only while a tokened pipe is pending or for a connection "
                 "that matches no endpoint); %.1f epoll_ctl against %.1f (the server socket's "
@@ -706,9 +719,10 @@ def main():
         info["nofile_note"] = (
             " (the hard limit of this machine, which cannot be raised here: no "
             "CAP_SYS_RESOURCE; a pipe takes six descriptors in slot-relayd, two sockets and the "
-            "two kernel pipes it reserves, so (b) holds %s pipes instead of 10,000; the RSS "
+            "two kernel pipes accounted to it, past %d it sets aside for its other users, so (b) "
+            "holds %s pipes instead of 10,000; the RSS "
             "per pipe only falls with more, as its fixed part spreads "
-            "wider)" % "{:,}".format(args.idle) if bench.idle_cut else
+            "wider)" % (RELAY_FDS_ASIDE, "{:,}".format(args.idle)) if bench.idle_cut else
             " (the LimitNOFILE a unit would set: a pipe takes six descriptors)")
         bench.up()
         hv = subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout.split()
