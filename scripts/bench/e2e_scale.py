@@ -440,6 +440,10 @@ class Bench:
         out = {"rss0_mib": rss0 / 1024, "rss1_mib": rss1 / 1024,
                "kib_per_pipe": (rss1 - rss0) / n, "rate": n / seconds,
                "client_rate": float(setup["rate"]),
+               # the load generator's CPU over its set-up, per pipe, and as a
+               # share of one core over that time (1: it never waited)
+               "gen_us_per_setup": int(setup["cpu_us"]) / n,
+               "gen_busy": int(setup["cpu_us"]) / 1e6 / float(setup["seconds"]),
                "cpu_us_per_setup": (cpu1 - cpu0) / n * 1e6,
                "sys_share": (sys1 - sys0) / (cpu1 - cpu0) if cpu1 > cpu0 else None}
         if kc is not None:
@@ -550,19 +554,25 @@ def report(res, peers_busy, peers_idle, args, info, elapsed):
                "one byte, and holds them idle: RSS per pipe = (VmRSS with them - VmRSS before) / "
                "%s. Kernel socket buffers and kernel pipes are not in VmRSS. Set-up rate = %s / "
                "(time from the first request to the server's receipt of the %sth first byte); "
-               "CPU per set-up = the middle box's utime+stime over that time / %s.\n"
+               "CPU per set-up = the middle box's utime+stime over that time / %s. Load generator: "
+               "`swarm`'s own user+system CPU (getrusage) from its first request to its last "
+               "connect, per pipe, and as a share of one core over that time (1.00: it never "
+               "waited, so it was the bound).\n"
                % (N, N, args.window, N, N, N, N))
     out.append("| peer | RSS per idle pipe KiB | VmRSS before -> with pipes MiB | "
-               "set-up rate pipes/s | ratio to HAProxy | CPU us per set-up |")
-    out.append("|---|---|---|---|---|---|")
+               "set-up rate pipes/s | ratio to HAProxy | CPU us per set-up | "
+               "load generator us per set-up | load generator busy |")
+    out.append("|---|---|---|---|---|---|---|---|")
     for p in peers_idle:
         ratio = [x["rate"] / y["rate"] for x, y in zip(i[p], i["haproxy"])]
-        out.append("| `%s` | %s | %s -> %s | %s | %s | %s |" % (
+        out.append("| `%s` | %s | %s -> %s | %s | %s | %s | %s | %s |" % (
             p, fmt_range([r["kib_per_pipe"] for r in i[p]]),
             fmt_range([r["rss0_mib"] for r in i[p]], "%.1f"),
             fmt_range([r["rss1_mib"] for r in i[p]], "%.1f"),
             fmt_range([r["rate"] for r in i[p]], "%.0f"), fmt_range(ratio),
-            fmt_range([r["cpu_us_per_setup"] for r in i[p]], "%.1f")))
+            fmt_range([r["cpu_us_per_setup"] for r in i[p]], "%.1f"),
+            fmt_range([r["gen_us_per_setup"] for r in i[p]], "%.1f"),
+            fmt_range([r["gen_busy"] for r in i[p]])))
     out.append("")
     out.append(info.get("png_note") or
                "![Scale on one relay](img/%s)\n" % os.path.basename(info["png"]))
@@ -643,9 +653,12 @@ def meaning(res, args):
         ts, th = sum(sc["slot-relayd"].values()), sum(sc["haproxy"].values())
         g = lambda p, k: sc[p].get(k, 0)
         out += (" Setting a pipe up costs slot-relayd %.0f us of CPU against %.0f us for "
-                "HAProxy's connection (medians; set-up rate %.2fx HAProxy's end to end, where the "
-                "client's side of the protocol, a signed request and answer per pipe, also "
-                "competes for the two cores). Per pipe slot-relayd makes %.1f system calls "
+                "HAProxy's connection (medians; set-up rate %.2fx HAProxy's end to end). The load "
+                "generator's side of slot's protocol costs it %.0f us per pipe against %.0f us "
+                "for a plain connect to HAProxy (the signed request and the verified answer, "
+                "HMAC-SHA256 each; a bind, getsockname and getrandom per pipe), on the same two "
+                "cores; it is busy %.2f of a core while slot-relayd sets pipes up, against "
+                "%.2f with HAProxy: %s. Per pipe slot-relayd makes %.1f system calls "
                 "against HAProxy's %.1f. The client leg inherits all its options from the data "
                 "listener (none per pipe); the server leg, a socket of its own, takes %.1f "
                 "setsockopt (TCP_NODELAY, the RST on loss, and the congestion control since the "
@@ -665,7 +678,16 @@ def meaning(res, args):
                 "System time is %.0f%% of slot-relayd's set-up CPU and %.0f%% of HAProxy's: the "
                 "kernel work per call dominates, not the protocol's user-space part (HMAC, "
                 "replay check, tables)." % (
-                    cs, ch, rr, ts, th, g("slot-relayd", "setsockopt"), g("haproxy", "setsockopt"),
+                    cs, ch, rr, med([r["gen_us_per_setup"] for r in i["slot-relayd"]]),
+                    med([r["gen_us_per_setup"] for r in i["haproxy"]]),
+                    med([r["gen_busy"] for r in i["slot-relayd"]]),
+                    med([r["gen_busy"] for r in i["haproxy"]]),
+                    "it never waits, so it is what bounds slot-relayd's rate"
+                    if med([r["gen_busy"] for r in i["slot-relayd"]]) >= 0.9 else
+                    "it waits on the relay part of the time, so it is not alone what bounds "
+                    "slot-relayd's rate: the two cores are, shared by the generator, the middle "
+                    "box, the sink and the kernel's TCP work",
+                    ts, th, g("slot-relayd", "setsockopt"), g("haproxy", "setsockopt"),
                     g("slot-relayd", "pipe2"), g("slot-relayd", "fcntl"),
                     g("slot-relayd", "getsockopt"), g("slot-relayd", "epoll_ctl"),
                     g("haproxy", "epoll_ctl"), g("slot-relayd", "splice"),
@@ -756,13 +778,14 @@ def main():
                 r = bench.idle(p)
                 got[p].append(r)
                 print("rep %d idle %-12s %.2f KiB/pipe (%.1f -> %.1f MiB) %.0f pipes/s "
-                      "(client %.0f) %.1f us CPU/setup" % (
+                      "(client %.0f) %.1f us CPU/setup; generator %.1f us/setup, busy %.2f" % (
                           rep + 1, p, r["kib_per_pipe"], r["rss0_mib"], r["rss1_mib"], r["rate"],
-                          r["client_rate"], r["cpu_us_per_setup"]), file=sys.stderr, flush=True)
+                          r["client_rate"], r["cpu_us_per_setup"], r["gen_us_per_setup"],
+                          r["gen_busy"]), file=sys.stderr, flush=True)
             for p, rs in got.items():
                 m = {k: statistics.mean(r[k] for r in rs)
                      for k in ("rss0_mib", "rss1_mib", "kib_per_pipe", "rate", "client_rate",
-                               "cpu_us_per_setup")}
+                               "cpu_us_per_setup", "gen_us_per_setup", "gen_busy")}
                 sh = [r["sys_share"] for r in rs if r["sys_share"] is not None]
                 m["sys_share"] = statistics.mean(sh) if sh else None
                 res["idle"][p].append(m)
