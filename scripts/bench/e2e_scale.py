@@ -25,16 +25,17 @@ would be the bottleneck of the set-up rate (each SYN is a queued packet and a
 decision), and this scenario is about the relay.
 
 Peers: slot-relayd (as nobody, [limits] max_pipes and max_pending_per_client
-30000, pipe_size default 256k, log_level warn, RLIMIT_NOFILE 65536 when the
-machine lets us raise it) and HAProxy (mode tcp, splice both ways, nbthread
+30000, max_control_connections and [probe] max_inflight 16, pipe_size default
+256k, log_level warn, RLIMIT_NOFILE 65536 when the machine lets us raise it) and HAProxy (mode tcp, splice both ways, nbthread
 1; maxconn 4000 for (a), maxconn above the idle count and maxpipes 16 for (b)
 and (c)), both in the relay host. The relay runs as nobody, whose kernel
 pipes beyond fs.pipe-user-pages-soft get two pages each: the script raises
 that global sysctl to 262144 pages (1 GiB) for the run and puts the old value
 back on exit (kpipes_undersized is reported). Where the descriptor hard limit
 cannot be raised (no CAP_SYS_RESOURCE), (b) holds as many pipes as it allows
-(6 descriptors each in slot-relayd: two sockets and the two kernel pipes
-it reserves) and says so.
+and says so: slot-relayd admits what fits at 6 descriptors each (two sockets
+and the two kernel pipes accounted to it, made only when bytes flow) once its
+other users' caps and a margin are set aside (src/relay/kpipe.h).
 
 Last, unless --no-strace, one more set-up of 2,000 pipes per peer runs under
 strace -c, for the system calls each pipe costs (not timed).
@@ -59,7 +60,15 @@ import _needs  # scripts/bench/_needs.py: checked before measuring; figures that
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-FDS_PER_PIPE = 6    # slot-relayd: two sockets, two kernel pipes reserved (docs/relay.md)
+FDS_PER_PIPE = 6    # slot-relayd: two sockets, two kernel pipes accounted (docs/relay.md)
+# What slot-relayd sets aside from RLIMIT_NOFILE before admitting pipes
+# (src/relay/kpipe.h, kpipe_limit): its control connections' and probes' caps
+# (set low here: one control connection, no probes), two descriptors per
+# pooled kernel pipe (8 MiB / pipe_size of them), the held data connections
+# (256) and a fixed margin.
+RELAY_CTRL_MAX = 16
+RELAY_INFLIGHT_MAX = 16
+RELAY_FDS_ASIDE = RELAY_CTRL_MAX + RELAY_INFLIGHT_MAX + 2 * (8 << 20) // (256 << 10) + 256 + 512
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SINK_PORT = 9000
 HAPROXY_PORT = 8000
@@ -172,16 +181,16 @@ class Bench:
         self.relay = None
         self.haproxy = None
         # Descriptors: six per pipe in slot-relayd (two sockets, and two
-        # kernel pipes reserved when it accepts the pipe, issue 14). Raising
-        # the hard limit takes
-        # CAP_SYS_RESOURCE; without it (some containers) the idle count is
-        # cut to what the hard limit allows, and the report says so.
+        # kernel pipes accounted when it accepts the pipe, issue 14), past
+        # what it sets aside. Raising the hard limit takes CAP_SYS_RESOURCE;
+        # without it (some containers) the idle count is cut to what the
+        # hard limit allows, and the report says so.
         self.hard_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         self.nofile = self.hard_nofile
         if subprocess.run(["prlimit", "--nofile=%d:%d" % (NOFILE, NOFILE), "--", "true"],
                           capture_output=True).returncode == 0:
             self.nofile = max(NOFILE, self.hard_nofile)
-        room = (self.nofile - 200) // FDS_PER_PIPE // 100 * 100
+        room = (self.nofile - RELAY_FDS_ASIDE) // FDS_PER_PIPE // 100 * 100
         self.idle_cut = args.idle > room
         if self.idle_cut:
             args.idle = room
@@ -195,7 +204,9 @@ class Bench:
                    "net.ipv4.tcp_max_syn_backlog": 16384,
                    "net.ipv4.tcp_congestion_control": "cubic"}
         relay_conf = {"relay": {"log_level": "warn"},
+                      "probe": {"max_inflight": RELAY_INFLIGHT_MAX},
                       "limits": {"max_pipes": 30000, "max_pending_per_client": 30000,
+                                 "max_control_connections": RELAY_CTRL_MAX,
                                  "pending_timeout": "10s", "connect_timeout": "5s",
                                  # one client asks for every pipe: its rate cap
                                  # (PIPE_FAIL CLIENT_LIMIT) is not what is measured
@@ -430,6 +441,10 @@ class Bench:
         out = {"rss0_mib": rss0 / 1024, "rss1_mib": rss1 / 1024,
                "kib_per_pipe": (rss1 - rss0) / n, "rate": n / seconds,
                "client_rate": float(setup["rate"]),
+               # the load generator's CPU over its set-up, per pipe, and as a
+               # share of one core over that time (1: it never waited)
+               "gen_us_per_setup": int(setup["cpu_us"]) / n,
+               "gen_busy": int(setup["cpu_us"]) / 1e6 / float(setup["seconds"]),
                "cpu_us_per_setup": (cpu1 - cpu0) / n * 1e6,
                "sys_share": (sys1 - sys0) / (cpu1 - cpu0) if cpu1 > cpu0 else None}
         if kc is not None:
@@ -503,7 +518,9 @@ def report(res, peers_busy, peers_idle, args, info, elapsed):
         "one epoll loop that discards everything (splice to /dev/null). slotd and NFQUEUE are "
         "left out on purpose: this measures the relay, and one slotd's SYN queue would bound "
         "the set-up rate first. slot-relayd runs as `nobody` with `[limits] max_pipes = 30000`, "
-        "`max_pending_per_client = 30000`, `pipe_size` 256k (default), log level warn, and "
+        "`max_pending_per_client = 30000`, `max_control_connections` and `[probe] "
+        "max_inflight` 16 (one control connection, no probes: the descriptors the relay sets "
+        "aside for them go to pipes), `pipe_size` 256k (default), log level warn, and "
         "RLIMIT_NOFILE %d%s. "
         "Since kernel pipes of an unprivileged user beyond `fs.pipe-user-pages-soft` get two "
         "pages, that global sysctl was raised from %s to %d pages for the run and restored "
@@ -538,19 +555,25 @@ def report(res, peers_busy, peers_idle, args, info, elapsed):
                "one byte, and holds them idle: RSS per pipe = (VmRSS with them - VmRSS before) / "
                "%s. Kernel socket buffers and kernel pipes are not in VmRSS. Set-up rate = %s / "
                "(time from the first request to the server's receipt of the %sth first byte); "
-               "CPU per set-up = the middle box's utime+stime over that time / %s.\n"
+               "CPU per set-up = the middle box's utime+stime over that time / %s. Load generator: "
+               "`swarm`'s own user+system CPU (getrusage) from its first request to its last "
+               "connect, per pipe, and as a share of one core over that time (1.00: it never "
+               "waited, so it was the bound).\n"
                % (N, N, args.window, N, N, N, N))
     out.append("| peer | RSS per idle pipe KiB | VmRSS before -> with pipes MiB | "
-               "set-up rate pipes/s | ratio to HAProxy | CPU us per set-up |")
-    out.append("|---|---|---|---|---|---|")
+               "set-up rate pipes/s | ratio to HAProxy | CPU us per set-up | "
+               "load generator us per set-up | load generator busy |")
+    out.append("|---|---|---|---|---|---|---|---|")
     for p in peers_idle:
         ratio = [x["rate"] / y["rate"] for x, y in zip(i[p], i["haproxy"])]
-        out.append("| `%s` | %s | %s -> %s | %s | %s | %s |" % (
+        out.append("| `%s` | %s | %s -> %s | %s | %s | %s | %s | %s |" % (
             p, fmt_range([r["kib_per_pipe"] for r in i[p]]),
             fmt_range([r["rss0_mib"] for r in i[p]], "%.1f"),
             fmt_range([r["rss1_mib"] for r in i[p]], "%.1f"),
             fmt_range([r["rate"] for r in i[p]], "%.0f"), fmt_range(ratio),
-            fmt_range([r["cpu_us_per_setup"] for r in i[p]], "%.1f")))
+            fmt_range([r["cpu_us_per_setup"] for r in i[p]], "%.1f"),
+            fmt_range([r["gen_us_per_setup"] for r in i[p]], "%.1f"),
+            fmt_range([r["gen_busy"] for r in i[p]])))
     out.append("")
     out.append(info.get("png_note") or
                "![Scale on one relay](img/%s)\n" % os.path.basename(info["png"]))
@@ -631,18 +654,22 @@ def meaning(res, args):
         ts, th = sum(sc["slot-relayd"].values()), sum(sc["haproxy"].values())
         g = lambda p, k: sc[p].get(k, 0)
         out += (" Setting a pipe up costs slot-relayd %.0f us of CPU against %.0f us for "
-                "HAProxy's connection (medians; set-up rate %.2fx HAProxy's end to end, where the "
-                "client's side of the protocol, a signed request and answer per pipe, also "
-                "competes for the two cores). Per pipe slot-relayd makes %.1f system calls "
+                "HAProxy's connection (medians; set-up rate %.2fx HAProxy's end to end). The load "
+                "generator's side of slot's protocol costs it %.0f us per pipe against %.0f us "
+                "for a plain connect to HAProxy (the signed request and the verified answer, "
+                "HMAC-SHA256 each; a bind, getsockname and getrandom per pipe), on the same two "
+                "cores; it is busy %.2f of a core while slot-relayd sets pipes up, against "
+                "%.2f with HAProxy: %s. Per pipe slot-relayd makes %.1f system calls "
                 "against HAProxy's %.1f. The client leg inherits all its options from the data "
                 "listener (none per pipe); the server leg, a socket of its own, takes %.1f "
                 "setsockopt (TCP_NODELAY, the RST on loss, and the congestion control since the "
                 "relay's bbr is not the host's default; keepalive's four and TCP_USER_TIMEOUT "
                 "wait until a pipe has been open half of keepalive_idle, 30 s, which none of "
-                "these reaches; HAProxy sets %.0f and no keepalive); the two kernel "
-                "pipes reserved for the pipe, so that a running transfer is never refused one, "
-                "%.0f pipe2 and %.0f fcntl (each made, then shrunk to one page while unused; "
-                "HAProxy's idle streams hold none: maxpipes 16); %.1f getsockopt (the connect's "
+                "these reaches; HAProxy sets %.0f and no keepalive); "
+                "%.2f pipe2 and %.2f fcntl (F_SETPIPE_SZ) for kernel pipes, which are made "
+                "lazily when bytes flow and pooled (up to 8 MiB of empty ones) as HAProxy's are, "
+                "the pipe's reservation being only an account of their descriptors; "
+                "%.1f getsockopt (the connect's "
                 "result is read only when epoll reports more than writability, the SYN saved "
                 "for the pipe token only while a tokened pipe is pending or for a connection "
                 "that matches no endpoint); %.1f epoll_ctl against %.1f (the server socket's "
@@ -652,7 +679,16 @@ def meaning(res, args):
                 "System time is %.0f%% of slot-relayd's set-up CPU and %.0f%% of HAProxy's: the "
                 "kernel work per call dominates, not the protocol's user-space part (HMAC, "
                 "replay check, tables)." % (
-                    cs, ch, rr, ts, th, g("slot-relayd", "setsockopt"), g("haproxy", "setsockopt"),
+                    cs, ch, rr, med([r["gen_us_per_setup"] for r in i["slot-relayd"]]),
+                    med([r["gen_us_per_setup"] for r in i["haproxy"]]),
+                    med([r["gen_busy"] for r in i["slot-relayd"]]),
+                    med([r["gen_busy"] for r in i["haproxy"]]),
+                    "it never waits, so it is what bounds slot-relayd's rate"
+                    if med([r["gen_busy"] for r in i["slot-relayd"]]) >= 0.9 else
+                    "it waits on the relay part of the time, so it is not alone what bounds "
+                    "slot-relayd's rate: the two cores are, shared by the generator, the middle "
+                    "box, the sink and the kernel's TCP work",
+                    ts, th, g("slot-relayd", "setsockopt"), g("haproxy", "setsockopt"),
                     g("slot-relayd", "pipe2"), g("slot-relayd", "fcntl"),
                     g("slot-relayd", "getsockopt"), g("slot-relayd", "epoll_ctl"),
                     g("haproxy", "epoll_ctl"), g("slot-relayd", "splice"),
@@ -706,9 +742,10 @@ def main():
         info["nofile_note"] = (
             " (the hard limit of this machine, which cannot be raised here: no "
             "CAP_SYS_RESOURCE; a pipe takes six descriptors in slot-relayd, two sockets and the "
-            "two kernel pipes it reserves, so (b) holds %s pipes instead of 10,000; the RSS "
+            "two kernel pipes accounted to it, past %d it sets aside for its other users, so (b) "
+            "holds %s pipes instead of 10,000; the RSS "
             "per pipe only falls with more, as its fixed part spreads "
-            "wider)" % "{:,}".format(args.idle) if bench.idle_cut else
+            "wider)" % (RELAY_FDS_ASIDE, "{:,}".format(args.idle)) if bench.idle_cut else
             " (the LimitNOFILE a unit would set: a pipe takes six descriptors)")
         bench.up()
         hv = subprocess.run(["haproxy", "-v"], capture_output=True, text=True).stdout.split()
@@ -742,13 +779,14 @@ def main():
                 r = bench.idle(p)
                 got[p].append(r)
                 print("rep %d idle %-12s %.2f KiB/pipe (%.1f -> %.1f MiB) %.0f pipes/s "
-                      "(client %.0f) %.1f us CPU/setup" % (
+                      "(client %.0f) %.1f us CPU/setup; generator %.1f us/setup, busy %.2f" % (
                           rep + 1, p, r["kib_per_pipe"], r["rss0_mib"], r["rss1_mib"], r["rate"],
-                          r["client_rate"], r["cpu_us_per_setup"]), file=sys.stderr, flush=True)
+                          r["client_rate"], r["cpu_us_per_setup"], r["gen_us_per_setup"],
+                          r["gen_busy"]), file=sys.stderr, flush=True)
             for p, rs in got.items():
                 m = {k: statistics.mean(r[k] for r in rs)
                      for k in ("rss0_mib", "rss1_mib", "kib_per_pipe", "rate", "client_rate",
-                               "cpu_us_per_setup")}
+                               "cpu_us_per_setup", "gen_us_per_setup", "gen_busy")}
                 sh = [r["sys_share"] for r in rs if r["sys_share"] is not None]
                 m["sys_share"] = statistics.mean(sh) if sh else None
                 res["idle"][p].append(m)

@@ -1,22 +1,36 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "kpipe.h"
 
-/* The smallest pipe the kernel makes: one page. */
-#define KPIPE_SPARE_SIZE 4096
+size_t
+kpipe_limit(const struct kpipe_budget *b)
+{
+	unsigned long long lim, others, fit;
+
+	lim = b->max_kernel_pipes ? b->max_kernel_pipes : 2ull * b->max_pipes;
+	if (b->nofile) {
+		others = (unsigned long long)b->max_control + b->max_inflight +
+		    2ull * b->max_free + b->max_held + KPIPE_FD_MARGIN;
+		fit = b->nofile > others ? (b->nofile - others) / KPIPE_FDS_PER_PIPE : 0;
+		if (2 * fit < lim)
+			lim = 2 * fit;
+	}
+	return lim > SIZE_MAX ? SIZE_MAX : (size_t)lim;
+}
 
 void
 kpipe_pool_init(struct kpipe_pool *pp, size_t size, size_t max_free)
 {
-	pp->free = pp->spare = NULL;
-	pp->nfree = pp->nspare = 0;
+	pp->free = NULL;
+	pp->nfree = 0;
 	pp->max_free = max_free;
 	pp->in_use = 0;
 	pp->reserved = 0;
-	pp->limit = 0;
+	pp->limit = SIZE_MAX;
 	pp->size = size;
 	pp->undersized = 0;
 	pp->refused = 0;
@@ -39,11 +53,7 @@ kpipe_pool_destroy(struct kpipe_pool *pp)
 		pp->free = kp->next;
 		kpipe_close(kp);
 	}
-	while ((kp = pp->spare) != NULL) {
-		pp->spare = kp->next;
-		kpipe_close(kp);
-	}
-	pp->nfree = pp->nspare = 0;
+	pp->nfree = 0;
 }
 
 /* Sets the pipe's capacity; the kernel may grant less (or refuse to grow
@@ -81,59 +91,15 @@ kpipe_new(void)
 	return kp;
 }
 
-/* Pipes that must wait in the lists to back the reservations. */
-static size_t
-kpipe_needed(const struct kpipe_pool *pp)
-{
-	return pp->reserved > pp->in_use ? pp->reserved - pp->in_use : 0;
-}
-
-static void
-kpipe_push_spare(struct kpipe_pool *pp, struct kpipe *kp)
-{
-	if (kp->size != KPIPE_SPARE_SIZE)
-		kpipe_resize(kp, KPIPE_SPARE_SIZE);
-	kp->next = pp->spare;
-	pp->spare = kp;
-	pp->nspare++;
-}
-
-/* Closes spares beyond what the reservations need. */
-static void
-kpipe_trim(struct kpipe_pool *pp)
-{
-	struct kpipe *kp;
-
-	while (pp->nspare > 0 && pp->nfree + pp->nspare > kpipe_needed(pp)) {
-		kp = pp->spare;
-		pp->spare = kp->next;
-		pp->nspare--;
-		kpipe_close(kp);
-	}
-}
-
 int
 kpipe_reserve(struct kpipe_pool *pp, size_t n)
 {
-	struct kpipe *kp;
-
-	if (pp->limit && pp->reserved + n > pp->limit) {
+	if (pp->reserved > pp->limit || n > pp->limit - pp->reserved) {
 		pp->refused++;
 		errno = EMFILE;
 		return -1;
 	}
 	pp->reserved += n;
-	while (pp->nfree + pp->nspare < kpipe_needed(pp)) {
-		if ((kp = kpipe_new()) == NULL) {
-			int e = errno;
-			pp->reserved -= n;
-			kpipe_trim(pp);
-			pp->refused++;
-			errno = e;
-			return -1;
-		}
-		kpipe_push_spare(pp, kp);
-	}
 	return 0;
 }
 
@@ -141,7 +107,6 @@ void
 kpipe_unreserve(struct kpipe_pool *pp, size_t n)
 {
 	pp->reserved = pp->reserved > n ? pp->reserved - n : 0;
-	kpipe_trim(pp);
 }
 
 struct kpipe *
@@ -152,9 +117,6 @@ kpipe_get(struct kpipe_pool *pp)
 	if ((kp = pp->free) != NULL) {
 		pp->free = kp->next;
 		pp->nfree--;
-	} else if ((kp = pp->spare) != NULL) {
-		pp->spare = kp->next;
-		pp->nspare--;
 	} else if ((kp = kpipe_new()) == NULL)
 		return NULL;
 	kp->next = NULL;
@@ -171,21 +133,10 @@ void
 kpipe_put(struct kpipe_pool *pp, struct kpipe *kp, int dirty)
 {
 	pp->in_use--;
-	if (dirty) {
-		kpipe_close(kp);
-		/* Keep the reservations backed; if this fails, kpipe_get
-		 * tries again when the pipe is needed. */
-		if (pp->nfree + pp->nspare < kpipe_needed(pp) &&
-		    (kp = kpipe_new()) != NULL)
-			kpipe_push_spare(pp, kp);
-		return;
-	}
-	if (pp->nfree < pp->max_free) {
+	if (!dirty && pp->nfree < pp->max_free) {
 		kp->next = pp->free;
 		pp->free = kp;
 		pp->nfree++;
-	} else if (pp->nfree + pp->nspare < kpipe_needed(pp))
-		kpipe_push_spare(pp, kp);
-	else
+	} else
 		kpipe_close(kp);
 }

@@ -5,51 +5,74 @@
 
 /* A pool of kernel pipes for splice(2), with reservations.
  *
- * A pipe of the relay reserves the two kernel pipes it may need when it is
- * accepted (kpipe_reserve): they are created then, so that a transfer already
- * running never finds the descriptors or the kernel refusing it a pipe (the
- * new pipe is refused instead). A flow still holds a kernel pipe only while
- * bytes are in flight (kpipe_get, kpipe_put). Empty pipes wait in two lists:
- * up to max_free at full size for reuse, and the spares that back the
- * reservations, shrunk to one page so that idle reservations cost little of
- * the user's pipe-buffer budget (fs.pipe-user-pages-soft); a spare taken is
- * grown back to the pool's size. */
+ * A flow holds a kernel pipe only while bytes are in flight (kpipe_get,
+ * kpipe_put); the pipe is made then, lazily, or taken from up to max_free
+ * empty ones kept for reuse. A pipe of the relay reserves the two kernel
+ * pipes it may need when it is accepted (kpipe_reserve), but a reservation
+ * is only an account: the limit is derived from the descriptor limit
+ * (kpipe_limit), so that an admitted pipe always finds descriptors for its
+ * kernel pipes. Only the kernel itself (ENFILE, ENOMEM,
+ * fs.pipe-user-pages-hard) can then refuse one; the caller pauses that
+ * direction and tries again, and never resets a running transfer for it. */
 
 struct kpipe {
 	int rfd, wfd;
 	size_t size;		/* the pipe's capacity now */
-	struct kpipe *next;	/* free or spare list */
+	struct kpipe *next;	/* free list */
 };
 
 struct kpipe_pool {
-	struct kpipe *free, *spare;
-	size_t nfree, nspare, max_free;
+	struct kpipe *free;
+	size_t nfree, max_free;
 	size_t in_use;
 	size_t reserved;	/* promised to pipes: in use or not */
-	size_t limit;		/* most pipes that may be reserved; 0: no limit */
+	size_t limit;		/* most pipes that may be reserved */
 	size_t size;		/* requested pipe size */
 	unsigned long long undersized;	/* pipes the kernel made smaller */
-	unsigned long long refused;	/* reservations refused (limit or error) */
+	unsigned long long refused;	/* reservations refused past the limit */
 };
 
+/* Descriptors each admitted pipe may hold: two sockets, two kernel pipes. */
+#define KPIPE_FDS_PER_PIPE 6
+/* Descriptors kept for users without a cap of their own: listeners, the
+ * directory link, links to next relays, logs. */
+#define KPIPE_FD_MARGIN 512
+
+/* What else may hold descriptors, each under its cap. */
+struct kpipe_budget {
+	unsigned long long nofile;	/* RLIMIT_NOFILE; 0: no limit */
+	size_t max_pipes;
+	size_t max_kernel_pipes;	/* 0: two per pipe */
+	size_t max_control;		/* control connections, one each */
+	size_t max_inflight;		/* probes by connect, one each */
+	size_t max_free;		/* pooled kernel pipes, two each */
+	size_t max_held;		/* data connections held before their
+					 * pipe (datahold.h), one each */
+};
+
+/* The most kernel pipes the pipes may reserve: max_kernel_pipes (or two per
+ * pipe), and no more than the descriptors left by the others allow, two
+ * per pipe that fits in KPIPE_FDS_PER_PIPE. 0 when not one pipe fits. */
+size_t kpipe_limit(const struct kpipe_budget *b);
+
+/* limit: no limit until set. */
 void kpipe_pool_init(struct kpipe_pool *pp, size_t size, size_t max_free);
 void kpipe_pool_destroy(struct kpipe_pool *pp);
 
-/* Promises n more pipes, creating spares as needed. Returns 0, or -1 with
- * errno (EMFILE past the limit, or what pipe2 said) and nothing promised. */
+/* Promises n more pipes. Returns 0, or -1 with errno EMFILE past the limit
+ * and nothing promised. */
 int kpipe_reserve(struct kpipe_pool *pp, size_t n);
 
-/* Gives back a promise of n pipes; spares no longer needed are closed. */
+/* Gives back a promise of n pipes. */
 void kpipe_unreserve(struct kpipe_pool *pp, size_t n);
 
-/* Returns an empty pipe, or NULL with errno set (EMFILE, ENOMEM...). Within
- * a reservation this takes a pooled pipe and cannot fail. A pipe the kernel
- * refused to enlarge (an unprivileged user past fs.pipe-user-pages-soft)
- * still works, slower, and is counted. */
+/* Returns an empty pipe, pooled or made, or NULL with errno set (ENFILE,
+ * ENOMEM...). A pipe the kernel refused to enlarge (an unprivileged user
+ * past fs.pipe-user-pages-soft) still works, slower, and is counted. */
 struct kpipe *kpipe_get(struct kpipe_pool *pp);
 
-/* Returns a pipe. One that may still hold bytes (dirty) is closed instead
- * of being reused. */
+/* Returns a pipe: kept for reuse up to max_free, closed otherwise. One that
+ * may still hold bytes (dirty) is always closed. */
 void kpipe_put(struct kpipe_pool *pp, struct kpipe *kp, int dirty);
 
 #endif

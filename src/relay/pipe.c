@@ -37,6 +37,7 @@ struct dir {
 	struct half *src, *dst;
 	struct kpipe *kp;	/* only while bytes are in flight */
 	int kp_wait;		/* no kernel pipe to be had: reading paused */
+	unsigned kp_tries;	/* ... failed tries in a row (logged once) */
 };
 
 struct owner {			/* pending pipes of one control peer */
@@ -389,16 +390,23 @@ dir_pump(struct pipe *p, struct dir *d)
 
 	while (flow_wants_read(&d->f) && !d->kp_wait && d->f.bytes - start < PUMP_BUDGET) {
 		if (d->kp == NULL && (d->kp = kpipe_get(&p->r->kpipes)) == NULL) {
-			/* Cannot happen within the reservation but for a
-			 * replacement pipe2() that failed: wait, never reset a
+			/* The reservation kept the descriptors for it, so only
+			 * the kernel refused (ENFILE, ENOMEM, pipe-user-pages-
+			 * hard): wait and try again (retry), never reset a
 			 * running transfer for it. */
-			log_warn("pipe %llu: no kernel pipe, reading paused",
-			    (unsigned long long)p->id);
+			if (d->kp_tries++ == 0)
+				log_warn("pipe %llu: no kernel pipe, reading paused (tried "
+				    "again every 100 ms)", (unsigned long long)p->id);
 			p->r->ctr.kpipe_waits++;
 			d->kp_wait = 1;
 			if (!ev_is_active(&p->retry))
 				ev_timer_start(p->r->loop, &p->retry);
 			break;
+		}
+		if (d->kp_tries) {
+			log_info("pipe %llu: kernel pipe made after %u tries: reading resumed",
+			    (unsigned long long)p->id, d->kp_tries);
+			d->kp_tries = 0;
 		}
 		size_t want = d->f.cap - d->f.inflight;
 		ssize_t n = splice(d->src->fd, NULL, d->kp->wfd, NULL, want,
@@ -787,11 +795,12 @@ establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 		ctrl_send_fail(c, id, reason, 0);
 		return;
 	}
-	/* The kernel pipes it may need, now or never: running out of them
-	 * later would reset a running transfer. */
+	/* The descriptors for the kernel pipes it may need, accounted now or
+	 * never: running out of them later would stall a running transfer. */
 	if (kpipe_reserve(&r->kpipes, 2) == -1) {
 		err = errno;
-		log_warn("pipe refused: no kernel pipes to reserve");
+		log_warn("pipe refused: no kernel pipes to reserve (max_kernel_pipes or "
+		    "the descriptor limit)");
 		r->ctr.pipes_failed++;
 		r->ctr.chains_failed += s != NULL;
 		ctrl_send_fail(c, id, FAIL_LIMIT, (uint32_t)err);

@@ -138,11 +138,46 @@ congestion_resolve(struct rconf *c, const char *path, char *err, size_t errlen)
 	return 0;
 }
 
-/* Reservations beyond two kernel pipes per pipe could never be used. */
+/* The kernel pipes the pipes may reserve: max_kernel_pipes (reservations
+ * beyond two per pipe could never be used), and no more than the descriptor
+ * limit holds once the other users' caps are set aside, so that an admitted
+ * pipe never finds the descriptors short when it makes a kernel pipe. */
 static size_t
-kpipe_limit(const struct rconf *c)
+relay_kpipe_limit(const struct rconf *c, size_t max_free)
 {
-	return c->max_kernel_pipes ? c->max_kernel_pipes : 2 * c->max_pipes;
+	struct kpipe_budget b = {
+		.max_pipes = c->max_pipes,
+		.max_kernel_pipes = c->max_kernel_pipes,
+		.max_control = c->max_control_conns,
+		.max_inflight = c->max_inflight,
+		.max_free = max_free,
+		.max_held = DATAHOLD_MAX,
+	};
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		b.nofile = rl.rlim_cur ? rl.rlim_cur : 1;
+	return kpipe_limit(&b);
+}
+
+/* Sets the pool from the running configuration (at start and on reload),
+ * and says so if the descriptor limit admits fewer pipes than configured. */
+static void
+relay_kpipe_conf(struct relay *r)
+{
+	struct kpipe_pool *pp = &r->kpipes;
+	const struct rconf *c = &r->conf;
+	uint64_t cap = c->max_kernel_pipes ? c->max_kernel_pipes : 2 * c->max_pipes;
+
+	pp->size = c->pipe_size;
+	pp->max_free = KPIPE_POOL_BYTES / c->pipe_size;
+	pp->limit = relay_kpipe_limit(c, pp->max_free);
+	if (pp->limit < cap)
+		log_warnx("descriptor limit: %zu pipes at most, not %llu (each may take %d "
+		    "descriptors, besides max_control_connections, max_inflight and %zu "
+		    "more); new pipes past it get PIPE_FAIL limit: raise LimitNOFILE",
+		    pp->limit / 2, (unsigned long long)(cap / 2), KPIPE_FDS_PER_PIPE,
+		    (size_t)KPIPE_FD_MARGIN + DATAHOLD_MAX + 2 * pp->max_free);
 }
 
 void
@@ -278,9 +313,7 @@ reload(struct relay *r)
 	struct admit_conf ac;
 	relay_admit_conf(r, &ac);
 	admit_set(r->admit, &ac);
-	r->kpipes.size = r->conf.pipe_size;
-	r->kpipes.limit = kpipe_limit(&r->conf);
-	r->kpipes.max_free = KPIPE_POOL_BYTES / r->conf.pipe_size;
+	relay_kpipe_conf(r);
 	datahold_set_time(&r->hold, (double)r->conf.data_hold_ms / 1000.0);
 	if (r->probe)
 		probe_reconfigure(r->probe);
@@ -396,22 +429,6 @@ listen_all(struct relay *r, int *probe_fd, int *stats_fd, int *metrics_fd, char 
 	return 0;
 }
 
-/* Each pipe may hold six descriptors (two sockets, two kernel pipes), each
- * control connection one: say so at start if the limit cannot hold them. */
-static void
-nofile_check(const struct rconf *c)
-{
-	struct rlimit rl;
-	unsigned long long need = 6 * c->max_pipes + c->max_control_conns + c->max_inflight + 64;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-	    rl.rlim_cur < need)
-		log_warnx("descriptor limit %llu is below the %llu that max_pipes, "
-		    "max_control_connections and max_inflight may take: new pipes will be "
-		    "refused (PIPE_FAIL limit) before max_pipes", (unsigned long long)rl.rlim_cur,
-		    need);
-}
-
 static int
 drop_privileges(const struct rconf *c, char *err, size_t errlen)
 {
@@ -508,8 +525,7 @@ main(int argc, char **argv)
 	    pipes_init(r) == -1 || chains_init(r) == -1)
 		fatalx("out of memory");
 	kpipe_pool_init(&r->kpipes, r->conf.pipe_size, KPIPE_POOL_BYTES / r->conf.pipe_size);
-	r->kpipes.limit = kpipe_limit(&r->conf);
-	nofile_check(&r->conf);
+	relay_kpipe_conf(r);
 	ctrl_start(r);
 	initcwnd_ready(r);
 	ev_io_init(&r->data_accept, data_accept_cb, r->data_fd, EV_READ);

@@ -95,12 +95,10 @@ counters(void *user, struct ctl_counters *cs)
 	C("kpipes_free", r->kpipes.nfree, CTL_GAUGE, "Kernel pipes pooled.");
 	C("kpipes_undersized", r->kpipes.undersized, CTL_COUNTER,
 	    "Kernel pipes created smaller than pipe_size.");
-	C("kpipes_spare", r->kpipes.nspare, CTL_GAUGE,
-	    "Empty one-page kernel pipes backing reservations.");
 	C("kpipes_reserved", r->kpipes.reserved, CTL_GAUGE,
-	    "Kernel pipes reserved by pipes (two each).");
+	    "Kernel pipes accounted to pipes (two each), made only when bytes flow.");
 	C("kpipes_refused", r->kpipes.refused, CTL_COUNTER,
-	    "Pipes refused (PIPE_FAIL limit) for want of kernel pipes.");
+	    "Pipes refused (PIPE_FAIL limit): their kernel pipes past max_kernel_pipes or the descriptor limit.");
 	C("kpipe_waits", c->kpipe_waits, CTL_COUNTER,
 	    "Times a direction paused reading for want of a kernel pipe.");
 	C("initcwnd_on", iw.on, CTL_GAUGE,

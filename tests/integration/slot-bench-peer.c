@@ -403,8 +403,10 @@ run_send(const struct endpoint *dst, double seconds, const struct addr *bind_add
  *       With --relay each is a pipe: PIPE_ESTABLISH on one control
  *       connection (requests pipelined by id), then the data connection from
  *       the announced endpoint once PIPE_OK is in. Prints
- *         setup n=N ok=K failed=F t0_us=T0 t1_us=T1 seconds=S rate=R
- *       (T0, T1 monotonic: first request, last connect done). Then, with
+ *         setup n=N ok=K failed=F t0_us=T0 t1_us=T1 seconds=S rate=R cpu_us=C
+ *       (T0, T1 monotonic: first request, last connect done; C: this
+ *       process's user+system CPU between them, to tell whether the load
+ *       generator is what bounds the rate). Then, with
  *       --seconds S > 0, sends on every connection for S seconds, shuts the
  *       write halves down and waits for every peer's close:
  *         send conns=K bytes=B seconds=S gbps=G
@@ -835,6 +837,14 @@ sw_readable(struct swarm *s, long i, uint8_t *buf, size_t cap)
 	s->c[i].state = r == 0 ? SW_DONE : SW_FAILED;
 }
 
+/* User+system CPU time, microseconds. */
+static uint64_t
+ru_us(const struct rusage *ru)
+{
+	return (uint64_t)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) * 1000000u +
+	    (uint64_t)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec);
+}
+
 static int
 run_swarm(const struct endpoint *dst, long count, long window, double seconds,
     const struct addr *bind_addr, const struct endpoint *relay, uint16_t data_port,
@@ -842,6 +852,7 @@ run_swarm(const struct endpoint *dst, long count, long window, double seconds,
 {
 	static uint8_t buf[SEND_BUF];
 	struct swarm s = { .n = count, .window = window, .dst = *dst, .ctl = -1 };
+	struct rusage ru0, ru1;
 	uint64_t t0, t1;
 	unsigned long long bytes = 0;
 
@@ -882,6 +893,7 @@ run_swarm(const struct endpoint *dst, long count, long window, double seconds,
 	}
 
 	/* set-up */
+	getrusage(RUSAGE_SELF, &ru0);
 	t0 = clock_mono_us();
 	sw_launch(&s);
 	while (s.ok + s.failed < s.n) {
@@ -914,9 +926,11 @@ run_swarm(const struct endpoint *dst, long count, long window, double seconds,
 		sw_launch(&s);
 	}
 	t1 = clock_mono_us();
-	printf("setup n=%ld ok=%ld failed=%ld t0_us=%llu t1_us=%llu seconds=%.6f rate=%.1f\n",
-	    s.n, s.ok, s.failed, (unsigned long long)t0, (unsigned long long)t1,
-	    (double)(t1 - t0) / 1e6, (double)s.n / ((double)(t1 - t0) / 1e6));
+	getrusage(RUSAGE_SELF, &ru1);
+	printf("setup n=%ld ok=%ld failed=%ld t0_us=%llu t1_us=%llu seconds=%.6f rate=%.1f "
+	    "cpu_us=%llu\n", s.n, s.ok, s.failed, (unsigned long long)t0, (unsigned long long)t1,
+	    (double)(t1 - t0) / 1e6, (double)s.n / ((double)(t1 - t0) / 1e6),
+	    (unsigned long long)(ru_us(&ru1) - ru_us(&ru0)));
 	fflush(stdout);
 
 	if (seconds > 0) {

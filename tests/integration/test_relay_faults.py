@@ -11,6 +11,7 @@ reset is checked byte for byte (sha256 of the prefix)."""
 
 import hashlib
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -371,11 +372,31 @@ def test_control_flood_leaves_other_clients_alone(net, relays, key, servers, por
     os.unlink(out_path)
 
 
-def test_kernel_pipe_exhaustion_refuses_new_pipes_only(net, relays, key, servers, port):
-    """max_kernel_pipes 4: two pipes hold every reservation. A third is
-    refused with PIPE_FAIL limit, the two running ones finish byte-exact,
-    and a pipe opens again once they are gone."""
-    relay = relays({"limits": {"max_kernel_pipes": "4", "pipe_size": "64k"}})
+# Descriptors the relay sets aside besides its pipes (src/relay/kpipe.h):
+# KPIPE_FD_MARGIN and DATAHOLD_MAX (the held data connections), plus
+# max_control_connections, max_inflight and two per pooled pipe (8 MiB /
+# pipe_size of them).
+FD_MARGIN = 512 + 256
+FDS_PER_PIPE = 6
+NOFILE_CONF = {"limits": {"max_control_connections": "4", "pipe_size": "256k"},
+               "probe": {"max_inflight": "1"}}
+NOFILE_OTHERS = FD_MARGIN + 4 + 1 + 2 * (8 * MiB // (256 * 1024))
+
+
+@pytest.mark.parametrize("bound", ["max_kernel_pipes", "nofile"])
+def test_kernel_pipe_exhaustion_refuses_new_pipes_only(net, relays, key, servers, port, bound):
+    """Two pipes take every kernel pipe the relay may account for: by
+    max_kernel_pipes 4, or by a descriptor limit (prlimit) that leaves room
+    for two pipes of six descriptors besides the other users' caps. A third
+    pipe is refused with PIPE_FAIL limit, the two running ones finish
+    byte-exact, and a pipe opens again once they are gone."""
+    if bound == "max_kernel_pipes":
+        relay = relays({"limits": {"max_kernel_pipes": "4", "pipe_size": "64k"}})
+    else:
+        nofile = NOFILE_OTHERS + 2 * FDS_PER_PIPE + FDS_PER_PIPE - 1
+        relay = relays(NOFILE_CONF,
+                       wrapper=["prlimit", "--nofile=%d:%d" % (nofile, nofile), "--"])
+        assert "descriptor limit: 2 pipes at most, not 4096" in relay.log(), relay.log()
     client = make_client(net, relay, key)
     files = [random_file(net, "kp%d" % i, 32 * MiB) for i in range(2)]
     procs, srvs, outs = [], [], []
@@ -415,3 +436,57 @@ def test_kernel_pipe_exhaustion_refuses_new_pipes_only(net, relays, key, servers
     assert s4.result() == (MiB, small_digest)
     for path, _ in files:
         os.unlink(path)
+
+
+def test_kernel_pipe_refused_by_kernel_pauses_and_resumes(net, relays, key, servers, port):
+    """Kernel pipes are made when bytes first flow. If the kernel refuses one
+    then (here: the relay's descriptor limit lowered under it at run time,
+    the same failure of pipe2() as ENFILE or fs.pipe-user-pages-hard), the
+    direction pauses (kpipe_waits) and is retried; once pipes can be made the
+    transfer goes on and ends byte-exact, never reset."""
+    # Left root: without CAP_SYS_RESOURCE (as in a container) only a process
+    # of our own uid may have its limit changed.
+    relay = relays({"relay": {"user": "root"}, "limits": {"pipe_size": "64k"}})
+    client = make_client(net, relay, key)
+    path, digest = random_file(net, "kpw", 8 * MiB)
+    go = threading.Event()
+
+    def serve(c):
+        go.wait(30)
+        send_file(c, path)
+        c.shutdown(socket.SHUT_WR)
+        return recv_all(c)
+
+    p = port()
+    srv = servers(p, serve)
+    out = os.path.join(net.dir, "kpw.out")
+    with open(out, "wb") as fout:
+        # stdin held open: no byte either way yet, so no kernel pipe made.
+        proc = client.start(p, stdin=subprocess.PIPE, stdout=fout)
+    relay.wait_counter("pipes_open", lambda v: v == 1, timeout=10)
+    c0 = relay.counters()
+    assert c0["kpipes_in_use"] == 0 and c0["kpipes_free"] == 0, c0
+    old = resource.prlimit(relay.pid, resource.RLIMIT_NOFILE)
+    nfds = len(os.listdir("/proc/%d/fd" % relay.pid))
+    # One descriptor spare: the stats socket's connection fits, a pipe2()
+    # (two) does not.
+    resource.prlimit(relay.pid, resource.RLIMIT_NOFILE, (nfds + 1, old[1]))
+    try:
+        go.set()
+        c = relay.wait_counter("kpipe_waits", lambda v: v >= 2, timeout=10)
+        assert c["pipes_reset"] == 0 and c["pipes_open"] == 1 and c["kpipes_in_use"] == 0, c
+        assert file_size(out) == 0
+    finally:
+        resource.prlimit(relay.pid, resource.RLIMIT_NOFILE, old)
+    r = client.finish(proc, 60)  # closes the client's stdin: its end
+    assert r.rc == 0, r
+    assert sha256_file(out) == digest
+    assert srv.result() == (0, hashlib.sha256().hexdigest())
+    c = relay.wait_counter("pipes_open", lambda v: v == 0, timeout=10)
+    assert c["pipes_reset"] == 0 and c["kpipes_in_use"] == 0 and c["kpipes_reserved"] == 0, c
+    # one line for the pause, however many tries, and one for the resumption
+    log = relay.log()
+    assert log.count("no kernel pipe, reading paused") == 1, log[-3000:]
+    assert "reading resumed" in log, log[-3000:]
+    os.unlink(out)
+    os.unlink(path)
