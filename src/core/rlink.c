@@ -422,7 +422,8 @@ rl_message(struct rlink *l, const struct proto_msg *m)
 		} else {
 			l->observed_ok = false;
 		}
-		if (l->chains_ok != ((m->flags & PROTO_FLAG_CHAINS) != 0))
+		/* Said once a connection, and on each change (a reload). */
+		if (l->state != RL_UP || l->chains_ok != ((m->flags & PROTO_FLAG_CHAINS) != 0))
 			log_info("relay %s: %s chains", l->name,
 			    m->flags & PROTO_FLAG_CHAINS ? "takes" : "does not take");
 		l->chains_ok = (m->flags & PROTO_FLAG_CHAINS) != 0;
