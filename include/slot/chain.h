@@ -32,6 +32,10 @@ struct chain_input {
 	const uint32_t *rl_us;
 	unsigned max_chain;		/* relays on a path: 1 (no chains) .. CHAIN_MAX */
 	const bool *avoid;		/* NULL, or relays a lead-in must not use */
+	/* NULL, or relays that may end a chain but not forward one (slotd:
+	 * those that have not said they take PIPE_ESTABLISH_CHAIN; slot-sim
+	 * has none): never on a lead-in, still given one of their own. */
+	const bool *no_forward;
 };
 
 struct chain_lead {

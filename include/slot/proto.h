@@ -34,7 +34,10 @@
  * KEEPALIVE's OBSERVE asks a relay that knows pipe tokens to answer with
  * OBSERVED (the address it sees the connection from) instead of
  * KEEPALIVE_ACK; a relay that does not ignores it (docs/protocol.md, "Pipe
- * tokens"). */
+ * tokens"). KEEPALIVE's CHAINS asks whether the relay takes
+ * PIPE_ESTABLISH_CHAIN; a relay that does sets CHAINS on its answer
+ * (KEEPALIVE_ACK or OBSERVED); an older one ignores the question and never
+ * claims it. */
 
 #define PROTO_MAGIC0 0x53
 #define PROTO_MAGIC1 0x4c
@@ -48,6 +51,8 @@
 #define PROTO_HELLO_CTX "slot-hello/2"
 #define PROTO_TOKEN_LEN 8	/* a pipe token (PIPE_ESTABLISH_TOKEN, the SYN's option) */
 #define PROTO_FLAG_OBSERVE 0x0001	/* KEEPALIVE: answer OBSERVED if you can */
+/* KEEPALIVE: do you take PIPE_ESTABLISH_CHAIN? KEEPALIVE_ACK, OBSERVED: yes. */
+#define PROTO_FLAG_CHAINS 0x0002
 
 enum proto_type {
 	PROTO_PROBE_REQUEST = 0x01,

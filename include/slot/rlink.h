@@ -114,6 +114,12 @@ uint32_t rlink_establish_chain(struct rlink *l, const struct endpoint *client,
  * else NULL (an older relay, or down). */
 const struct endpoint *rlink_observed(const struct rlink *l);
 
+/* While up: whether the relay's last answer to our keepalives claimed
+ * CHAINS (it takes PIPE_ESTABLISH_CHAIN, as the first or a middle relay of a
+ * chain). false when down, before the first answer, and for an older relay,
+ * which never claims it (docs/protocol.md, "KEEPALIVE"). */
+bool rlink_chains(const struct rlink *l);
+
 /* Forgets request id: its answer, if any comes, is dropped. */
 void rlink_cancel(struct rlink *l, uint32_t id);
 

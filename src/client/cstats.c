@@ -398,6 +398,7 @@ static const struct ctl_col relay_cols[] = {
 	{ "rank", CTL_UINT, NULL },
 	{ "rtt_est", CTL_RTT, NULL },
 	{ "seen_as", CTL_STR, "observed" },
+	{ "chains", CTL_BOOL, "takes_chains" },
 };
 
 static void
@@ -440,6 +441,12 @@ relays(void *user, struct ctl_table *t)
 		const struct endpoint *obs = x->link ? rlink_observed(x->link) : NULL;
 		if (obs)
 			ctl_cell_str(t, ep_fmt(obs, a));
+		else
+			ctl_cell_none(t);
+		/* Whether it may start or carry on a chain (its answer to
+		 * keepalives); unknown while down. */
+		if (x->link && rlink_state(x->link) == RL_UP)
+			ctl_cell_bool(t, rlink_chains(x->link));
 		else
 			ctl_cell_none(t);
 	}

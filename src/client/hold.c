@@ -990,12 +990,13 @@ oom:
 	conn_release(c, NULL, "out of memory");
 }
 
-/* A relay of r's lead-in, as it is now: usable, of r's family. */
+/* A relay of r's lead-in, as it is now: usable, of r's family, and taking
+ * chains (it forwards this one). */
 static bool
 via_usable(const struct slotd *d, const struct crelay *r, const struct crelay *x,
     uint64_t now)
 {
-	return x != NULL && relay_usable(d, x, now) &&
+	return x != NULL && relay_usable(d, x, now) && relay_takes_chains(x) &&
 	    x->conf.control.addr.family == r->conf.control.addr.family;
 }
 
@@ -1179,6 +1180,20 @@ forced(struct slotd *d, struct hconn *c, uint64_t now)
 		}
 		c->next[c->nnext++] = n;
 	}
+	/* Every relay but the last forwards the chain: one that has not said
+	 * it takes chains (an older relay would close our link) is not sent
+	 * one. */
+	for (unsigned i = 0; i < c->nnext; i++) {
+		const struct crelay *f = i == 0 ? r : c->next[i - 1];
+
+		if (!relay_takes_chains(f)) {
+			log_info("forced chain: relay %s does not take chains",
+			    ep_fmt(&f->conf.control, rb));
+			c->nnext = 0;
+			conn_release(c, NULL, "a relay of the forced chain does not take chains");
+			return;
+		}
+	}
 	establish(c, r, 0, c->nnext ? "chain forced by the application" :
 	    "forced by the application");
 }
@@ -1251,6 +1266,10 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 				r = NULL;
 			c->next[c->nnext++] = x;
 		}
+		/* ... and every relay of it but the last still taking chains. */
+		for (unsigned i = 0; r && i < c->nnext; i++)
+			if (!relay_takes_chains(i == 0 ? r : c->next[i - 1]))
+				r = NULL;
 		if (r == NULL)
 			c->nnext = 0;
 		if (r && relay_usable(d, r, now)) {

@@ -42,7 +42,7 @@ rank_update(struct slotd *d)
 	uint32_t *cr = NULL, *lr = NULL, *rl = NULL, *out = NULL, *row_of = NULL;
 	uint32_t *lead = NULL;
 	struct chain_lead *reach = NULL;
-	bool *avoid = NULL;
+	bool *avoid = NULL, *nofwd = NULL;
 	struct row *rows = NULL;
 	size_t nout = 0, ngreedy = 0, nchain = 0;
 	bool cover = d->conf.sel.strategy == SEL_COVER, chains = d->conf.sel.max_chain > 1;
@@ -73,9 +73,11 @@ rank_update(struct slotd *d)
 		lead = malloc(n * sizeof(*lead));
 		reach = malloc(n * sizeof(*reach));
 		avoid = malloc(n * sizeof(*avoid));
+		nofwd = malloc(n * sizeof(*nofwd));
 	}
 	if (cr == NULL || row_of == NULL || out == NULL || lr == NULL || rl == NULL ||
-	    rows == NULL || (chains && (lead == NULL || reach == NULL || avoid == NULL))) {
+	    rows == NULL || (chains && (lead == NULL || reach == NULL || avoid == NULL ||
+	    nofwd == NULL))) {
 		log_warnx("relay ranking: out of memory; probing relays at random");
 		goto out;
 	}
@@ -112,16 +114,21 @@ rank_update(struct slotd *d)
 			    (uint32_t)v * DIRC_LAND_UNIT_US;
 		}
 	/* Chains: every relay's best lead-in, once per ranking (chain.h). A
-	 * relay out of use now starts or carries none; hold.c checks the
-	 * relays of a lead-in again when it takes one. */
+	 * relay out of use now starts or carries none; one that has not said
+	 * on its link that it takes chains (an older relay, or [chain] allow =
+	 * no) may only end one. hold.c checks the relays of a lead-in again
+	 * when it takes one. */
 	if (chains) {
 		struct chain_input ch = {
 			.nrelay = n, .cr_us = cr, .nland = L, .land_relay = lr, .rl_us = rl,
 			.max_chain = d->conf.sel.max_chain, .avoid = avoid,
+			.no_forward = nofwd,
 		};
 
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
 			avoid[i] = !relay_usable(d, d->relays[i], now);
+			nofwd[i] = !relay_takes_chains(d->relays[i]);
+		}
 		if (chain_reach(&ch, reach) < 0) {
 			log_warnx("relay ranking: out of memory for chains; single relays only");
 			chains = false;
@@ -173,6 +180,7 @@ out:
 	free(lead);
 	free(reach);
 	free(avoid);
+	free(nofwd);
 }
 
 static void

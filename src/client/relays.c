@@ -62,6 +62,12 @@ relay_usable(const struct slotd *d, const struct crelay *r, uint64_t now_us)
 	    relay_rules_in(d, r);
 }
 
+bool
+relay_takes_chains(const struct crelay *r)
+{
+	return r->link && rlink_chains(r->link);
+}
+
 void
 relay_quarantine(struct slotd *d, struct crelay *r, const char *why)
 {

@@ -31,6 +31,10 @@ void relays_free(struct slotd *d);
 
 struct crelay *relay_find(struct slotd *d, const struct endpoint *control);
 bool relay_usable(const struct slotd *d, const struct crelay *r, uint64_t now_us);
+/* Whether r may be sent PIPE_ESTABLISH_CHAIN, that is be the first or a
+ * middle relay of a chain: it said so on its current control link
+ * (rlink_chains). Unknown (down, an older relay) is no. */
+bool relay_takes_chains(const struct crelay *r);
 /* Keeps r out of samples for failure_quarantine. */
 void relay_quarantine(struct slotd *d, struct crelay *r, const char *why);
 

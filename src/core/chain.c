@@ -57,10 +57,14 @@ offer(struct top2 *t, uint32_t v, uint32_t m)
 
 /* What a lead-in ending at j may take from the lead-in to m: prev's best to
  * m unless it starts at j (then the second best, which does not). first[]
- * is NULL for the client's own RTTs, which start nowhere. */
+ * is NULL for the client's own RTTs, which start nowhere. None when m may
+ * not forward: it would be a relay before j. */
 static inline uint32_t
-from(const struct top2 *prev, const uint32_t *first, size_t m, size_t j)
+from(const struct chain_input *in, const struct top2 *prev, const uint32_t *first,
+    size_t m, size_t j)
 {
+	if (in->no_forward && in->no_forward[m])
+		return CHAIN_NONE;
 	if (first == NULL || first[m] != j)
 		return prev[m].v[0];
 	return prev[m].v[1];
@@ -93,7 +97,7 @@ relax(const struct chain_input *in, const uint32_t *land_of, const struct top2 *
 			uint32_t m = in->land_relay[l], p;
 
 			if (m == CHAIN_NONE || m >= n || m == j || row[l] == CHAIN_NONE ||
-			    (p = from(prev, first, m, j)) == CHAIN_NONE)
+			    (p = from(in, prev, first, m, j)) == CHAIN_NONE)
 				continue;
 			offer(&next[j], max32(p, row[l]), m);
 		}
@@ -106,7 +110,7 @@ relax(const struct chain_input *in, const uint32_t *land_of, const struct top2 *
 			uint32_t rl = in->rl_us[m * L + lj], p;
 
 			if (m == j || rl == CHAIN_NONE ||
-			    (p = from(prev, first, m, j)) == CHAIN_NONE)
+			    (p = from(in, prev, first, m, j)) == CHAIN_NONE)
 				continue;
 			offer(&next[j], max32(p, rl), (uint32_t)m);
 		}

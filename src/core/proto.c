@@ -81,7 +81,15 @@ proto_body_len(uint8_t type)
 static uint16_t
 flags_known(uint8_t type)
 {
-	return type == PROTO_KEEPALIVE ? PROTO_FLAG_OBSERVE : 0;
+	switch (type) {
+	case PROTO_KEEPALIVE:
+		return PROTO_FLAG_OBSERVE | PROTO_FLAG_CHAINS;
+	case PROTO_KEEPALIVE_ACK:
+	case PROTO_OBSERVED:
+		return PROTO_FLAG_CHAINS;
+	default:
+		return 0;
+	}
 }
 
 /* What ends a message: its MAC, or a HELLO's signature. */

@@ -60,6 +60,9 @@ struct rlink {
 	 * control connection from observed. */
 	bool observed_ok;
 	struct endpoint observed;
+	/* The relay's last answer to a keepalive claimed CHAINS: it takes
+	 * PIPE_ESTABLISH_CHAIN. */
+	bool chains_ok;
 
 	/* Identity mode: the relay's HELLO accepted on this connection. */
 	bool authed;
@@ -148,6 +151,7 @@ rl_down_err(struct rlink *l, int err, const char *why)
 	l->err = err;
 	rl_close_fd(l);
 	l->observed_ok = false;
+	l->chains_ok = false;
 	rl_set_state(l, RL_DOWN);
 	rl_fail_requests(l);
 
@@ -278,8 +282,10 @@ rl_keepalive(struct rlink *l)
 {
 	/* Every keepalive asks what the relay sees: a NAT's mapping may
 	 * change while the link lives. A relay that knows no tokens answers
-	 * KEEPALIVE_ACK all the same. */
-	struct proto_msg m = { .type = PROTO_KEEPALIVE, .flags = PROTO_FLAG_OBSERVE };
+	 * KEEPALIVE_ACK all the same. It asks too whether the relay takes
+	 * chains, which a reload may change; an older relay ignores that. */
+	struct proto_msg m = { .type = PROTO_KEEPALIVE,
+	    .flags = PROTO_FLAG_OBSERVE | PROTO_FLAG_CHAINS };
 
 	if (l->ka_outstanding)
 		return;
@@ -416,6 +422,11 @@ rl_message(struct rlink *l, const struct proto_msg *m)
 		} else {
 			l->observed_ok = false;
 		}
+		/* Said once a connection, and on each change (a reload). */
+		if (l->state != RL_UP || l->chains_ok != ((m->flags & PROTO_FLAG_CHAINS) != 0))
+			log_info("relay %s: %s chains", l->name,
+			    m->flags & PROTO_FLAG_CHAINS ? "takes" : "does not take");
+		l->chains_ok = (m->flags & PROTO_FLAG_CHAINS) != 0;
 		ev_timer_stop(l->env->loop, &l->timer);
 		if (l->state != RL_UP) {
 			if (l->failures > 0)
@@ -648,6 +659,12 @@ rlink_revoke(struct rlink *l, const struct ident_revoked *rev)
 		return false;
 	rl_down(l, "certificate revoked");
 	return true;
+}
+
+bool
+rlink_chains(const struct rlink *l)
+{
+	return l->state == RL_UP && l->chains_ok;
 }
 
 const struct endpoint *

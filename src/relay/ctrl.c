@@ -311,12 +311,17 @@ ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
 	}
 	case PROTO_KEEPALIVE: {
 		/* OBSERVE: the client learns whether it is behind NAT, and
-		 * that this relay takes tokens. */
+		 * that this relay takes tokens. CHAINS: whether it may send
+		 * us PIPE_ESTABLISH_CHAIN; answered only to a client that
+		 * asks, and read again at every keepalive (a reload may
+		 * change [chain] allow). */
 		struct proto_msg a = { .type = PROTO_KEEPALIVE_ACK, .id = m->id };
 		if ((m->flags & PROTO_FLAG_OBSERVE) && r->save_syn) {
 			a.type = PROTO_OBSERVED;
 			a.u.observed.addr = c->peer;
 		}
+		if ((m->flags & PROTO_FLAG_CHAINS) && r->conf.chain_allow)
+			a.flags = PROTO_FLAG_CHAINS;
 		ctrl_queue(c, &a);
 		break;
 	}

@@ -4,7 +4,9 @@
  * Establishes one pipe over a control connection and then behaves like
  * netcat on the data connection (stdin -> socket, socket -> stdout), or sends
  * UDP probes, or misbehaves on request (stale, replayed or badly signed
- * messages, data connections without a pipe, resets, slow reading). With
+ * messages, data connections without a pipe, resets, slow reading), or asks
+ * for a chain (--hop, PIPE_ESTABLISH_CHAIN) and for a keepalive's answer
+ * (--keepalive: its type and whether it claims CHAINS). With
  * --id-key, --id-cert and --ca it speaks [auth] mode identity: a HELLO with
  * a client certificate first, then the pair key it shares with the relay.
  *
@@ -70,6 +72,10 @@ struct opts {
 	long long rst_after;	/* -1: never */
 	int count;
 	double timeout_s;
+	/* --hop: PIPE_ESTABLISH_CHAIN through these relays after this one. */
+	struct endpoint hop_ctl[PROTO_CHAIN_MAX_HOPS], hop_data[PROTO_CHAIN_MAX_HOPS];
+	unsigned nhops;
+	int ka_flags;		/* --keepalive: its header flags; -1: none sent */
 };
 
 static struct opts o;
@@ -104,6 +110,9 @@ usage(void)
 	    "  hostile: --stale S  --replay  --wrong-key FILE  --no-pipe\n"
 	    "           --pause-read S  --rst-after BYTES  --count N\n"
 	    "           --connect-delay S  --no-connect S  --data-first S\n"
+	    "  chains:  --hop CONTROL=DATA (once or twice: PIPE_ESTABLISH_CHAIN)\n"
+	    "  --keepalive FLAGS: after the answers, a KEEPALIVE with these header\n"
+	    "           flags (1 OBSERVE, 2 CHAINS); prints its answer (--count 0: no pipe)\n"
 	    "  probes:  --probe --probe-port P [--count N]\n");
 	exit(EXIT_USAGE);
 }
@@ -566,6 +575,59 @@ hello(int ctl, struct rbuf *rb)
 	return 0;
 }
 
+/* A KEEPALIVE with o.ka_flags, and its answer: proves the connection open
+ * and tells whether the relay claims CHAINS. Returns 0, or an exit code. */
+static int
+keepalive(int ctl, struct rbuf *rb)
+{
+	struct proto_msg m = { .type = PROTO_KEEPALIVE, .flags = (uint16_t)o.ka_flags };
+	uint8_t buf[PROTO_MAX_LEN];
+	int n, e, r;
+
+	m.ts_us = msg_timestamp();
+	m.nonce = random_u64();
+	m.id = 0x4b41;
+	if (have_id)
+		memcpy(m.sender, id.cert.pk, PROTO_PK_LEN);
+	if ((n = proto_encode(&m, &sign_key, buf, sizeof(buf))) < 0) {
+		say("error encode keepalive");
+		return EXIT_OTHER;
+	}
+	if ((e = send_all(ctl, buf, (size_t)n)) != 0) {
+		say("error control send: %s", strerror(e));
+		return EXIT_ERROR;
+	}
+	if ((r = ctl_next(ctl, rb, &m)) <= 0) {
+		say("error %s", r == 0 ? "closed" : "keepalive");
+		return r == 0 ? EXIT_ERROR : EXIT_OTHER;
+	}
+	if ((m.type != PROTO_KEEPALIVE_ACK && m.type != PROTO_OBSERVED) || m.id != 0x4b41) {
+		say("error unexpected %s id=%u to the keepalive", proto_type_str(m.type), m.id);
+		return EXIT_ERROR;
+	}
+	say("keepalive answer=%s chains=%s", proto_type_str(m.type),
+	    m.flags & PROTO_FLAG_CHAINS ? "yes" : "no");
+	return 0;
+}
+
+/* --hop CONTROL=DATA */
+static void
+hop_arg(const char *s)
+{
+	char b[2 * EP_STRLEN];
+	char *eq;
+
+	if (o.nhops == PROTO_CHAIN_MAX_HOPS || strlen(s) >= sizeof(b))
+		usage();
+	strcpy(b, s);
+	if ((eq = strchr(b, '=')) == NULL)
+		usage();
+	*eq = '\0';
+	if (ep_parse(b, 0, &o.hop_ctl[o.nhops]) < 0 || ep_parse(eq + 1, 0, &o.hop_data[o.nhops]) < 0)
+		usage();
+	o.nhops++;
+}
+
 static int
 run_establish(void)
 {
@@ -600,7 +662,8 @@ run_establish(void)
 		return e;
 
 	for (int i = 0; i < o.count; i++) {
-		struct proto_msg m = { .type = PROTO_PIPE_ESTABLISH };
+		struct proto_msg m = { .type = o.nhops ? PROTO_PIPE_ESTABLISH_CHAIN :
+		    PROTO_PIPE_ESTABLISH };
 		uint8_t buf[PROTO_MAX_LEN];
 		char s[EP_STRLEN];
 		int n;
@@ -627,8 +690,18 @@ run_establish(void)
 		m.ts_us = msg_timestamp();
 		m.nonce = random_u64();
 		m.id = (uint32_t)i + 1;
-		m.u.establish.client = cep[i];
-		m.u.establish.server = o.server;
+		if (o.nhops) {
+			m.u.chain.client = cep[i];
+			m.u.chain.server = o.server;
+			m.u.chain.hops = (uint8_t)o.nhops;
+			for (unsigned h = 0; h < o.nhops; h++) {
+				m.u.chain.hop_ctl[h] = o.hop_ctl[h];
+				m.u.chain.hop_data[h] = o.hop_data[h];
+			}
+		} else {
+			m.u.establish.client = cep[i];
+			m.u.establish.server = o.server;
+		}
 		if (have_id)
 			memcpy(m.sender, id.cert.pk, PROTO_PK_LEN);
 		n = proto_encode(&m, &sign_key, buf, sizeof(buf));
@@ -700,6 +773,12 @@ run_establish(void)
 		if (!answered[m.id - 1] || m.type != PROTO_PIPE_OK)
 			answered[m.id - 1] = m.type;
 		got++;
+	}
+	if (o.ka_flags >= 0 && !closed && !any_error && (e = keepalive(ctl, &rb)) != 0)
+		return e;
+	if (o.count == 0) {
+		close(ctl);
+		return EXIT_CLEAN;
 	}
 	if (o.replay || any_error || closed)
 		return (any_error || closed) ? EXIT_ERROR : any_fail ? EXIT_PIPE_FAIL : EXIT_CLEAN;
@@ -820,6 +899,8 @@ main(int argc, char **argv)
 		{ "id-key", required_argument, NULL, 'I' },
 		{ "id-cert", required_argument, NULL, 'J' },
 		{ "ca", required_argument, NULL, 'A' },
+		{ "hop", required_argument, NULL, 'H' },
+		{ "keepalive", required_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -827,6 +908,7 @@ main(int argc, char **argv)
 
 	o.rst_after = -1;
 	o.count = 1;
+	o.ka_flags = -1;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'k': o.key_file = optarg; break;
@@ -853,7 +935,7 @@ main(int argc, char **argv)
 		case 'N': o.no_pipe = true; break;
 		case 'p': o.probe = true; break;
 		case 'P': o.pause_read_s = num_arg(optarg, 0); break;
-		case 'n': o.count = (int)num_arg(optarg, 1); break;
+		case 'n': o.count = (int)num_arg(optarg, 0); break;
 		case 't': o.timeout_s = num_arg(optarg, 0); break;
 		case 'X': o.rst_after = (long long)num_arg(optarg, 0); break;
 		case 'D': o.connect_delay_s = num_arg(optarg, 0); break;
@@ -862,18 +944,22 @@ main(int argc, char **argv)
 		case 'I': o.id_key = optarg; break;
 		case 'J': o.id_cert = optarg; break;
 		case 'A': o.ca = optarg; break;
+		case 'H': hop_arg(optarg); break;
+		case 'K': o.ka_flags = (int)num_arg(optarg, 0); break;
 		default: usage();
 		}
 	}
 	if (optind != argc || !o.have_relay || o.count > MAX_COUNT ||
-	    (o.data_first && (o.count > 1 || o.no_connect || o.replay)))
+	    (o.data_first && (o.count != 1 || o.no_connect || o.replay)) ||
+	    (o.count == 0 && o.ka_flags < 0) || o.ka_flags > 0xffff)
 		usage();
 	have_id = o.id_key || o.id_cert || o.ca;
 	if (have_id && (!o.id_key || !o.id_cert || !o.ca || o.key_file || o.wrong_key_file))
 		usage();
-	if (!o.no_pipe && ((!o.key_file && !have_id) || !o.have_server))
+	if (!o.no_pipe && ((!o.key_file && !have_id) || (!o.have_server && o.count > 0)))
 		usage();
-	if ((o.no_pipe || (!o.probe && !o.replay && !o.no_connect)) && o.data_port == 0)
+	if ((o.no_pipe || (!o.probe && !o.replay && !o.no_connect && o.count > 0)) &&
+	    o.data_port == 0)
 		usage();
 	if (o.probe && o.probe_port == 0)
 		o.probe_port = o.relay.port;

@@ -13,9 +13,13 @@ received (sha256) and how its stream ended.
 - Half-close in both orders: after one end's FIN the other direction still
   flows and arrives complete.
 - Reset in both orders: one end's RST arrives at the other as a reset.
-- A chain through a relay that disallows chains ([chain] allow = no) fails
-  cleanly: PIPE_FAIL next-hop, the connection goes direct (the lib's
-  fallback) and still works.
+- A relay that disallows chains ([chain] allow = no) stops saying on its
+  control links that it takes them (KEEPALIVE's CHAINS, docs/protocol.md):
+  slotd then sends no chain that it would forward (as the first or a middle
+  relay; the lib's fallback goes direct), but still one that ends at it (it
+  gets a plain PIPE_ESTABLISH). A PIPE_ESTABLISH_CHAIN sent to it anyway
+  (slot-testclient) gets PIPE_FAIL next-hop (EPERM), and the control
+  connection stays open (a keepalive after it is answered).
 - The middle relay killed (SIGKILL) mid-transfer: the client and the server
   both see a reset, not a clean EOF.
 """
@@ -38,6 +42,7 @@ PEER = os.path.join(ROOT, "tests", "integration", "chain_peer.py")
 PYDIR = os.path.join(ROOT, "python")
 RELAYS = ("relay1", "relay2", "relay3")
 LIBGET = os.path.join(BUILD, "tests", "slot-libget")
+TESTCLIENT = os.path.join(BUILD, "tests", "slot-testclient")
 
 _port = [9100]
 
@@ -52,7 +57,10 @@ def sb():
 
 @pytest.fixture(scope="module")
 def slotd(sb):
-    s = sb.slotd([sb.relay(r) for r in RELAYS]).start()
+    # Keepalives every second: slotd learns within one that a reloaded relay
+    # no longer takes chains (the bed's default is 30 s).
+    s = sb.slotd([sb.relay(r) for r in RELAYS],
+                 overrides={"relays": {"keepalive_interval": "1s"}}).start()
     yield s
     s.stop()
 
@@ -224,33 +232,94 @@ def test_chain_reset(sb, slotd, scenario):
                  "%s counts the reset" % n)
 
 
+def takes_chains(slotd):
+    """slotd's "relays json": {control endpoint: takes_chains}."""
+    t = json.loads(unix_request(slotd.sock, b"relays json\n"))
+    return {x["relay"]: x["takes_chains"] for x in t["relays"]}
+
+
+def run_testclient(sb, relay, *args):
+    """slot-testclient in the client host, with a client certificate:
+    (exit code, stderr lines)."""
+    a = sb.auth_for("client", "chain-testclient")
+    r = subprocess.run(sb.bed.cmd("client", TESTCLIENT, "--id-key", a["key"], "--id-cert",
+                                  a["certificate"], "--ca", a["ca"], "--relay", relay.control,
+                                  "--timeout", "20", *args),
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stderr.splitlines()
+
+
+def test_chain_capability_advertised(sb, slotd):
+    """Every relay here takes chains and says so; a client that does not
+    ask (an older slotd: KEEPALIVE with OBSERVE alone) is not told."""
+    wait_for(lambda: set(takes_chains(slotd).values()) == {True}, 10,
+             "slotd to see every relay take chains")
+    r1 = sb.relay("relay1")
+    rc, err = run_testclient(sb, r1, "--count", "0", "--keepalive", "3")
+    assert rc == 0 and any(re.match(r"keepalive answer=\S+ chains=yes$", l) for l in err), err
+    rc, err = run_testclient(sb, r1, "--count", "0", "--keepalive", "1")
+    assert rc == 0 and any(re.match(r"keepalive answer=\S+ chains=no$", l) for l in err), err
+    text = unix_request(slotd.sock, b"relays\n").splitlines()
+    assert text[0].split()[-1] == "chains", text
+    assert all(l.split()[-1] == "yes" for l in text[1:]), text
+
+
 def test_chain_through_a_relay_that_disallows_chains(sb, slotd):
     r2 = sb.relay("relay2")
     r2.reload({"chain": {"allow": "no"}})
     try:
-        # relay2 first: it refuses at once
+        # slotd learns it at the next keepalive
+        wait_for(lambda: takes_chains(slotd)[r2.control] is False, 10,
+                 "slotd to see that relay2 no longer takes chains")
+        assert "relay %s: does not take chains" % r2.control in slotd.log()
+
+        # relay2 first: slotd does not send it the chain
         c0 = counters(sb)
         dec, cli, srv = exchange(sb, slotd, "download", chain(sb, "relay2", "relay3"))
         assert dec["state"] == "direct", dec
         assert cli["rsha"] == srv["sent"] and cli["rbytes"] == SIZE, (cli, srv)
         assert srv["peer"] == sb.ip("client"), srv
         d = changes(c0, sb)
-        assert d["relay2"]["chains_requested"] == 1 and d["relay2"]["chains_refused"] == 1, d
+        assert d["relay2"]["chains_requested"] == 0 and d["relay2"]["pipes_total"] == 0, d
         assert d["relay3"]["pipes_total"] == 0, d
-        assert "chains disabled" in r2.log()
+        assert "forced chain: relay %s does not take chains" % r2.control in slotd.log()
 
-        # relay2 in the middle: relay1 passes its NEXT_HOP on
+        # relay2 in the middle: nor through relay1 to it
         c0 = counters(sb)
         dec, cli, srv = exchange(sb, slotd, "download", chain(sb, *RELAYS))
         assert dec["state"] == "direct", dec
-        assert cli["rsha"] == srv["sent"], (cli, srv)
+        assert cli["rsha"] == srv["sent"] and cli["rbytes"] == SIZE, (cli, srv)
         d = changes(c0, sb)
-        assert d["relay1"]["chains_failed"] == 1, d
-        assert d["relay1"]["chains_next_hop_failed"] == 0, d   # relay2's, forwarded
-        assert d["relay2"]["chains_refused"] == 1, d
-        assert "a relay of the chain could not reach the next one" in slotd.log()
+        assert all(d[n]["chains_requested"] == 0 and d[n]["pipes_total"] == 0
+                   for n in RELAYS), d
+
+        # relay2 last: it only gets relay1's plain PIPE_ESTABLISH
+        c0 = counters(sb)
+        dec, cli, srv = exchange(sb, slotd, "download", chain(sb, "relay1", "relay2"))
+        assert_relayed(sb, dec, srv, ("relay1", "relay2"))
+        assert cli["rsha"] == srv["sent"] and cli["rbytes"] == SIZE, (cli, srv)
+        d = changes(c0, sb)
+        assert d["relay1"]["chains_joined"] == 1, d
+        assert d["relay2"]["chains_requested"] == 0 and d["relay2"]["pipes_total"] == 1, d
+
+        # A chain request sent to relay2 all the same (a client that does
+        # not look): PIPE_FAIL next-hop, EPERM; the connection stays open.
+        c0 = counters(sb)
+        r3 = sb.relay("relay3")
+        rc, err = run_testclient(sb, r2, "--server", "%s:%d" % (sb.ip("server"), 9),
+                             "--hop", "%s=%s:%d" % (r3.control, r3.ip, r3.data_port),
+                             "--no-connect", "0", "--keepalive", "3")
+        assert rc == 3, (rc, err)
+        assert any(l.startswith("pipe fail next-hop detail=1 ") for l in err), err
+        assert any(re.match(r"keepalive answer=\S+ chains=no$", l) for l in err), err
+        d = changes(c0, sb)
+        assert d["relay2"]["chains_requested"] == 1 and d["relay2"]["chains_refused"] == 1, d
+        assert d["relay3"]["pipes_total"] == 0, d
+        assert "chains disabled" in r2.log()
     finally:
         r2.reload({"chain": {"allow": "yes"}})
+    wait_for(lambda: takes_chains(slotd)[r2.control] is True, 10,
+             "slotd to see that relay2 takes chains again")
 
 
 def test_chain_pipes_view(sb, slotd):

@@ -18,6 +18,12 @@ chain, through relay-a first then relay-b. Sending PIPE_ESTABLISH_CHAIN is the
 data plane's; until it is there the pipe goes through relay-a alone, so the
 test checks the decision (counters, `slotctl json`, the log line) and the
 transfer, not which relay of the chain reaches the server.
+
+A relay with `[chain] allow = no` says on its control link that it takes no
+chains (docs/protocol.md, KEEPALIVE's CHAINS): relay-a so configured is on
+no lead-in (the connection goes direct, not through relay-a then relay-b);
+relay-b so configured still ends the chain through relay-a, which sends it a
+plain PIPE_ESTABLISH.
 """
 
 import json
@@ -117,3 +123,64 @@ def test_max_chain_1_goes_direct(bed):
         assert bed.nginx.peer_of("id=nochain") == bed.ip("client")
     finally:
         s.stop()
+
+
+def takes_chains(s):
+    t = json.loads(slotbed.unix_request(s.sock, b"relays json\n"))
+    return {x["relay"]: x["takes_chains"] for x in t["relays"]}
+
+
+def test_no_chain_forwarded_by_a_relay_that_disallows_chains(bed):
+    wait_for(lambda: measured(bed), 40, "every relay measuring the others")
+    size, sha = bed.nginx.files["f"]
+    ra = bed.relay("relay-a")
+    a, b = ra.control, bed.relay("relay-b").control
+    ra.reload({"chain": {"allow": "no"}})
+    s = None
+    try:
+        s = start_slotd(bed, "nofwd")
+        assert takes_chains(s) == {a: False, b: True, bed.relay("relay-c").control: True}
+        wait_for(lambda: s.counters()["relays_with_lead_in"] >= 1, 30, "lead-ins")
+        c0 = ra.counters()
+        res = bed.curl(bed.nginx.url("f", query="id=nofwd"), timeout=60)
+        assert res.rc == 0 and res.sha == sha, res
+        c = s.counters()
+        # relay-a may not forward the chain to relay-b, and no other chain
+        # is worth it: no chain, whatever the path
+        assert c["decisions_chain"] == 0, c
+        assert all(not x.get("chain") for x in s.recent()), s.recent()
+        assert "via %s >" % a not in s.log()
+        assert slotbed.deltas(c0, ra.counters())["chains_requested"] == 0
+    finally:
+        if s:
+            s.stop()
+        ra.reload({"chain": {"allow": "yes"}})
+
+
+def test_chain_ends_at_a_relay_that_disallows_chains(bed):
+    wait_for(lambda: measured(bed), 40, "every relay measuring the others")
+    size, sha = bed.nginx.files["f"]
+    ra, rb = bed.relay("relay-a"), bed.relay("relay-b")
+    a, b = ra.control, rb.control
+    rb.reload({"chain": {"allow": "no"}})
+    s = None
+    try:
+        s = start_slotd(bed, "lastnofwd")
+        assert takes_chains(s)[b] is False and takes_chains(s)[a] is True
+        wait_for(lambda: ranks(s).get(b) == 0, 30, "relay-b ranked first")
+        ca, cb = ra.counters(), rb.counters()
+        res = bed.curl(bed.nginx.url("f", query="id=lastnofwd"), timeout=60)
+        assert res.rc == 0 and res.sha == sha, res
+        c = s.counters()
+        assert c["decisions_chain"] == 1, c
+        d = [x for x in s.recent() if x["verdict"] == "relay"][-1]
+        assert d["relay"] == a and d["chain"] == [b], d
+        # relay-a forwards it; relay-b, last, gets a plain PIPE_ESTABLISH
+        assert bed.nginx.peer_of("id=lastnofwd") == bed.ip("relay-b")
+        da, db = slotbed.deltas(ca, ra.counters()), slotbed.deltas(cb, rb.counters())
+        assert da["chains_requested"] == 1 and da["chains_joined"] == 1, da
+        assert db["chains_requested"] == 0 and db["pipes_total"] == 1, db
+    finally:
+        if s:
+            s.stop()
+        rb.reload({"chain": {"allow": "yes"}})

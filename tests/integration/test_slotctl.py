@@ -473,7 +473,8 @@ def test_slotd_cache_relays_rules(bed, daemons):
     # then the cover ranking's
     head, rows = table(ok(sd, "relays"))
     assert head == ["relay", "data", "group", "state", "fails", "probes", "pipes", "failed",
-                    "source", "rtt", "quarantine", "rank", "rtt_est", "seen_as"], head
+                    "source", "rtt", "quarantine", "rank", "rtt_est", "seen_as",
+                    "chains"], head
     by = {x["relay"]: x for x in rows}
     assert set(by) == {r1.control, r2.control}
     for rel in (r1, r2):
@@ -488,10 +489,14 @@ def test_slotd_cache_relays_rules(bed, daemons):
     j = {x["relay"]: x for x in ok_json(sd, "relays")["relays"]}
     assert set(j[r1.control]) == {"relay", "data_port", "group", "state", "failures", "probes",
                                   "pipes_ok", "pipes_failed", "source", "rtt_us",
-                                  "quarantine_s", "rank", "rtt_est_us", "observed"}, j
+                                  "quarantine_s", "rank", "rtt_est_us", "observed",
+                                  "takes_chains"}, j
     # no NAT here: each relay sees the client's own address (test_nat.py
     # has one behind a NAT)
     assert j[r1.control]["observed"].startswith(bed.ip("client") + ":"), j
+    # both relays are of this build, [chain] allow at its default: they
+    # said on the link that they take chains
+    assert j[r1.control]["takes_chains"] is True and by[r1.control]["chains"] == "yes", j
     # Static relays, no landmarks: ranked nearest first from the RTTs of
     # the control connections (relay1 is the nearer here).
     assert j[r1.control]["rank"] is not None and j[r1.control]["rtt_est_us"] > 0, j

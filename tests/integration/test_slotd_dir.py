@@ -231,7 +231,7 @@ def slotctl_relays(s):
     lines = r.stdout.splitlines()
     assert lines[0].split() == ["relay", "data", "group", "state", "fails", "probes",
                                 "pipes", "failed", "source", "rtt", "quarantine", "rank",
-                                "rtt_est", "seen_as"], lines[0]
+                                "rtt_est", "seen_as", "chains"], lines[0]
     return {l.split()[0]: l.split() for l in lines[1:]}
 
 

@@ -61,6 +61,7 @@ T_PIPE_ESTABLISH_TOKEN = 0x16
 T_PIPE_ESTABLISH_CHAIN = 0x17
 T_ERROR = 0x1F
 F_OBSERVE = 0x0001
+F_CHAINS = 0x0002
 T_HELLO = 0x20
 
 HDR_LEN = 60
@@ -329,6 +330,15 @@ VALID = [
                      nonce=NONCE | 0x14, mid=16)),
     ("pipe_fail_next_hop", "PIPE_FAIL to id 13: NEXT_HOP, detail 111 (ECONNREFUSED)",
      pipe_fail(11, 111, nonce=NONCE | 0x15, mid=13)),
+    ("keepalive_chains", "KEEPALIVE, id 17, header flags OBSERVE and CHAINS (0x0003)",
+     Msg(T_KEEPALIVE, [], nonce=NONCE | 0x16, mid=17, flags=F_OBSERVE | F_CHAINS)),
+    ("keepalive_ack_chains", "KEEPALIVE_ACK to id 17, header flag CHAINS: the relay takes "
+     "PIPE_ESTABLISH_CHAIN (no tokens)",
+     Msg(T_KEEPALIVE_ACK, [], nonce=NONCE | 0x17, mid=17, flags=F_CHAINS)),
+    ("observed_chains", "OBSERVED to id 17, header flag CHAINS: seen from "
+     "198.51.100.77:61234; the relay takes tokens and PIPE_ESTABLISH_CHAIN",
+     Msg(T_OBSERVED, label(NAT_PUB4, "observed"), nonce=NONCE | 0x18, mid=17,
+         flags=F_CHAINS)),
     # identity mode
     ("hello_client", "HELLO from the client (certificate client1, role client), id 0",
      hello(CLIENT_CERT, CLIENT_SEED, nonce=NONCE | 0x41, mid=0), AT_RELAY),
@@ -362,6 +372,10 @@ INVALID = [
     ("keepalive_flags_unknown", "keepalive_observe with header flags 0x8001, re-signed: "
      "the unknown bit is ignored, decodes like keepalive_observe",
      Msg(T_KEEPALIVE, [], nonce=NONCE | 0x0C, mid=10, flags=0x8001),
+     "PROTO_OK", "PERR_NONE"),
+    ("keepalive_ack_flags_unknown", "keepalive_ack with header flags 0x8001, re-signed: "
+     "bits KEEPALIVE_ACK does not define are ignored, decodes like keepalive_ack (no CHAINS)",
+     Msg(T_KEEPALIVE_ACK, [], nonce=NONCE | 0x0A, mid=9, flags=0x8001),
      "PROTO_OK", "PERR_NONE"),
     ("token_zero", "signed PIPE_ESTABLISH_TOKEN with an all-zero token",
      establish_token(CLIENT_PRIV4, TARGET4, bytes(8), nonce=NONCE | 0x2D, mid=11),

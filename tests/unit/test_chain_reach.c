@@ -1,7 +1,8 @@
 /* Chains of relays (src/core/chain.c): lead-ins on a hand-checked overlay,
  * the landmark rule (a relay-to-relay RTT is known only when one end is a
- * landmark), relays to avoid, and a brute force over every lead-in of up to
- * two relays on random overlays. */
+ * landmark), relays to avoid, relays that may end a chain but not forward
+ * one, and a brute force over every lead-in of up to two relays on random
+ * overlays. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -31,7 +32,7 @@ static const uint32_t rl4[4 * 2] = {
 static void
 test_reach_by_hand(void **state)
 {
-	struct chain_input in = { 4, cr4, 2, land4, rl4, 2, NULL };
+	struct chain_input in = { 4, cr4, 2, land4, rl4, 2, NULL, NULL };
 	struct chain_lead r[4];
 	(void)state;
 
@@ -82,7 +83,7 @@ test_reach_by_hand(void **state)
 static void
 test_reach_avoids_and_unknowns(void **state)
 {
-	struct chain_input in = { 4, cr4, 2, land4, rl4, 3, NULL };
+	struct chain_input in = { 4, cr4, 2, land4, rl4, 3, NULL, NULL };
 	bool avoid[4] = { false, true, false, false };
 	uint32_t cr[4];
 	struct chain_lead r[4];
@@ -113,6 +114,55 @@ test_reach_avoids_and_unknowns(void **state)
 		assert_int_equal(r[j].us, N);
 }
 
+/* A relay that does not take chains (slotd: it has not said so on its
+ * link) is on no lead-in, but still ends one: the relay before it sends it
+ * a plain PIPE_ESTABLISH. */
+static void
+test_reach_no_forward(void **state)
+{
+	struct chain_input in = { 4, cr4, 2, land4, rl4, 2, NULL, NULL };
+	bool nofwd[4] = { true, false, false, false };
+	struct chain_lead r[4];
+	(void)state;
+
+	/* 3 was best through 0 (60); now through 1 alone, max(120, 30). */
+	in.no_forward = nofwd;
+	assert_int_equal(chain_reach(&in, r), 0);
+	assert_int_equal(r[3].us, 120);
+	assert_int_equal(r[3].nvia, 1);
+	assert_int_equal(r[3].via[0], 1);
+	assert_int_equal(r[3].us1, 120);
+	assert_int_equal(r[3].via1, 1);
+	/* 0 itself still ends one, through 2 (70). */
+	assert_int_equal(r[0].us, 70);
+	assert_int_equal(r[0].via[0], 2);
+	/* 2 was reached through 0 (70); through 1 now, max(120, 25). */
+	assert_int_equal(r[2].us, 120);
+	assert_int_equal(r[2].via[0], 1);
+
+	/* Three relays: 3's best was 2 > 1 > 3 (30). With 1 forwarding
+	 * nothing, 2 > 0 > 3 is max(10, 70, 50) = 70, worse than 0 alone
+	 * (60): one relay before it. 1 still ends a lead-in through 2. */
+	nofwd[0] = false;
+	nofwd[1] = true;
+	in.max_chain = 3;
+	assert_int_equal(chain_reach(&in, r), 0);
+	assert_int_equal(r[3].us, 60);
+	assert_int_equal(r[3].nvia, 1);
+	assert_int_equal(r[3].via[0], 0);
+	assert_int_equal(r[1].us, 25);
+	assert_int_equal(r[1].via[0], 2);
+	/* No relay takes chains: no lead-ins at all. */
+	for (int j = 0; j < 4; j++)
+		nofwd[j] = true;
+	assert_int_equal(chain_reach(&in, r), 0);
+	for (int j = 0; j < 4; j++) {
+		assert_int_equal(r[j].us, N);
+		assert_int_equal(r[j].nvia, 0);
+		assert_int_equal(r[j].us1, N);
+	}
+}
+
 static uint32_t
 mx(uint32_t a, uint32_t b)
 {
@@ -133,7 +183,7 @@ test_reach_brute_force(void **state)
 		uint32_t *cr = malloc(n * sizeof(*cr)), *lr = malloc((L + 1) * sizeof(*lr));
 		uint32_t *rl = malloc((n * L + 1) * sizeof(*rl)), *lo = malloc(n * sizeof(*lo));
 		struct chain_lead *r = malloc(n * sizeof(*r));
-		bool *avoid = calloc(n, sizeof(*avoid));
+		bool *avoid = calloc(n, sizeof(*avoid)), *nofwd = calloc(n, sizeof(*nofwd));
 		size_t *perm = malloc(n * sizeof(*perm));
 
 		assert_non_null(cr);
@@ -142,6 +192,7 @@ test_reach_brute_force(void **state)
 		assert_non_null(lo);
 		assert_non_null(r);
 		assert_non_null(avoid);
+		assert_non_null(nofwd);
 		assert_non_null(perm);
 		for (size_t i = 0; i < n; i++)
 			perm[i] = i;
@@ -151,6 +202,7 @@ test_reach_brute_force(void **state)
 			perm[j] = t;
 			cr[i] = rng_below(&rng, 8) == 0 ? N : 1 + (uint32_t)rng_below(&rng, 300);
 			avoid[i] = rng_below(&rng, 10) == 0;
+			nofwd[i] = rng_below(&rng, 4) == 0;
 		}
 		for (size_t l = 0; l < L; l++)
 			lr[l] = (uint32_t)perm[l];
@@ -159,7 +211,9 @@ test_reach_brute_force(void **state)
 				rl[i * L + l] = lr[l] == i ? 0 : rng_below(&rng, 8) == 0 ? N :
 				    1 + (uint32_t)rng_below(&rng, 300);
 		for (unsigned mc = 2; mc <= 3; mc++) {
-			struct chain_input in = { n, cr, L, lr, rl, mc, round % 2 ? avoid : NULL };
+			struct chain_input in = { n, cr, L, lr, rl, mc, round % 2 ? avoid : NULL,
+			    round % 3 ? nofwd : NULL };
+			const bool *nf = in.no_forward;
 
 			assert_int_equal(chain_reach(&in, r), 0);
 			chain_land_of(&in, lo);
@@ -168,13 +222,15 @@ test_reach_brute_force(void **state)
 				bool ok = !(in.avoid && in.avoid[j]);
 
 				for (size_t a = 0; a < n && ok; a++) {
-					if (a == j || (in.avoid && in.avoid[a]) || cr[a] == N)
+					if (a == j || (in.avoid && in.avoid[a]) || cr[a] == N ||
+					    (nf && nf[a]))
 						continue;
 					uint32_t aj = chain_rr(&in, lo, a, j);
 					if (aj != N && mx(cr[a], aj) < best)
 						best = mx(cr[a], aj);
 					for (size_t b = 0; b < n && mc == 3; b++) {
-						if (b == a || b == j || (in.avoid && in.avoid[b]))
+						if (b == a || b == j || (in.avoid && in.avoid[b]) ||
+						    (nf && nf[b]))
 							continue;
 						uint32_t ab = chain_rr(&in, lo, a, b),
 						    bj = chain_rr(&in, lo, b, j);
@@ -198,6 +254,8 @@ test_reach_brute_force(void **state)
 				for (unsigned x = 1; x <= r[j].nvia; x++) {
 					uint32_t nx = x < r[j].nvia ? r[j].via[x] : (uint32_t)j;
 					assert_true(nx != prev);
+					/* prev forwards the chain. */
+					assert_false(nf && nf[prev]);
 					v = mx(v, chain_rr(&in, lo, prev, nx));
 					prev = nx;
 				}
@@ -210,6 +268,7 @@ test_reach_brute_force(void **state)
 		free(lo);
 		free(r);
 		free(avoid);
+		free(nofwd);
 		free(perm);
 	}
 }
@@ -220,6 +279,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_reach_by_hand),
 		cmocka_unit_test(test_reach_avoids_and_unknowns),
+		cmocka_unit_test(test_reach_no_forward),
 		cmocka_unit_test(test_reach_brute_force),
 	};
 

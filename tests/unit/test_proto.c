@@ -143,7 +143,8 @@ vector_msg(const char *name, struct proto_msg *m)
 		m->u.fail.detail = 110;
 	} else if (strcmp(name, "keepalive") == 0) {
 		*m = msg(PROTO_KEEPALIVE, 0x09, 9);
-	} else if (strcmp(name, "keepalive_ack") == 0) {
+	} else if (strcmp(name, "keepalive_ack") == 0 ||
+	    strcmp(name, "keepalive_ack_flags_unknown") == 0) {
 		*m = msg(PROTO_KEEPALIVE_ACK, 0x0a, 9);
 	} else if (strcmp(name, "keepalive_observe") == 0 ||
 	    strcmp(name, "keepalive_flags_unknown") == 0) {
@@ -151,6 +152,16 @@ vector_msg(const char *name, struct proto_msg *m)
 		m->flags = PROTO_FLAG_OBSERVE;
 	} else if (strcmp(name, "observed_v4") == 0) {
 		*m = msg(PROTO_OBSERVED, 0x0d, 10);
+		m->u.observed.addr = ep4(198, 51, 100, 77, 61234);
+	} else if (strcmp(name, "keepalive_chains") == 0) {
+		*m = msg(PROTO_KEEPALIVE, 0x16, 17);
+		m->flags = PROTO_FLAG_OBSERVE | PROTO_FLAG_CHAINS;
+	} else if (strcmp(name, "keepalive_ack_chains") == 0) {
+		*m = msg(PROTO_KEEPALIVE_ACK, 0x17, 17);
+		m->flags = PROTO_FLAG_CHAINS;
+	} else if (strcmp(name, "observed_chains") == 0) {
+		*m = msg(PROTO_OBSERVED, 0x18, 17);
+		m->flags = PROTO_FLAG_CHAINS;
 		m->u.observed.addr = ep4(198, 51, 100, 77, 61234);
 	} else if (strcmp(name, "observed_v6") == 0) {
 		*m = msg(PROTO_OBSERVED, 0x0e, 10);
@@ -372,7 +383,8 @@ vectors_encode(void **state)
 		const struct proto_vector *v = &proto_vectors[i];
 
 		if (v->result != PROTO_OK || strcmp(v->name, "flags_ignored") == 0 ||
-		    strcmp(v->name, "keepalive_flags_unknown") == 0)
+		    strcmp(v->name, "keepalive_flags_unknown") == 0 ||
+		    strcmp(v->name, "keepalive_ack_flags_unknown") == 0)
 			continue;
 		if (vector_msg(v->name, &m) == -1)
 			fail_msg("valid vector %s has no message in the test", v->name);
@@ -905,6 +917,56 @@ header_flags_ignored(void **state)
 	}
 }
 
+/* CHAINS (docs/protocol.md, "KEEPALIVE"): asked on a KEEPALIVE, claimed
+ * on its answer, and nothing on any other type. An answer without the bit,
+ * as every older relay sends, claims nothing; the bit where a type does not
+ * define it reads as 0, as an older peer reads it. */
+static void
+chains_flag(void **state)
+{
+	static const uint8_t types[] = { PROTO_KEEPALIVE, PROTO_KEEPALIVE_ACK, PROTO_OBSERVED };
+	uint8_t b[PROTO_MAX_LEN];
+	struct proto_msg m, out;
+	enum proto_err why;
+	size_t used;
+	int len;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(types); i++) {
+		m = msg(types[i], 0x30, 5);
+		m.u.observed.addr = ep4(198, 51, 100, 77, 61234);
+		m.flags = PROTO_FLAG_CHAINS;
+		assert_true((len = proto_encode(&m, &key, b, sizeof(b))) > 0);
+		assert_int_equal(b[6], 0);
+		assert_int_equal(b[7], PROTO_FLAG_CHAINS);
+		assert_int_equal(dec(b, (size_t)len, &out, &used, &why), PROTO_OK);
+		assert_int_equal(out.flags, PROTO_FLAG_CHAINS);
+		assert_true(msg_same(&m, &out));
+	}
+	/* OBSERVE is a question: an answer cannot carry it. */
+	m = msg(PROTO_KEEPALIVE_ACK, 0x31, 5);
+	m.flags = PROTO_FLAG_OBSERVE | PROTO_FLAG_CHAINS;
+	assert_int_equal(proto_encode(&m, &key, b, sizeof(b)), -1);
+	m = msg(PROTO_PIPE_FAIL, 0x32, 5);
+	m.u.fail.reason = FAIL_NEXT_HOP;
+	m.flags = PROTO_FLAG_CHAINS;
+	assert_int_equal(proto_encode(&m, &key, b, sizeof(b)), -1);
+
+	/* Without the bit: an older relay's answer, no chains. */
+	assert_int_equal(dec(vec("keepalive_ack")->bytes, 92, &out, &used, &why), PROTO_OK);
+	assert_int_equal(out.flags, 0);
+	assert_int_equal(dec(vec("observed_v4")->bytes, 112, &out, &used, &why), PROTO_OK);
+	assert_int_equal(out.flags, 0);
+
+	/* The bit on a type that does not define it (PIPE_FAIL) is ignored. */
+	memcpy(b, vec("pipe_fail_next_hop")->bytes, 100);
+	b[7] = PROTO_FLAG_CHAINS;
+	resign(b, 100);
+	assert_int_equal(dec(b, 100, &out, &used, &why), PROTO_OK);
+	assert_int_equal(out.flags, 0);
+	assert_int_equal(out.u.fail.reason, FAIL_NEXT_HOP);
+}
+
 static void
 back_to_back(void **state)
 {
@@ -1136,9 +1198,13 @@ rnd_msg(void)
 		break;
 	case PROTO_OBSERVED:
 		m.u.observed.addr = rnd_ep();
+		m.flags = (uint16_t)(rnd() & PROTO_FLAG_CHAINS);
 		break;
 	case PROTO_KEEPALIVE:
-		m.flags = (uint16_t)(rnd() & PROTO_FLAG_OBSERVE);
+		m.flags = (uint16_t)(rnd() & (PROTO_FLAG_OBSERVE | PROTO_FLAG_CHAINS));
+		break;
+	case PROTO_KEEPALIVE_ACK:
+		m.flags = (uint16_t)(rnd() & PROTO_FLAG_CHAINS);
 		break;
 	case PROTO_PIPE_OK:
 		m.u.ok.connect_us = (uint32_t)rnd();
@@ -1578,6 +1644,7 @@ main(void)
 		cmocka_unit_test(wrong_key),
 		cmocka_unit_test(body_fields),
 		cmocka_unit_test(header_flags_ignored),
+		cmocka_unit_test(chains_flag),
 		cmocka_unit_test(back_to_back),
 		cmocka_unit_test(encode_refuses),
 		cmocka_unit_test(encode_ipv4_padding),

@@ -175,6 +175,7 @@ static struct relay {
 	ev_io wio;
 	int nka, nest;
 	uint16_t ka_flags;	/* of the last keepalive */
+	uint16_t ans_flags;	/* on our answers to keepalives (CHAINS) */
 	struct endpoint seen;	/* KA_OBSERVED: what OBSERVED says */
 	uint32_t held_ka;
 	uint32_t held[16];
@@ -261,6 +262,7 @@ relay_send_ka_ack(uint32_t id)
 {
 	struct proto_msg m = relay_msg(PROTO_KEEPALIVE_ACK, id);
 
+	m.flags = R.ans_flags;
 	relay_send(&m);
 }
 
@@ -300,6 +302,7 @@ relay_message(const struct proto_msg *m)
 		else if (R.ka == KA_OBSERVED) {
 			struct proto_msg a = relay_msg(PROTO_OBSERVED, m->id);
 			a.u.observed.addr = R.seen;
+			a.flags = R.ans_flags;
 			relay_send(&a);
 		}
 		else if (R.ka == KA_HOLD)
@@ -509,8 +512,40 @@ test_no_observed_from_older_relay(void **state)
 	(void)state;
 
 	bring_up();
-	assert_int_equal(R.ka_flags, PROTO_FLAG_OBSERVE);
+	assert_int_equal(R.ka_flags, PROTO_FLAG_OBSERVE | PROTO_FLAG_CHAINS);
 	assert_null(rlink_observed(L));
+	/* Nor does it claim CHAINS: no chain is sent through it. */
+	assert_false(rlink_chains(L));
+}
+
+/* Every keepalive asks whether the relay takes chains; the last answer
+ * tells, with KEEPALIVE_ACK or OBSERVED alike (a reload may change it),
+ * and a link down tells nothing. */
+static void
+test_chains_claimed(void **state)
+{
+	int n;
+	(void)state;
+
+	env.keepalive_interval_ms = 50;
+	R.ans_flags = PROTO_FLAG_CHAINS;
+	bring_up();
+	assert_true(rlink_chains(L));
+	/* It stops claiming it (a reload with [chain] allow = no). */
+	R.ans_flags = 0;
+	n = R.nka;
+	WAIT_FOR(R.nka >= n + 2);
+	assert_false(rlink_chains(L));
+	assert_int_equal(rlink_state(L), RL_UP);
+	/* OBSERVED carries it as well. */
+	R.ka = KA_OBSERVED;
+	assert_int_equal(ep_parse("198.51.100.77:61234", 0, &R.seen), 0);
+	R.ans_flags = PROTO_FLAG_CHAINS;
+	WAIT_FOR(rlink_chains(L));
+	assert_non_null(rlink_observed(L));
+	relay_drop();
+	WAIT_FOR(rlink_state(L) != RL_UP);
+	assert_false(rlink_chains(L));
 }
 
 /* A relay that answers OBSERVED: the link is up on it, tells what the relay
@@ -1142,6 +1177,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_nothing_listening, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_observed_from_older_relay, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_observed_and_token, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_chains_claimed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_establish_chain, setup, teardown),
 	};
 
