@@ -212,6 +212,21 @@ def send_file(c, path):
         c.sendfile(f)
 
 
+def send_while_receiving(path):
+    """A server handler: sends the file at path (then its FIN) while it
+    reads to EOF; returns recv_all's (bytes, sha256)."""
+    def serve(c):
+        def tx():
+            send_file(c, path)
+            c.shutdown(socket.SHUT_WR)
+        t = threading.Thread(target=tx)
+        t.start()
+        got = recv_all(c)
+        t.join()
+        return got
+    return serve
+
+
 # ---- the test client ----
 
 LINE_RE = re.compile(r"(\w+)=(\S+)")

@@ -3,15 +3,13 @@ bad authentication, stale and replayed requests, data connections without a pipe
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
-from conftest import MiB, make_client, random_file, recv_all, send_file
+from conftest import MiB, make_client, random_file, recv_all, send_while_receiving
 from netns import sha256_file
 
 REFUSED, UNREACHABLE, TIMEOUT, POLICY_ADDR, POLICY_PORT = 1, 2, 3, 4, 5
@@ -180,17 +178,7 @@ def test_data_connection_before_its_pipe(net, relay, client, servers, port):
     up, up_digest = random_file(net, "early-up", 3 * MiB + 17)
     down, down_digest = random_file(net, "early-down", 2 * MiB + 5)
 
-    def serve(c):
-        def tx():
-            send_file(c, down)
-            c.shutdown(socket.SHUT_WR)
-        t = threading.Thread(target=tx)
-        t.start()
-        got = recv_all(c)
-        t.join()
-        return got
-
-    srv = servers(p, serve)
+    srv = servers(p, send_while_receiving(down))
     c0 = relay.counters()
     out = os.path.join(net.dir, "early.out")
     r = client.run(p, "--data-first", 0.8, stdin=up, stdout=out, timeout=60)

@@ -7,7 +7,8 @@ import subprocess
 import threading
 import time
 
-from conftest import TESTCLIENT, MiB, make_client, random_file, recv_all, send_file
+from conftest import (TESTCLIENT, MiB, make_client, random_file, recv_all, send_file,
+                      send_while_receiving)
 from netns import sha256_file
 
 
@@ -47,17 +48,7 @@ def test_both_directions_at_once_64mib(net, relay, client, servers, port, data64
     down, down_digest = random_file(net, "data64b", 64 * MiB)
     p = port()
 
-    def serve(c):
-        def tx():
-            send_file(c, down)
-            c.shutdown(socket.SHUT_WR)
-        t = threading.Thread(target=tx)
-        t.start()
-        got = recv_all(c)
-        t.join()
-        return got
-
-    srv = servers(p, serve)
+    srv = servers(p, send_while_receiving(down))
     out = os.path.join(net.dir, "both.out")
     r = client.run(p, stdin=up, stdout=out, timeout=120)
     assert r.rc == 0, r
