@@ -152,6 +152,39 @@ def assert_direct(sb, r):
     assert ct is None or ct.dnat is None, ct
 
 
+def kernel_queue_conntrack():
+    """Whether the running kernel can attach a queued packet's conntrack
+    entry to it (CONFIG_NETFILTER_NETLINK_GLUE_CT): True, False, or None
+    where its config cannot be read."""
+    try:
+        r = subprocess.run(["zcat", "/proc/config.gz"], capture_output=True, text=True)
+    except OSError:
+        return None
+    if r.returncode != 0 or not r.stdout:
+        return None
+    return re.search(r"^CONFIG_NETFILTER_NETLINK_GLUE_CT=[ym]$", r.stdout, re.M) is not None
+
+
+def assert_synack_conntrack(s, c0, c1, synacks):
+    """slotd's queue got the conntrack entries of the relays' SYN-ACKs (at
+    least `synacks` of them) where the kernel attaches them, and a failed
+    pipe's SYN-ACK was never judged by time; where it cannot, slotd said so
+    at start and no SYN-ACK came with an entry."""
+    dc = slotbed.deltas(c0, c1)
+    has = kernel_queue_conntrack()
+    if has is not None:
+        assert c1["queue_conntrack"] == int(has), (has, c1["queue_conntrack"])
+    if c1["queue_conntrack"]:
+        assert dc["synack_ct"] >= synacks, dc
+        assert dc["synack_dropped_late"] == 0, dc
+        assert "attaches no conntrack entry" not in s.log()
+    else:
+        assert dc["synack_ct"] == 0 and dc["synack_dropped_ct"] == 0, dc
+        assert s.log().count("the kernel attaches no conntrack entry to queued packets") == 1, \
+            s.log()[-3000:]
+    assert dc["synack_dropped"] == dc["synack_dropped_ct"] + dc["synack_dropped_late"], dc
+
+
 def normalized_tables(sb, tables=("mangle", "nat")):
     out = []
     for t in tables:
@@ -409,6 +442,10 @@ def test_pipe_fail_goes_direct(sb, slotd, tags):
         assert c1["synack_waits"] - c0["synack_waits"] == 1, slotbed.deltas(c0, c1)
         assert c1["synack_failures"] - c0["synack_failures"] == 1, slotbed.deltas(c0, c1)
         assert c1["ct_delete_errors"] == c0["ct_delete_errors"], slotbed.deltas(c0, c1)
+        # relay1's first SYN-ACK, held or read after the failure, came with
+        # its DNAT entry where the kernel attaches it; a late one was
+        # dropped for that entry, not for the time
+        assert_synack_conntrack(s, c0, c1, 1)
     finally:
         sb.bed.run("relay1", "iptables", "-w", "-D", *rule, check=False)
 
@@ -464,6 +501,7 @@ def test_cold_connect_returns_only_once_the_relay_connected(sb, slotd, tags, hol
     waits = c1["synack_waits"] - c0["synack_waits"]
     assert waits == (1 if hold == "yes" else 0), slotbed.deltas(c0, c1)
     assert c1["synack_failures"] == c0["synack_failures"], slotbed.deltas(c0, c1)
+    assert_synack_conntrack(s, c0, c1, 1 if hold == "yes" else 0)
 
 
 def test_relay_down_goes_direct(sb, slotd, tags):
