@@ -92,9 +92,9 @@ counters(void *user, struct ctl_counters *cs)
 	    "Relays' SYN-ACKs dropped: they answered a SYN whose pipe had failed.");
 	C("synack_dropped_ct", c->synack_dropped_ct, CTL_COUNTER,
 	    "Of those, dropped as they held their connection's DNAT conntrack entry.");
-	C("synack_dropped_late", c->synack_dropped_late, CTL_COUNTER,
-	    "Of those, dropped as read soon after the failure: the queue attaches no "
-	    "conntrack entry.");
+	C("synack_dropped_rule", c->synack_dropped_rule, CTL_COUNTER,
+	    "Of those, dropped as the rules queue only SYN-ACKs with DNAT: the queue "
+	    "attaches no conntrack entry.");
 	C("synack_ct", c->synack_ct, CTL_COUNTER,
 	    "Relays' SYN-ACKs read with their conntrack entry.");
 	C("synack_failures", c->synack_failures, CTL_COUNTER,

@@ -89,7 +89,6 @@ struct hconn {
 	bool syn_out;
 	bool synack_held;
 	uint32_t synack_id;		/* its queue id, while held */
-	uint64_t synack_failed_us;	/* when its pipe failed, monotonic */
 
 	/* offered by its program (libslot), with these wishes; NULL: none */
 	struct lib_opts *lib;
@@ -257,7 +256,6 @@ synack_settle(struct hconn *c, bool ok)
 	c->synack_held = false;
 	if (ok)
 		return;
-	c->synack_failed_us = clock_mono_us();
 	d->ctr.synack_failures++;
 	if (d->ct == NULL || ctdel_tcp(d->ct, &c->client, &c->server) == -1) {
 		if (d->ct == NULL || errno != ENOENT) {
@@ -1286,7 +1284,7 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 }
 
 enum synack_fate
-synack_failed_fate(enum nlq_ct ct, uint32_t ct_status, uint64_t since_us)
+synack_failed_fate(enum nlq_ct ct, uint32_t ct_status)
 {
 	switch (ct) {
 	case NLQ_CT_ENTRY:
@@ -1298,7 +1296,7 @@ synack_failed_fate(enum nlq_ct ct, uint32_t ct_status, uint64_t since_us)
 	case NLQ_CT_UNKNOWN:
 		break;
 	}
-	return since_us < SYNACK_LATE_US ? SYNACK_DROP_LATE : SYNACK_PASS_LATE;
+	return SYNACK_DROP_RULE;
 }
 
 /* A SYN-ACK from a relay's data port (the rules' SLOT_SYNACK): held while
@@ -1323,15 +1321,14 @@ hold_synack(struct slotd *d, uint32_t id, const struct syn_info *si, enum nlq_ct
 		 * goes direct. The relay's retransmissions, later, hold no
 		 * entry: the client's kernel answers them with a reset, which
 		 * frees the relay's half-open connection. */
-		switch (synack_failed_fate(ct, ct_status, clock_mono_us() - c->synack_failed_us)) {
+		switch (synack_failed_fate(ct, ct_status)) {
 		case SYNACK_DROP_CT:
 			d->ctr.synack_dropped_ct++;
 			break;
-		case SYNACK_DROP_LATE:
-			d->ctr.synack_dropped_late++;
+		case SYNACK_DROP_RULE:
+			d->ctr.synack_dropped_rule++;
 			break;
 		case SYNACK_PASS_CT:
-		case SYNACK_PASS_LATE:
 			d->ctr.synack_passed++;
 			synq_verdict(d->q, id, true, false, 0);
 			return;

@@ -18,28 +18,21 @@ void hold_fini(struct slotd *d);
 void hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t caplen,
     size_t wirelen, enum nlq_ct ct, uint32_t ct_status);
 
-/* Where the queue attaches no conntrack entry (no
- * CONFIG_NETFILTER_NETLINK_GLUE_CT): a relay's SYN-ACK queued before slotd
- * gave up on its pipe is taken to be read within this long; the relay
- * retransmits its own after 1 s. A starved host can read it later. */
-#define SYNACK_LATE_US (500ull * 1000)
-
 /* A relay's SYN-ACK that answers the SYN slotd sent with PIPE_ESTABLISH,
  * read after that pipe failed and its conntrack entry was deleted. */
 enum synack_fate {
 	SYNACK_DROP_CT,		/* it holds the DNAT entry (queued before the
 				 * deletion): passed, the kernel would de-NAT it
 				 * and complete a handshake with the relay */
-	SYNACK_PASS_CT,		/* it holds no entry, or one without NAT (a
-				 * retransmission after the deletion): the
+	SYNACK_PASS_CT,		/* it holds no entry, or one without NAT: the
 				 * client's kernel answers it with a reset */
-	SYNACK_DROP_LATE,	/* the queue tells nothing of conntrack: read
-				 * within SYNACK_LATE_US of the failure */
-	SYNACK_PASS_LATE,	/* ...read later */
+	SYNACK_DROP_RULE,	/* the queue attaches no entry (no
+				 * CONFIG_NETFILTER_NETLINK_GLUE_CT), but the
+				 * rules (SLOT_SYNACK) queue only the SYN-ACKs
+				 * whose entry has DNAT: so does this one's */
 };
-/* The decision, from what the queue said of the packet's entry and the
- * time since the failure (used only where the queue said nothing). Pure. */
-enum synack_fate synack_failed_fate(enum nlq_ct ct, uint32_t ct_status, uint64_t since_us);
+/* The decision, from what the queue said of the packet's entry. Pure. */
+enum synack_fate synack_failed_fate(enum nlq_ct ct, uint32_t ct_status);
 
 /* Releases every held SYN direct now (shutting down). */
 void hold_release_all(struct slotd *d, const char *why);

@@ -455,8 +455,8 @@ main(int argc, char **argv)
 	if (!synq_ct(d->q))
 		log_info("NFQUEUE %u: the kernel attaches no conntrack entry to queued packets "
 		    "(no CONFIG_NETFILTER_NETLINK_GLUE_CT): a relay's SYN-ACK read after its "
-		    "pipe failed is dropped only within %llu ms of the failure (synack_hold)",
-		    d->conf.queue, SYNACK_LATE_US / 1000);
+		    "pipe failed holds DNAT as the rules queue only those (synack_hold)",
+		    d->conf.queue);
 	/* Leftovers of a run that crashed stay until dirsync_apply replaces
 	 * them in one iptables-restore: removing them first would leave the
 	 * namespace a moment without a rule that needs conntrack, the kernel
