@@ -1,6 +1,7 @@
 #ifndef SLOT_NLQ_H
 #define SLOT_NLQ_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,14 +13,29 @@
 
 struct nlq;
 
+/* What the kernel said of a packet's conntrack entry (NFQA_CT), on a queue
+ * bound with NFQA_CFG_F_CONNTRACK. */
+enum nlq_ct {
+	NLQ_CT_UNKNOWN = 0,	/* not asked for, refused at bind, or a nest that
+				 * did not parse (never trusted) */
+	NLQ_CT_NONE,		/* asked for, none attached: the packet holds no
+				 * entry (untracked, or invalid for conntrack) */
+	NLQ_CT_ENTRY,		/* ct_status and ct_id are the entry's */
+};
+
 /* One queued packet: id for the verdict, its current mark, its hardware
  * protocol (ETH_P_IP, ETH_P_IPV6), its first caplen bytes (data NULL and
- * both lengths 0 when none were copied) and its length (at least caplen). */
+ * both lengths 0 when none were copied), its length (at least caplen) and
+ * its conntrack entry as it was when the packet was queued: the entry the
+ * packet holds a reference to, even if since deleted from the table. */
 struct nlq_pkt {
 	uint32_t id, mark;
 	uint16_t hw_protocol;
 	const uint8_t *data;
 	size_t caplen, wirelen;
+	enum nlq_ct ct;
+	uint32_t ct_status;	/* IPS_* bits (linux/netfilter/nf_conntrack_common.h) */
+	uint32_t ct_id;		/* CTA_ID; 0 if the kernel gave none */
 };
 
 /* Called for each queued packet, from nlq_read and nlq_bind. */
@@ -29,7 +45,11 @@ struct nlq_params {
 	uint16_t num;		/* queue number */
 	uint32_t maxlen;	/* packets the kernel queue holds at most */
 	uint32_t copy_range;	/* bytes of each packet copied to us */
-	uint32_t flags, mask;	/* NFQA_CFG_F_* set, of those in mask */
+	uint32_t flags, mask;	/* NFQA_CFG_F_* set, of those in mask; a
+				 * kernel without conntrack for queues (no
+				 * CONFIG_NETFILTER_NETLINK_GLUE_CT) refuses
+				 * NFQA_CFG_F_CONNTRACK: nlq_bind then binds
+				 * without it (nlq_ct says which) */
 	int rcvbuf;		/* socket receive buffer asked for, bytes */
 	size_t vbuf;		/* room for the verdicts of one sendto, bytes */
 };
@@ -48,6 +68,16 @@ struct nlq *nlq_open(const struct nlq_params *p, nlq_packet_cb cb, void *user, c
 int nlq_bind(struct nlq *q, char *err, size_t errlen);
 
 int nlq_fd(const struct nlq *q);
+
+/* After nlq_bind: 1 when packets come with their conntrack entry (asked
+ * for and granted), 0 when not asked for, -1 when the kernel refused. */
+int nlq_ct(const struct nlq *q);
+
+/* Parses one NFQNL_MSG_PACKET message of len bytes into *out (pointing
+ * into msg); ct says whether the queue was bound with
+ * NFQA_CFG_F_CONNTRACK. Returns 0, or -1 for a message without a packet
+ * header. What nlq_read does with each message; for the tests. */
+int nlq_parse(const void *msg, size_t len, bool ct, struct nlq_pkt *out);
 
 /* Reads and dispatches up to budget messages. Returns 0 once the socket
  * ran dry, 1 when the budget ran out first (more may wait), or -1 on a

@@ -47,6 +47,10 @@ struct client_counters {
 	unsigned long long synack_holds;	/* relays' SYN-ACKs held until PIPE_OK */
 	unsigned long long synack_passed;	/* relays' SYN-ACKs that nothing waited for */
 	unsigned long long synack_dropped;	/* ...that answered a SYN whose pipe had failed */
+	unsigned long long synack_dropped_ct;	/* ...of those, as they held the DNAT entry */
+	unsigned long long synack_dropped_rule;	/* ...as the rules queue only those (no
+						 * conntrack from the queue) */
+	unsigned long long synack_ct;		/* relays' SYN-ACKs read with their entry */
 	unsigned long long synack_failures;	/* ...waits whose pipe failed: SYN-ACK dropped,
 						 * conntrack entry forgotten, next SYN direct */
 	unsigned long long ct_delete_errors;	/* conntrack entries that could not be forgotten */

@@ -90,6 +90,13 @@ counters(void *user, struct ctl_counters *cs)
 	    "Relays' SYN-ACKs passed at once: no connection waited for them.");
 	C("synack_dropped", c->synack_dropped, CTL_COUNTER,
 	    "Relays' SYN-ACKs dropped: they answered a SYN whose pipe had failed.");
+	C("synack_dropped_ct", c->synack_dropped_ct, CTL_COUNTER,
+	    "Of those, dropped as they held their connection's DNAT conntrack entry.");
+	C("synack_dropped_rule", c->synack_dropped_rule, CTL_COUNTER,
+	    "Of those, dropped as the rules queue only SYN-ACKs with DNAT: the queue "
+	    "attaches no conntrack entry.");
+	C("synack_ct", c->synack_ct, CTL_COUNTER,
+	    "Relays' SYN-ACKs read with their conntrack entry.");
 	C("synack_failures", c->synack_failures, CTL_COUNTER,
 	    "Waits at the SYN-ACK whose pipe failed: the SYN-ACK dropped, the conntrack "
 	    "entry forgotten, the next SYN direct.");
@@ -135,6 +142,9 @@ counters(void *user, struct ctl_counters *cs)
 	C("queue_overruns", qs.overruns, CTL_COUNTER,
 	    "NFQUEUE socket overruns (packets the kernel could not hand over).");
 	C("queue_verdict_errors", qs.verdict_errors, CTL_COUNTER, "Verdicts the kernel refused.");
+	C("queue_conntrack", d->q ? synq_ct(d->q) : 0, CTL_GAUGE,
+	    "1 when the kernel attaches their conntrack entry to queued packets "
+	    "(CONFIG_NETFILTER_NETLINK_GLUE_CT).");
 	C("dir_fetches_ok", ds.fetches_ok, CTL_COUNTER, "Directory fetches with a new listing.");
 	C("dir_fetches_unchanged", ds.fetches_unchanged, CTL_COUNTER,
 	    "Directory fetches answered \"unchanged\".");

@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <linux/netfilter/nf_conntrack_common.h>
+
 #include "slot/clock.h"
 #include "slot/log.h"
 #include "slot/proto.h"
@@ -27,9 +29,6 @@
  * long enough to spare the relay a burst of retries, short enough for a
  * service that is starting to be relayed soon. */
 #define REFUSAL_TTL_US (30ull * 1000000)
-/* A relay's SYN-ACK queued before slotd gave up on its pipe is read within
- * this long; the relay retransmits its own after 1 s. */
-#define SYNACK_LATE_US (500ull * 1000)
 
 struct hprobe {
 	struct hnode node;	/* in d->probes by id */
@@ -90,7 +89,6 @@ struct hconn {
 	bool syn_out;
 	bool synack_held;
 	uint32_t synack_id;		/* its queue id, while held */
-	uint64_t synack_failed_us;	/* when its pipe failed, monotonic */
 
 	/* offered by its program (libslot), with these wishes; NULL: none */
 	struct lib_opts *lib;
@@ -258,7 +256,6 @@ synack_settle(struct hconn *c, bool ok)
 	c->synack_held = false;
 	if (ok)
 		return;
-	c->synack_failed_us = clock_mono_us();
 	d->ctr.synack_failures++;
 	if (d->ct == NULL || ctdel_tcp(d->ct, &c->client, &c->server) == -1) {
 		if (d->ct == NULL || errno != ENOENT) {
@@ -1305,26 +1302,56 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 	start_probing(d, c);
 }
 
+enum synack_fate
+synack_failed_fate(enum nlq_ct ct, uint32_t ct_status)
+{
+	switch (ct) {
+	case NLQ_CT_ENTRY:
+		/* The entry the packet was queued with, deleted or not: its
+		 * DNAT is what the kernel applies when the packet goes on. */
+		return (ct_status & IPS_DST_NAT) ? SYNACK_DROP_CT : SYNACK_PASS_CT;
+	case NLQ_CT_NONE:
+		return SYNACK_PASS_CT;
+	case NLQ_CT_UNKNOWN:
+		break;
+	}
+	return SYNACK_DROP_RULE;
+}
+
 /* A SYN-ACK from a relay's data port (the rules' SLOT_SYNACK): held while
  * its connection waits for PIPE_OK (synack_wait), else passed at once. Only
  * the answer to the SYN slotd sent (its ISN + 1) is held; a second copy (the
  * relay's retransmission) is dropped, the first one still being here. */
 static void
-hold_synack(struct slotd *d, uint32_t id, const struct syn_info *si)
+hold_synack(struct slotd *d, uint32_t id, const struct syn_info *si, enum nlq_ct ct,
+    uint32_t ct_status)
 {
 	struct hconn *c = conn_find(d, &si->dst);
 	/* The answer to the SYN slotd sent with PIPE_ESTABLISH. */
 	bool ours = c != NULL && c->syn_out && si->ack == c->seq + 1;
 
-	if (ours && c->state == HC_LINGER && !c->relayed &&
-	    clock_mono_us() - c->synack_failed_us < SYNACK_LATE_US) {
-		/* Its pipe has just failed, and it was queued before its
-		 * conntrack entry went (it still holds it): passed, it would
-		 * complete a handshake that the direct path's server knows
-		 * nothing of. The application's next SYN goes direct. The
-		 * relay's retransmissions, later, hold no entry: the client's
-		 * kernel answers them with a reset, which frees the relay's
-		 * half-open connection. */
+	if (ct == NLQ_CT_ENTRY)
+		d->ctr.synack_ct++;
+	if (ours && c->state == HC_LINGER && !c->relayed) {
+		/* Its pipe has failed and its conntrack entry was deleted. One
+		 * queued before the deletion still holds that entry: passed, it
+		 * would complete a handshake, de-NATed, that the direct path's
+		 * server knows nothing of; dropped, the application's next SYN
+		 * goes direct. The relay's retransmissions, later, hold no
+		 * entry: the client's kernel answers them with a reset, which
+		 * frees the relay's half-open connection. */
+		switch (synack_failed_fate(ct, ct_status)) {
+		case SYNACK_DROP_CT:
+			d->ctr.synack_dropped_ct++;
+			break;
+		case SYNACK_DROP_RULE:
+			d->ctr.synack_dropped_rule++;
+			break;
+		case SYNACK_PASS_CT:
+			d->ctr.synack_passed++;
+			synq_verdict(d->q, id, true, false, 0);
+			return;
+		}
 		d->ctr.synack_dropped++;
 		synq_verdict(d->q, id, false, false, 0);
 		return;
@@ -1346,7 +1373,7 @@ hold_synack(struct slotd *d, uint32_t id, const struct syn_info *si)
 
 void
 hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t caplen,
-    size_t wirelen)
+    size_t wirelen, enum nlq_ct ct, uint32_t ct_status)
 {
 	struct slotd *d = user;
 	struct syn_info si;
@@ -1354,7 +1381,7 @@ hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t c
 	enum syn_parse r = SYN_MALFORMED;
 
 	if (pkt != NULL && (r = syn_parse(pkt, caplen, wirelen, &si)) == SYN_SYNACK) {
-		hold_synack(d, id, &si);
+		hold_synack(d, id, &si, ct, ct_status);
 		return;
 	}
 	if (pkt == NULL || r != SYN_OK) {

@@ -2,6 +2,7 @@
 #define SLOT_CLIENT_HOLD_H
 
 #include "client.h"
+#include "slot/nlq.h"
 
 /* Held SYNs (DESIGN.md, steps 2 to 6): the connection table keyed by the
  * client endpoint, the direct and relay probes, the decision, the pipe
@@ -15,7 +16,23 @@ void hold_fini(struct slotd *d);
 
 /* The NFQUEUE callback (user is the slotd). */
 void hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t caplen,
-    size_t wirelen);
+    size_t wirelen, enum nlq_ct ct, uint32_t ct_status);
+
+/* A relay's SYN-ACK that answers the SYN slotd sent with PIPE_ESTABLISH,
+ * read after that pipe failed and its conntrack entry was deleted. */
+enum synack_fate {
+	SYNACK_DROP_CT,		/* it holds the DNAT entry (queued before the
+				 * deletion): passed, the kernel would de-NAT it
+				 * and complete a handshake with the relay */
+	SYNACK_PASS_CT,		/* it holds no entry, or one without NAT: the
+				 * client's kernel answers it with a reset */
+	SYNACK_DROP_RULE,	/* the queue attaches no entry (no
+				 * CONFIG_NETFILTER_NETLINK_GLUE_CT), but the
+				 * rules (SLOT_SYNACK) queue only the SYN-ACKs
+				 * whose entry has DNAT: so does this one's */
+};
+/* The decision, from what the queue said of the packet's entry. Pure. */
+enum synack_fate synack_failed_fate(enum nlq_ct ct, uint32_t ct_status);
 
 /* Releases every held SYN direct now (shutting down). */
 void hold_release_all(struct slotd *d, const char *why);

@@ -247,7 +247,8 @@ rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 		if (r[i].data.addr.family != c->family)
 			continue;
 		put(&o, "-A %s -s %s -p tcp --sport %u --tcp-flags SYN,ACK,RST,FIN SYN,ACK "
-		    "-j NFQUEUE --queue-num %u --queue-bypass\n", RULES_SYNACK,
+		    "-m conntrack --ctstate DNAT -j NFQUEUE --queue-num %u --queue-bypass\n",
+		    RULES_SYNACK,
 		    addr_fmt(&r[i].data.addr, ab), r[i].data.port, c->queue);
 	}
 	put(&o, "COMMIT\n*nat\n:%s - [0:0]\n-F %s\n", RULES_DNAT, RULES_DNAT);
@@ -414,7 +415,7 @@ rules_render_nft(const struct rules_conf *c, const struct rules_relay *r, size_t
 		if (r[i].data.addr.family != AF_INET && !v6)
 			continue;
 		put(&o, "\t\t%s saddr %s tcp sport %u tcp flags & (fin | syn | rst | ack) == "
-		    "syn | ack counter queue num %u bypass\n", v6 ? "ip6" : "ip",
+		    "syn | ack ct status dnat counter queue num %u bypass\n", v6 ? "ip6" : "ip",
 		    addr_fmt(&r[i].data.addr, ab), r[i].data.port, c->queue);
 	}
 	put(&o, "\t}\n");

@@ -25,9 +25,12 @@
  *   not allowed in PREROUTING, which reaches SLOT_HIJACK on a gateway;
  * - mangle chain SLOT_SYNACK, jumped to from INPUT (and FORWARD on a
  *   gateway): with synack set, queues the SYN-ACKs that come from a relay's
- *   data port, so that slotd can hold a cold connection's SYN-ACK until the
- *   relay has connected to the server (before the reverse DNAT, which comes
- *   after mangle, so they still come from the relay).
+ *   data port and hold a conntrack entry with DNAT, so that slotd can hold
+ *   a cold connection's SYN-ACK until the relay has connected to the server
+ *   (before the reverse DNAT, which comes after mangle, so they still come
+ *   from the relay). One that holds no such entry (a relay's retransmission
+ *   after slotd deleted a failed pipe's entry) is not queued: the client's
+ *   kernel resets it.
  * The chains are replaced atomically (iptables-restore --noflush, one
  * COMMIT per table); the jumps are added once. Nothing else is touched.
  * nft: the table inet RULES_NFT_TABLE, both families, the same rules in

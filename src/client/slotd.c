@@ -452,6 +452,11 @@ main(int argc, char **argv)
 	if ((d->q = synq_open(d->conf.queue, d->conf.queue_maxlen, hold_packet, d, err,
 	    sizeof(err))) == NULL)
 		fatalx("%s", err);
+	if (!synq_ct(d->q))
+		log_info("NFQUEUE %u: the kernel attaches no conntrack entry to queued packets "
+		    "(no CONFIG_NETFILTER_NETLINK_GLUE_CT): a relay's SYN-ACK read after its "
+		    "pipe failed holds DNAT as the rules queue only those (synack_hold)",
+		    d->conf.queue);
 	/* Leftovers of a run that crashed stay until dirsync_apply replaces
 	 * them in one iptables-restore: removing them first would leave the
 	 * namespace a moment without a rule that needs conntrack, the kernel

@@ -137,7 +137,7 @@ synq_packet(void *user, const struct nlq_pkt *p)
 {
 	struct synq *q = user;
 
-	q->cb(q->user, p->id, p->mark, p->data, p->caplen, p->wirelen);
+	q->cb(q->user, p->id, p->mark, p->data, p->caplen, p->wirelen, p->ct, p->ct_status);
 }
 
 int
@@ -163,9 +163,11 @@ synq_open(uint16_t num, uint32_t maxlen, synq_packet_cb cb, void *user, char *er
 		.maxlen = maxlen,
 		.copy_range = SYNQ_COPY_RANGE,
 		/* Fail-open: a full queue lets SYNs through direct rather
-		 * than drop them. */
-		.flags = NFQA_CFG_F_FAIL_OPEN,
-		.mask = NFQA_CFG_F_FAIL_OPEN,
+		 * than drop them. Conntrack: whether a relay's SYN-ACK read
+		 * after its pipe failed still holds the DNAT entry
+		 * (hold_synack). */
+		.flags = NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_CONNTRACK,
+		.mask = NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_CONNTRACK,
 		.vbuf = SYNQ_VBUF,
 	};
 	struct synq *q;
@@ -200,6 +202,12 @@ int
 synq_fd(const struct synq *q)
 {
 	return nlq_fd(q->nq);
+}
+
+bool
+synq_ct(const struct synq *q)
+{
+	return nlq_ct(q->nq) == 1;
 }
 
 void

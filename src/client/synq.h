@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "slot/addr.h"
+#include "slot/nlq.h"
 
 /* The NFQUEUE side of slotd (DESIGN.md, steps 1, 2 and 6): reads the SYNs
  * SLOT_HIJACK queues, through the core's NFQUEUE reader (slot/nlq.h), and
@@ -41,16 +42,22 @@ const char *syn_parse_str(enum syn_parse r);
 struct synq;
 
 /* Called for each queued packet: id for the verdict, the packet's current
- * mark, its first caplen bytes (headers at least) and its length. */
+ * mark, its first caplen bytes (headers at least), its length, and its
+ * conntrack entry when the kernel attaches it (ct, with its IPS_* bits in
+ * ct_status; see struct nlq_pkt). */
 typedef void (*synq_packet_cb)(void *user, uint32_t id, uint32_t mark,
-    const uint8_t *pkt, size_t caplen, size_t wirelen);
+    const uint8_t *pkt, size_t caplen, size_t wirelen, enum nlq_ct ct, uint32_t ct_status);
 
 /* Binds queue num (maxlen packets at most in the kernel). The kernel accepts
  * packets itself when the queue is full (fail-open), as it does with
- * --queue-bypass while nobody listens. NULL with a reason in err. */
+ * --queue-bypass while nobody listens, and attaches each packet's conntrack
+ * entry where it can (synq_ct). NULL with a reason in err. */
 struct synq *synq_open(uint16_t num, uint32_t maxlen, synq_packet_cb cb, void *user,
     char *err, size_t errlen);
 int synq_fd(const struct synq *q);
+/* True when packets come with their conntrack entry: false on a kernel
+ * without CONFIG_NETFILTER_NETLINK_GLUE_CT, which refused to attach it. */
+bool synq_ct(const struct synq *q);
 
 /* Reads and dispatches what the socket holds, up to a budget. Returns 0, or
  * -1 on a socket error other than running dry (errno set). */

@@ -11,6 +11,7 @@
 
 #include <libmnl/libmnl.h>
 #include <linux/netfilter.h>
+#include <linux/netfilter/nfnetlink_conntrack.h>
 #include <linux/netfilter/nfnetlink_queue.h>
 #include <libnetfilter_queue/libnetfilter_queue.h>
 
@@ -30,6 +31,7 @@ struct nlq {
 	uint32_t cfg_seq;
 	int cfg_result;		/* 1 while waiting for the config ack */
 	bool bound;
+	int ct;			/* nlq_ct */
 	nlq_packet_cb cb;
 	void *user;
 	struct nlq_stats st;
@@ -76,6 +78,12 @@ int
 nlq_fd(const struct nlq *q)
 {
 	return q->fd;
+}
+
+int
+nlq_ct(const struct nlq *q)
+{
+	return q->ct;
 }
 
 size_t
@@ -148,19 +156,66 @@ nlq_verdict_mark(struct nlq *q, uint32_t id, int verdict, uint32_t mark, const u
 	return put_verdict(q, id, verdict, &mark, pkt, len);
 }
 
-static void
-nlq_packet(struct nlq *q, const struct nlmsghdr *nlh)
+/* NFQA_CT: the entry's attributes as ctnetlink dumps them (CTA_*). */
+struct ct_nest {
+	uint32_t status, id;
+	bool has_status;
+	size_t seen;		/* bytes of the nest walked */
+};
+
+static int
+ct_attr(const struct nlattr *a, void *data)
 {
+	struct ct_nest *cn = data;
+
+	cn->seen += MNL_ALIGN(a->nla_len);
+	switch (mnl_attr_get_type(a)) {
+	case CTA_STATUS:
+		if (mnl_attr_validate(a, MNL_TYPE_U32) < 0)
+			return MNL_CB_ERROR;
+		cn->status = ntohl(mnl_attr_get_u32(a));
+		cn->has_status = true;
+		break;
+	case CTA_ID:
+		if (mnl_attr_validate(a, MNL_TYPE_U32) < 0)
+			return MNL_CB_ERROR;
+		cn->id = ntohl(mnl_attr_get_u32(a));
+		break;
+	}
+	return MNL_CB_OK;
+}
+
+/* A nest that is cut short, holds a short CTA_STATUS or CTA_ID, or has no
+ * status at all leaves p->ct unknown: a guess would decide a verdict. */
+static void
+parse_ct(const struct nlattr *nest, struct nlq_pkt *p)
+{
+	struct ct_nest cn = { 0 };
+
+	if (mnl_attr_validate(nest, MNL_TYPE_NESTED) < 0 ||
+	    mnl_attr_parse_nested(nest, ct_attr, &cn) != MNL_CB_OK ||
+	    cn.seen < mnl_attr_get_payload_len(nest) || !cn.has_status)
+		return;
+	p->ct = NLQ_CT_ENTRY;
+	p->ct_status = cn.status;
+	p->ct_id = cn.id;
+}
+
+int
+nlq_parse(const void *msg, size_t len, bool ct, struct nlq_pkt *out)
+{
+	const struct nlmsghdr *nlh = msg;
 	struct nlattr *attr[NFQA_MAX + 1] = { 0 };
 	const struct nfqnl_msg_packet_hdr *ph;
 	struct nlq_pkt p = { 0 };
 
-	if (nfq_nlmsg_parse(nlh, attr) < 0 || attr[NFQA_PACKET_HDR] == NULL) {
-		q->st.malformed++;
-		return;
-	}
+	*out = p;
+	if (len > INT32_MAX || !mnl_nlmsg_ok(nlh, (int)len) ||
+	    nlh->nlmsg_len < mnl_nlmsg_size(sizeof(struct nfgenmsg)) ||
+	    nfq_nlmsg_parse(nlh, attr) < 0 || attr[NFQA_PACKET_HDR] == NULL ||
+	    mnl_attr_get_payload_len(attr[NFQA_PACKET_HDR]) < sizeof(*ph))
+		return -1;
 	ph = mnl_attr_get_payload(attr[NFQA_PACKET_HDR]);
-	q->st.packets++;
 	p.id = ntohl(ph->packet_id);
 	p.hw_protocol = ntohs(ph->hw_protocol);
 	if (attr[NFQA_MARK])
@@ -173,6 +228,28 @@ nlq_packet(struct nlq *q, const struct nlmsghdr *nlh)
 		if (p.wirelen < p.caplen)
 			p.wirelen = p.caplen;
 	}
+	/* Asked for, the kernel attaches the entry whenever the packet holds
+	 * one: its absence means none. */
+	if (ct)
+		p.ct = NLQ_CT_NONE;
+	if (ct && attr[NFQA_CT] != NULL) {
+		p.ct = NLQ_CT_UNKNOWN;
+		parse_ct(attr[NFQA_CT], &p);
+	}
+	*out = p;
+	return 0;
+}
+
+static void
+nlq_packet(struct nlq *q, const struct nlmsghdr *nlh)
+{
+	struct nlq_pkt p;
+
+	if (nlq_parse(nlh, nlh->nlmsg_len, q->ct == 1, &p) == -1) {
+		q->st.malformed++;
+		return;
+	}
+	q->st.packets++;
 	q->cb(q->user, &p);
 }
 
@@ -228,45 +305,67 @@ nlq_read(struct nlq *q, int budget)
 	return 1;
 }
 
-int
-nlq_bind(struct nlq *q, char *err, size_t errlen)
+/* Sends the config (bind, copy mode and range, length, flags: one message,
+ * one ack) and waits for the ack. Returns 0 or -1 with errno. */
+static int
+configure(struct nlq *q, uint32_t flags, uint32_t mask)
 {
 	/* Zeroed: the attributes' padding goes to the kernel as it is. */
 	char buf[1024] = { 0 };
 	struct pollfd pfd = { .fd = q->fd, .events = POLLIN };
 	struct nlmsghdr *nlh;
-	int n, e;
+	int n;
 
-	/* One message: bind, copy mode and range, length, flags; one ack. */
 	nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, q->p.num);
 	nfq_nlmsg_cfg_put_cmd(nlh, AF_INET, NFQNL_CFG_CMD_BIND);
 	nfq_nlmsg_cfg_put_params(nlh, NFQNL_COPY_PACKET, (int)q->p.copy_range);
 	nfq_nlmsg_cfg_put_qmaxlen(nlh, q->p.maxlen);
-	mnl_attr_put_u32(nlh, NFQA_CFG_FLAGS, htonl(q->p.flags));
-	mnl_attr_put_u32(nlh, NFQA_CFG_MASK, htonl(q->p.mask));
+	mnl_attr_put_u32(nlh, NFQA_CFG_FLAGS, htonl(flags));
+	mnl_attr_put_u32(nlh, NFQA_CFG_MASK, htonl(mask));
 	nlh->nlmsg_flags |= NLM_F_ACK;
 	nlh->nlmsg_seq = ++q->cfg_seq;
 	q->cfg_result = 1;
 	if (mnl_socket_sendto(q->nl, nlh, nlh->nlmsg_len) == -1)
-		goto fail;
+		return -1;
 	while (q->cfg_result == 1) {
 		n = poll(&pfd, 1, 5000);
 		if (n == -1 && errno == EINTR)
 			continue;
 		if (n <= 0) {
 			errno = n == 0 ? ETIMEDOUT : errno;
-			goto fail;
+			return -1;
 		}
 		if (nlq_read(q, NLQ_CFG_BUDGET) == -1)
-			goto fail;
+			return -1;
 	}
 	(void)nlq_flush(q);
-	if (q->cfg_result == 0) {
+	if (q->cfg_result != 0) {
+		errno = -q->cfg_result;
+		return -1;
+	}
+	return 0;
+}
+
+int
+nlq_bind(struct nlq *q, char *err, size_t errlen)
+{
+	uint32_t flags = q->p.flags, mask = q->p.mask;
+	int rc, e;
+
+	q->ct = (flags & mask & NFQA_CFG_F_CONNTRACK) != 0;
+	rc = configure(q, flags, mask);
+	/* The kernel checks the flags before it binds (nfqnl_recv_config):
+	 * refused, nothing is bound, and the same message without the flag
+	 * binds. */
+	if (rc == -1 && q->ct == 1 && errno == EOPNOTSUPP) {
+		q->ct = -1;
+		rc = configure(q, flags & ~(uint32_t)NFQA_CFG_F_CONNTRACK,
+		    mask & ~(uint32_t)NFQA_CFG_F_CONNTRACK);
+	}
+	if (rc == 0) {
 		q->bound = true;
 		return 0;
 	}
-	errno = -q->cfg_result;
-fail:
 	e = errno;
 	errbuf_set(err, errlen, "binding NFQUEUE %u: %s%s", q->p.num, strerror(e),
 	    e == EPERM || e == EBUSY ? " (another process has it?)" : "");

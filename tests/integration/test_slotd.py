@@ -20,6 +20,7 @@ test_silent_relays_do_not_delay_the_decision, which is the requirement itself.
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 
@@ -150,6 +151,40 @@ def assert_direct(sb, r):
     assert r.peer == sb.ip("client"), (r.peer, sb.ip("client"))
     ct = sb.ct_entry(r.local_port, dst=sb.ip("server")) if r.local_port else None
     assert ct is None or ct.dnat is None, ct
+
+
+def kernel_queue_conntrack():
+    """Whether the running kernel can attach a queued packet's conntrack
+    entry to it (CONFIG_NETFILTER_NETLINK_GLUE_CT): True, False, or None
+    where its config cannot be read."""
+    try:
+        r = subprocess.run(["zcat", "/proc/config.gz"], capture_output=True, text=True)
+    except OSError:
+        return None
+    if r.returncode != 0 or not r.stdout:
+        return None
+    return re.search(r"^CONFIG_NETFILTER_NETLINK_GLUE_CT=[ym]$", r.stdout, re.M) is not None
+
+
+def assert_synack_conntrack(s, c0, c1, synacks):
+    """slotd's queue got the conntrack entries of the relays' SYN-ACKs (at
+    least `synacks` of them) where the kernel attaches them; where it
+    cannot, slotd said so at start, no SYN-ACK came with an entry, and a
+    failed pipe's SYN-ACK was dropped as the rules queue only those with
+    DNAT."""
+    dc = slotbed.deltas(c0, c1)
+    has = kernel_queue_conntrack()
+    if has is not None:
+        assert c1["queue_conntrack"] == int(has), (has, c1["queue_conntrack"])
+    if c1["queue_conntrack"]:
+        assert dc["synack_ct"] >= synacks, dc
+        assert dc["synack_dropped_rule"] == 0, dc
+        assert "attaches no conntrack entry" not in s.log()
+    else:
+        assert dc["synack_ct"] == 0 and dc["synack_dropped_ct"] == 0, dc
+        assert s.log().count("the kernel attaches no conntrack entry to queued packets") == 1, \
+            s.log()[-3000:]
+    assert dc["synack_dropped"] == dc["synack_dropped_ct"] + dc["synack_dropped_rule"], dc
 
 
 def normalized_tables(sb, tables=("mangle", "nat")):
@@ -409,6 +444,13 @@ def test_pipe_fail_goes_direct(sb, slotd, tags):
         assert c1["synack_waits"] - c0["synack_waits"] == 1, slotbed.deltas(c0, c1)
         assert c1["synack_failures"] - c0["synack_failures"] == 1, slotbed.deltas(c0, c1)
         assert c1["ct_delete_errors"] == c0["ct_delete_errors"], slotbed.deltas(c0, c1)
+        # relay1's first SYN-ACK, held or read after the failure, came with
+        # its DNAT entry where the kernel attaches it; read late, it was
+        # dropped for that entry (or the rules' DNAT match), not for the
+        # time. Its retransmissions, after the deletion, hold no entry: the
+        # rules do not queue them, and curl's kernel resets them
+        assert_synack_conntrack(s, c0, c1, 1)
+        assert c1["synack_passed"] == c0["synack_passed"], slotbed.deltas(c0, c1)
     finally:
         sb.bed.run("relay1", "iptables", "-w", "-D", *rule, check=False)
 
@@ -425,7 +467,7 @@ def test_cold_connect_returns_only_once_the_relay_connected(sb, slotd, tags, hol
     s = slotd(["relay1"], {"select": {"cache_ttl": 0, "synack_hold": hold,
                                       "establish_timeout": "20s", "hold_timeout": "30s"}})
     m = sb.iptables_save("mangle")
-    assert ("SYN,ACK -j NFQUEUE" in m) == (hold == "yes"), m
+    assert ("SYN,ACK -m conntrack --ctstate DNAT -j NFQUEUE" in m) == (hold == "yes"), m
     rule = ["OUTPUT", "-p", "tcp", "--syn", "-d", sb.ip("server"), "--dport", "80",
             "-m", "length", "--length", "60:65535", "-j", "DROP"]
     tag = tags()
@@ -464,6 +506,77 @@ def test_cold_connect_returns_only_once_the_relay_connected(sb, slotd, tags, hol
     waits = c1["synack_waits"] - c0["synack_waits"]
     assert waits == (1 if hold == "yes" else 0), slotbed.deltas(c0, c1)
     assert c1["synack_failures"] == c0["synack_failures"], slotbed.deltas(c0, c1)
+    assert_synack_conntrack(s, c0, c1, 1 if hold == "yes" else 0)
+
+
+def test_synack_queued_before_the_failure_read_after(sb, slotd, tags):
+    """synack_hold's race, provoked: relay1's SYN-ACK is queued, still
+    holding the connection's DNAT entry, while slotd is stopped (SIGSTOP);
+    PIPE_ESTABLISH's timeout falls due meanwhile. Resumed, slotd runs the
+    timer first (libev runs the last queued of its pending watchers first:
+    the timers come after the file descriptors), so it deletes the entry
+    and only then reads the SYN-ACK, the race's order. Passed, that SYN-ACK
+    would complete a handshake with relay1 that the server direct knows
+    nothing of, and curl would be reset; dropped, curl's next SYN goes
+    direct, byte-exact."""
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1"], {"select": {"cache_ttl": 0, "establish_timeout": "2s",
+                                      "hold_timeout": "30s"}})
+    # relay1's connect to the server hangs past slotd's timeout (its probe's
+    # bare SYN, 52 bytes, still passes), and its first SYN-ACK is lost: its
+    # retransmission, 1 s later, comes while slotd is stopped
+    hang = ["OUTPUT", "-p", "tcp", "--syn", "-d", sb.ip("server"), "--dport", "80",
+            "-m", "length", "--length", "60:65535", "-j", "DROP"]
+    lose = ["OUTPUT", "-p", "tcp", "--sport", str(r1.data_port),
+            "--tcp-flags", "SYN,ACK,RST,FIN", "SYN,ACK", "-j", "DROP"]
+    tag = tags()
+    out = os.path.join(sb.dir, "synack-race.out")
+    p = res = None
+    r1.reload({"limits": {"connect_timeout": "10s"}})
+    sb.bed.run("relay1", "iptables", "-w", "-I", *hang)
+    sb.bed.run("relay1", "iptables", "-w", "-I", *lose)
+    stopped = False
+
+    def synacks_queued():
+        m = sb.bed.run("client", "iptables", "-w", "-t", "mangle", "-xnvL", "SLOT_SYNACK").stdout
+        return sum(int(l.split()[0]) for l in m.splitlines()[2:] if "NFQUEUE" in l)
+
+    try:
+        c0 = s.counters()
+        q0 = synacks_queued()
+        p = sb.curl_popen(sb.nginx.url("small", query="id=" + tag), out)
+        # the SYN went to relay1 with PIPE_ESTABLISH; relay1 is stuck
+        r1.wait_counter("pipes_pending", lambda v: v >= 1, timeout=10)
+        os.kill(s.proc.pid, signal.SIGSTOP)
+        stopped = True
+        t_stop = time.monotonic()
+        sb.bed.run("relay1", "iptables", "-w", "-D", *lose)
+        slotbed.wait_for(lambda: synacks_queued() > q0, 10, "relay1's SYN-ACK queued")
+        # past establish_timeout, counted from before the stop
+        time.sleep(max(0.0, 2.5 - (time.monotonic() - t_stop)))
+        os.kill(s.proc.pid, signal.SIGCONT)
+        stopped = False
+        res = sb.finish_curl(p, out, timeout=60)
+    finally:
+        if stopped:
+            os.kill(s.proc.pid, signal.SIGCONT)
+        for rule in (lose, hang):
+            sb.bed.run("relay1", "iptables", "-w", "-D", *rule, check=False)
+        if res is None and p is not None:
+            res = sb.finish_curl(p, out, timeout=60)
+        r1.reload({"limits": {"connect_timeout": "2s"}})   # the bed's
+    size, sha = sb.nginx.files["small"]
+    assert res.rc == 0 and res.status == 200 and res.size == size and res.sha == sha, res
+    assert sb.nginx.peer_of("id=%s " % tag) == sb.ip("client")
+    c1 = s.counters()
+    dc = slotbed.deltas(c0, c1)
+    assert dc["pipes_timeout"] == 1 and dc["synack_waits"] == 1, dc
+    # the race's order: the SYN-ACK was never held, but read after the
+    # failure and dropped, for its entry and not for the time; relay1's
+    # later retransmissions hold none, and the rules do not queue them
+    assert dc["synack_holds"] == 0, dc
+    assert dc["synack_dropped"] >= 1 and dc["synack_passed"] == 0, dc
+    assert_synack_conntrack(s, c0, c1, 1)
 
 
 def test_relay_down_goes_direct(sb, slotd, tags):
@@ -521,7 +634,8 @@ def test_sigkill_during_a_transfer(sb, slotd, tags):
     assert m.count("-A INPUT -j SLOT_SYNACK") == 1, m
     # the SYNs' rule, the offered sockets' (libslot, by [lib] mark), and
     # relay1's SYN-ACKs' (synack_hold)
-    assert m.count("NFQUEUE") == 3 and m.count("SYN,ACK -j NFQUEUE") == 1, m
+    assert m.count("NFQUEUE") == 3, m
+    assert m.count("SYN,ACK -m conntrack --ctstate DNAT -j NFQUEUE") == 1, m
     assert m.count("0x20000000/0x20000000 -j NFQUEUE") == 1, m
     assert m.count("-A OUTPUT -j SLOT_RUN") == 1, m
     assert nat.count("-j DNAT") == 1, nat

@@ -1,19 +1,28 @@
 /* The NFQUEUE queue that slotd's synq.c and the test bed's slot-wanem share
  * (src/core/nlq.c), against the kernel: a queue nobody uses is bound, a
  * verdict about a packet the kernel never queued is refused and counted,
- * a second socket cannot take the queue, and verdicts are batched. Skipped
- * where the queue cannot be bound (no CAP_NET_ADMIN). */
+ * a second socket cannot take the queue, verdicts are batched, and asking
+ * for conntrack binds with it or, where the kernel refuses, without it.
+ * Skipped where the queue cannot be bound (no CAP_NET_ADMIN). The packet
+ * parser (nlq_parse), on messages built here: the conntrack entry the
+ * kernel attaches (NFQA_CT), and nests that are not to be trusted. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
 
+#include <libmnl/libmnl.h>
 #include <linux/netfilter.h>
+#include <linux/netfilter/nf_conntrack_common.h>
+#include <linux/netfilter/nfnetlink_conntrack.h>
 #include <linux/netfilter/nfnetlink_queue.h>
+#include <libnetfilter_queue/libnetfilter_queue.h>
 
 #include "slot/nlq.h"
 
@@ -135,6 +144,210 @@ test_batches(void **state)
 	nlq_close(q);
 }
 
+/* Whether the kernel's config (/proc/config.gz, where there is one) has
+ * the conntrack glue of queues: 1 yes, 0 no, -1 unknown. */
+static int
+glue_ct_configured(void)
+{
+	FILE *f = popen("zcat /proc/config.gz 2>/dev/null", "r");
+	char line[256];
+	int r = -1;
+
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (r == -1)
+			r = 0;	/* readable: unset unless named */
+		if (strncmp(line, "CONFIG_NETFILTER_NETLINK_GLUE_CT=", 33) == 0)
+			r = 1;
+	}
+	pclose(f);
+	return r;
+}
+
+static void
+test_ct_flag(void **state)
+{
+	struct nlq_params p = params(4096);
+	struct nlq *q, *q2;
+	char err[256];
+	int glue = glue_ct_configured();
+	(void)state;
+
+	p.flags |= NFQA_CFG_F_CONNTRACK;
+	p.mask |= NFQA_CFG_F_CONNTRACK;
+	if ((q = bound(&p)) == NULL)
+		skip();
+	/* Granted, or refused and bound without it: bound either way. */
+	assert_true(nlq_ct(q) == 1 || nlq_ct(q) == -1);
+	if (glue != -1)
+		assert_int_equal(nlq_ct(q), glue ? 1 : -1);
+	q2 = nlq_open(&p, on_packet, NULL, err, sizeof(err));
+	assert_non_null(q2);
+	assert_int_equal(nlq_bind(q2, err, sizeof(err)), -1);
+	assert_true(errno == EBUSY || errno == EPERM);
+	nlq_close(q2);
+	nlq_close(q);
+	/* Not asked for. */
+	p = params(4096);
+	if ((q = bound(&p)) == NULL)
+		skip();
+	assert_int_equal(nlq_ct(q), 0);
+	nlq_close(q);
+}
+
+/* Packet messages as the kernel sends them. */
+#define MSG_BUF 1024
+static const uint8_t payload[20] = { 0x45, 0, 0, 20 };
+
+static struct nlmsghdr *
+packet_msg(char *buf, uint32_t id)
+{
+	struct nfqnl_msg_packet_hdr ph = { .packet_id = htonl(id), .hw_protocol = htons(0x0800),
+	    .hook = 1 };
+	struct nlmsghdr *nlh;
+
+	memset(buf, 0, MSG_BUF);
+	nlh = nfq_nlmsg_put(buf, NFQNL_MSG_PACKET, 7);
+	mnl_attr_put(nlh, NFQA_PACKET_HDR, sizeof(ph), &ph);
+	mnl_attr_put_u32(nlh, NFQA_MARK, htonl(0x40));
+	return nlh;
+}
+
+static void
+put_payload(struct nlmsghdr *nlh)
+{
+	mnl_attr_put(nlh, NFQA_PAYLOAD, sizeof(payload), payload);
+}
+
+/* NFQA_CT as ctnetlink_glue_build makes it: tuples (nested), status, id,
+ * then CTA_USE; status_len 4 is right, others are malformed. */
+static void
+put_ct(struct nlmsghdr *nlh, uint32_t status, size_t status_len, bool with_status)
+{
+	struct nlattr *ct = mnl_attr_nest_start(nlh, NFQA_CT), *t;
+	uint32_t be[2] = { htonl(status), 0 };
+
+	t = mnl_attr_nest_start(nlh, CTA_TUPLE_ORIG);
+	mnl_attr_put_u8(nlh, CTA_TUPLE_PROTO, 6);
+	mnl_attr_nest_end(nlh, t);
+	assert_true(status_len <= sizeof(be));
+	if (with_status)
+		mnl_attr_put(nlh, CTA_STATUS, status_len, be);
+	mnl_attr_put_u32(nlh, CTA_ID, htonl(0xc0ffee));
+	mnl_attr_put_u32(nlh, CTA_USE, htonl(2));
+	mnl_attr_nest_end(nlh, ct);
+}
+
+static void
+test_parse_ct(void **state)
+{
+	char buf[MSG_BUF];
+	struct nlmsghdr *nlh;
+	struct nlq_pkt p;
+	(void)state;
+
+	/* A held SYN-ACK of a DNATed connection: its entry, status and id. */
+	nlh = packet_msg(buf, 42);
+	put_ct(nlh, IPS_CONFIRMED | IPS_DST_NAT | IPS_DST_NAT_DONE | IPS_SEEN_REPLY, 4, true);
+	put_payload(nlh);
+	assert_int_equal(nlq_parse(nlh, nlh->nlmsg_len, true, &p), 0);
+	assert_int_equal(p.id, 42);
+	assert_int_equal(p.mark, 0x40);
+	assert_int_equal(p.hw_protocol, 0x0800);
+	assert_int_equal(p.caplen, sizeof(payload));
+	assert_memory_equal(p.data, payload, sizeof(payload));
+	assert_int_equal(p.ct, NLQ_CT_ENTRY);
+	assert_int_equal(p.ct_status,
+	    IPS_CONFIRMED | IPS_DST_NAT | IPS_DST_NAT_DONE | IPS_SEEN_REPLY);
+	assert_int_equal(p.ct_id, 0xc0ffee);
+
+	/* The same from a queue bound without conntrack: not trusted. */
+	assert_int_equal(nlq_parse(nlh, nlh->nlmsg_len, false, &p), 0);
+	assert_int_equal(p.ct, NLQ_CT_UNKNOWN);
+	assert_int_equal(p.ct_status, 0);
+
+	/* Asked for, none attached: the packet holds no entry. */
+	nlh = packet_msg(buf, 43);
+	put_payload(nlh);
+	assert_int_equal(nlq_parse(nlh, nlh->nlmsg_len, true, &p), 0);
+	assert_int_equal(p.id, 43);
+	assert_int_equal(p.ct, NLQ_CT_NONE);
+	assert_int_equal(nlq_parse(nlh, nlh->nlmsg_len, false, &p), 0);
+	assert_int_equal(p.ct, NLQ_CT_UNKNOWN);
+
+	/* An entry without NAT. */
+	nlh = packet_msg(buf, 44);
+	put_ct(nlh, IPS_CONFIRMED, 4, true);
+	assert_int_equal(nlq_parse(nlh, nlh->nlmsg_len, true, &p), 0);
+	assert_int_equal(p.ct, NLQ_CT_ENTRY);
+	assert_int_equal(p.ct_status, IPS_CONFIRMED);
+}
+
+static void
+test_parse_ct_malformed(void **state)
+{
+	char buf[MSG_BUF];
+	struct nlmsghdr *nlh;
+	struct nlattr *ct;
+	struct nlq_pkt p;
+	(void)state;
+
+	/* A status of 2 bytes, then of 8: the entry is ignored, the packet
+	 * kept. */
+	nlh = packet_msg(buf, 50);
+	put_ct(nlh, IPS_DST_NAT, 2, true);
+	put_payload(nlh);
+	assert_int_equal(nlq_parse(nlh, nlh->nlmsg_len, true, &p), 0);
+	assert_int_equal(p.id, 50);
+	assert_int_equal(p.caplen, sizeof(payload));
+	assert_int_equal(p.ct, NLQ_CT_UNKNOWN);
+	assert_int_equal(p.ct_status, 0);
+	nlh = packet_msg(buf, 51);
+	put_ct(nlh, IPS_DST_NAT, 8, true);
+	assert_int_equal(nlq_parse(nlh, nlh->nlmsg_len, true, &p), 0);
+	assert_int_equal(p.ct, NLQ_CT_UNKNOWN);
+
+	/* No status. */
+	nlh = packet_msg(buf, 52);
+	put_ct(nlh, 0, 4, false);
+	assert_int_equal(nlq_parse(nlh, nlh->nlmsg_len, true, &p), 0);
+	assert_int_equal(p.ct, NLQ_CT_UNKNOWN);
+
+	/* Its last attribute says it runs past the nest (the status before
+	 * it parsed): the walk stops short, and nothing of it is trusted. */
+	nlh = packet_msg(buf, 53);
+	put_ct(nlh, IPS_DST_NAT, 4, true);
+	ct = (struct nlattr *)(void *)((char *)nlh + mnl_nlmsg_size(sizeof(struct nfgenmsg)));
+	while (mnl_attr_get_type(ct) != NFQA_CT)
+		ct = mnl_attr_next(ct);
+	{
+		/* CTA_USE, the nest's last (8 bytes): claims 12. */
+		struct nlattr *last = (struct nlattr *)(void *)((char *)ct + ct->nla_len - 8);
+
+		assert_int_equal(mnl_attr_get_type(last), CTA_USE);
+		last->nla_len = 12;
+	}
+	assert_int_equal(nlq_parse(nlh, nlh->nlmsg_len, true, &p), 0);
+	assert_int_equal(p.ct, NLQ_CT_UNKNOWN);
+
+	/* NFQA_CT too short for a nest. */
+	nlh = packet_msg(buf, 54);
+	mnl_attr_put(nlh, NFQA_CT, 2, "ab");
+	assert_int_equal(nlq_parse(nlh, nlh->nlmsg_len, true, &p), 0);
+	assert_int_equal(p.id, 54);
+	assert_int_equal(p.ct, NLQ_CT_UNKNOWN);
+
+	/* No packet header: the message is malformed. */
+	memset(buf, 0, sizeof(buf));
+	nlh = nfq_nlmsg_put(buf, NFQNL_MSG_PACKET, 7);
+	put_ct(nlh, IPS_DST_NAT, 4, true);
+	assert_int_equal(nlq_parse(nlh, nlh->nlmsg_len, true, &p), -1);
+	/* Shorter than it says. */
+	nlh = packet_msg(buf, 55);
+	assert_int_equal(nlq_parse(nlh, nlh->nlmsg_len - 4, true, &p), -1);
+}
+
 int
 main(void)
 {
@@ -142,6 +355,9 @@ main(void)
 		cmocka_unit_test(test_refused_verdict),
 		cmocka_unit_test(test_taken),
 		cmocka_unit_test(test_batches),
+		cmocka_unit_test(test_ct_flag),
+		cmocka_unit_test(test_parse_ct),
+		cmocka_unit_test(test_parse_ct_malformed),
 	};
 
 	return cmocka_run_group_tests_name("nlq", tests, NULL, NULL);

@@ -78,8 +78,8 @@ test_ipv4_full(void **state)
 	    "-F SLOT_RUN\n"
 	    ":SLOT_SYNACK - [0:0]\n"
 	    "-F SLOT_SYNACK\n"
-	    "-A SLOT_SYNACK -s 198.51.100.7 -p tcp --sport 7601 --tcp-flags SYN,ACK,RST,FIN SYN,ACK -j NFQUEUE --queue-num 7 --queue-bypass\n"
-	    "-A SLOT_SYNACK -s 203.0.113.9 -p tcp --sport 7601 --tcp-flags SYN,ACK,RST,FIN SYN,ACK -j NFQUEUE --queue-num 7 --queue-bypass\n"
+	    "-A SLOT_SYNACK -s 198.51.100.7 -p tcp --sport 7601 --tcp-flags SYN,ACK,RST,FIN SYN,ACK -m conntrack --ctstate DNAT -j NFQUEUE --queue-num 7 --queue-bypass\n"
+	    "-A SLOT_SYNACK -s 203.0.113.9 -p tcp --sport 7601 --tcp-flags SYN,ACK,RST,FIN SYN,ACK -m conntrack --ctstate DNAT -j NFQUEUE --queue-num 7 --queue-bypass\n"
 	    "COMMIT\n*nat\n"));
 	assert_null(strstr(buf, "2001:db8::1"));
 }
@@ -242,7 +242,7 @@ test_iptables_gateway(void **state)
 	    "-F SLOT_RUN\n"
 	    ":SLOT_SYNACK - [0:0]\n"
 	    "-F SLOT_SYNACK\n"
-	    "-A SLOT_SYNACK -s 2001:db8::1 -p tcp --sport 7601 --tcp-flags SYN,ACK,RST,FIN SYN,ACK -j NFQUEUE --queue-num 7 --queue-bypass\n"
+	    "-A SLOT_SYNACK -s 2001:db8::1 -p tcp --sport 7601 --tcp-flags SYN,ACK,RST,FIN SYN,ACK -m conntrack --ctstate DNAT -j NFQUEUE --queue-num 7 --queue-bypass\n"
 	    "COMMIT\n"
 	    "*nat\n"
 	    ":SLOT_DNAT - [0:0]\n"
@@ -283,8 +283,8 @@ test_nft_full(void **state)
 	    "\t\tmeta nfproto ipv6 meta l4proto tcp meta mark & 0xffff == 0x3 counter dnat ip6 to [2001:db8::1]:7601\n"
 	    "\t}\n"
 	    "\tchain synack {\n"
-	    "\t\tip saddr 198.51.100.7 tcp sport 7601 tcp flags & (fin | syn | rst | ack) == syn | ack counter queue num 7 bypass\n"
-	    "\t\tip6 saddr 2001:db8::1 tcp sport 7601 tcp flags & (fin | syn | rst | ack) == syn | ack counter queue num 7 bypass\n"
+	    "\t\tip saddr 198.51.100.7 tcp sport 7601 tcp flags & (fin | syn | rst | ack) == syn | ack ct status dnat counter queue num 7 bypass\n"
+	    "\t\tip6 saddr 2001:db8::1 tcp sport 7601 tcp flags & (fin | syn | rst | ack) == syn | ack ct status dnat counter queue num 7 bypass\n"
 	    "\t}\n"
 	    "\tchain in_synack {\n"
 	    "\t\ttype filter hook input priority mangle; policy accept;\n"
