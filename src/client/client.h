@@ -48,6 +48,8 @@ struct client_counters {
 	unsigned long long synack_passed;	/* relays' SYN-ACKs that nothing waited for */
 	unsigned long long synack_dropped;	/* ...that answered a SYN whose pipe had failed */
 	unsigned long long synack_dropped_ct;	/* ...of those, as they held the DNAT entry */
+	unsigned long long stale_nat_drops;	/* new SYNs that took over a reset connection's
+						 * DNAT entry: entry deleted, SYN dropped */
 	unsigned long long synack_dropped_rule;	/* ...as the rules queue only those (no
 						 * conntrack from the queue) */
 	unsigned long long synack_ct;		/* relays' SYN-ACKs read with their entry */

@@ -92,6 +92,9 @@ counters(void *user, struct ctl_counters *cs)
 	    "Relays' SYN-ACKs dropped: they answered a SYN whose pipe had failed.");
 	C("synack_dropped_ct", c->synack_dropped_ct, CTL_COUNTER,
 	    "Of those, dropped as they held their connection's DNAT conntrack entry.");
+	C("stale_nat_drops", c->stale_nat_drops, CTL_COUNTER,
+	    "New SYNs that took over the conntrack entry of a connection a relay reset, its "
+	    "DNAT still bound: the entry deleted, the SYN dropped (its retransmission is new).");
 	C("synack_dropped_rule", c->synack_dropped_rule, CTL_COUNTER,
 	    "Of those, dropped as the rules queue only SYN-ACKs with DNAT: the queue "
 	    "attaches no conntrack entry.");

@@ -1371,6 +1371,35 @@ hold_synack(struct slotd *d, uint32_t id, const struct syn_info *si, enum nlq_ct
 	d->ctr.synack_holds++;
 }
 
+/* A new SYN the rules marked with bypass_mark: it took over the conntrack
+ * entry of an earlier connection on the same tuple that was reset from the
+ * other side (by a relay, or a relay's death): the kernel keeps such an
+ * entry in CLOSE for 10 s and reuses it for a new SYN, DNAT and all, so
+ * whatever slotd decided, this SYN would go to that relay. The entry is
+ * deleted and the SYN dropped: the application's retransmission (1 s) is a
+ * new connection, which slotd decides afresh. */
+static void
+stale_nat_syn(struct slotd *d, uint32_t id, const struct syn_info *si)
+{
+	char cb[EP_STRLEN], sb[EP_STRLEN];
+
+	d->ctr.stale_nat_drops++;
+	synq_verdict(d->q, id, false, false, 0);
+	if (d->ct == NULL || ctdel_tcp(d->ct, &si->src, &si->dst) == -1) {
+		if (d->ct == NULL || errno != ENOENT) {
+			d->ctr.ct_delete_errors++;
+			log_warnx("%s -> %s: cannot forget a reset connection's conntrack entry "
+			    "(%s): its SYNs go to the old relay until the kernel drops it (10 s)",
+			    ep_fmt(&si->src, cb), ep_fmt(&si->dst, sb),
+			    d->ct ? strerror(errno) : "no conntrack socket");
+		}
+		return;
+	}
+	log_info("%s -> %s: the port reuses a reset connection's conntrack entry, still "
+	    "NATed to its relay: entry forgotten, SYN dropped (the next one is decided anew)",
+	    ep_fmt(&si->src, cb), ep_fmt(&si->dst, sb));
+}
+
 void
 hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t caplen,
     size_t wirelen, enum nlq_ct ct, uint32_t ct_status)
@@ -1413,6 +1442,10 @@ hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t c
 		if (c->state != HC_LINGER)
 			conn_release(c, NULL, "superseded by a new SYN");
 		conn_free(c);
+	}
+	if (mark & d->conf.bypass_mark) {
+		stale_nat_syn(d, id, &si);
+		return;
 	}
 	if (d->stopping || d->nheld >= d->conf.max_held) {
 		if (!d->stopping)

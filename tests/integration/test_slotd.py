@@ -599,6 +599,37 @@ def test_relay_down_goes_direct(sb, slotd, tags):
     assert_relayed(sb, s, r, r1)
 
 
+def test_port_reused_after_its_relay_died_goes_where_slotd_says(sb, slotd, tags):
+    """A relayed download is cut by its relay's death (SIGKILL: the relay's
+    kernel resets it). The kernel keeps the aborted connection's conntrack
+    entry (CLOSE, 10 s) with its DNAT to the dead relay, and a new SYN on the
+    same tuple would reuse it, NAT and all. The application's next
+    connection from the same port to the same server goes where slotd
+    decides (direct: relay2 is slower), not to the dead relay."""
+    r1 = sb.relay("relay1")
+    s = slotd(["relay1", "relay2"], {"select": {"cache_ttl": 0}})
+    lport = str(42000 + os.getpid() % 8000)
+    out = os.path.join(sb.dir, "reuse-big.out")
+    url = sb.nginx.url("big", query="id=" + tags())
+    c0 = s.counters()
+    p = sb.curl_popen(url, out, args=("--limit-rate", "300k", "--local-port", lport))
+    try:
+        slotbed.wait_for(lambda: r1.counters()["pipes_open"] == 1, 20, "the download relayed")
+        r1.proc.kill()
+        r1.proc.wait(10)
+        cut = sb.finish_curl(p, out)
+        assert cut.rc == 56, cut                        # reset, not a clean end
+        slotbed.wait_for(lambda: s.counters()["relays_up"] == 1, 20, "slotd to see relay1 gone")
+        r = fetch(sb, tags(), "small", args=("--local-port", lport))
+        assert r.local_port == int(lport), r
+        assert_direct(sb, r)
+        assert slotbed.deltas(c0, s.counters())["stale_nat_drops"] == 1
+    finally:
+        if not r1.running:
+            r1.start()
+    s.wait_relays_up(2, timeout=10)
+
+
 # ---------------------------------------------------------------- 7: slotd dies, restarts, stops
 
 def test_sigkill_during_a_transfer(sb, slotd, tags):
