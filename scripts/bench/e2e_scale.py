@@ -64,11 +64,10 @@ FDS_PER_PIPE = 6    # slot-relayd: two sockets, two kernel pipes accounted (docs
 # What slot-relayd sets aside from RLIMIT_NOFILE before admitting pipes
 # (src/relay/kpipe.h, kpipe_limit): its control connections' and probes' caps
 # (set low here: one control connection, no probes), two descriptors per
-# pooled kernel pipe (8 MiB / pipe_size of them), the held data connections
-# (256) and a fixed margin.
+# pooled kernel pipe (8 MiB / pipe_size of them) and a fixed margin.
 RELAY_CTRL_MAX = 16
 RELAY_INFLIGHT_MAX = 16
-RELAY_FDS_ASIDE = RELAY_CTRL_MAX + RELAY_INFLIGHT_MAX + 2 * (8 << 20) // (256 << 10) + 256 + 512
+RELAY_FDS_ASIDE = RELAY_CTRL_MAX + RELAY_INFLIGHT_MAX + 2 * (8 << 20) // (256 << 10) + 512
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SINK_PORT = 9000
 HAPROXY_PORT = 8000

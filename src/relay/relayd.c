@@ -151,7 +151,6 @@ relay_kpipe_limit(const struct rconf *c, size_t max_free)
 		.max_control = c->max_control_conns,
 		.max_inflight = c->max_inflight,
 		.max_free = max_free,
-		.max_held = DATAHOLD_MAX,
 	};
 	struct rlimit rl;
 
@@ -177,7 +176,7 @@ relay_kpipe_conf(struct relay *r)
 		    "descriptors, besides max_control_connections, max_inflight and %zu "
 		    "more); new pipes past it get PIPE_FAIL limit: raise LimitNOFILE",
 		    pp->limit / 2, (unsigned long long)(cap / 2), KPIPE_FDS_PER_PIPE,
-		    (size_t)KPIPE_FD_MARGIN + DATAHOLD_MAX + 2 * pp->max_free);
+		    (size_t)KPIPE_FD_MARGIN + 2 * pp->max_free);
 }
 
 void

@@ -373,10 +373,10 @@ def test_control_flood_leaves_other_clients_alone(net, relays, key, servers, por
 
 
 # Descriptors the relay sets aside besides its pipes (src/relay/kpipe.h):
-# KPIPE_FD_MARGIN and DATAHOLD_MAX (the held data connections), plus
+# KPIPE_FD_MARGIN (which covers the held data connections), plus
 # max_control_connections, max_inflight and two per pooled pipe (8 MiB /
 # pipe_size of them).
-FD_MARGIN = 512 + 256
+FD_MARGIN = 512
 FDS_PER_PIPE = 6
 NOFILE_CONF = {"limits": {"max_control_connections": "4", "pipe_size": "256k"},
                "probe": {"max_inflight": "1"}}
