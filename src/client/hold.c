@@ -239,6 +239,24 @@ syn_to_relay(struct hconn *c, struct crelay *via)
 		synq_verdict(d->q, c->pkt_id, true, true, c->mark);
 }
 
+/* Deletes the conntrack entry of client -> server (ENOENT: gone already).
+ * Returns false, logged with what follows (`then`) and counted, when it
+ * could not. */
+static bool
+forget_ct(struct slotd *d, const struct endpoint *client, const struct endpoint *server,
+    const char *then)
+{
+	char cb[EP_STRLEN], sb[EP_STRLEN];
+
+	if (d->ct != NULL && (ctdel_tcp(d->ct, client, server) == 0 || errno == ENOENT))
+		return true;
+	d->ctr.ct_delete_errors++;
+	log_warnx("%s -> %s: cannot forget the connection's conntrack entry (%s): %s",
+	    ep_fmt(client, cb), ep_fmt(server, sb),
+	    d->ct ? strerror(errno) : "no conntrack socket", then);
+	return false;
+}
+
 /* The end of a wait at the SYN-ACK (synack_hold): on PIPE_OK the held
  * SYN-ACK goes on and connect() returns. Otherwise it is dropped and the
  * connection's conntrack entry forgotten, so that the application's next
@@ -249,7 +267,6 @@ static void
 synack_settle(struct hconn *c, bool ok)
 {
 	struct slotd *d = c->d;
-	char cb[EP_STRLEN], sb[EP_STRLEN];
 
 	if (c->synack_held)
 		synq_verdict(d->q, c->synack_id, ok, false, 0);
@@ -257,15 +274,8 @@ synack_settle(struct hconn *c, bool ok)
 	if (ok)
 		return;
 	d->ctr.synack_failures++;
-	if (d->ct == NULL || ctdel_tcp(d->ct, &c->client, &c->server) == -1) {
-		if (d->ct == NULL || errno != ENOENT) {
-			d->ctr.ct_delete_errors++;
-			log_warnx("%s -> %s: cannot forget the connection's conntrack entry "
-			    "(%s): its next SYN goes to the relay, which resets it",
-			    ep_fmt(&c->client, cb), ep_fmt(&c->server, sb),
-			    d->ct ? strerror(errno) : "no conntrack socket");
-		}
-	}
+	(void)forget_ct(d, &c->client, &c->server,
+	    "its next SYN goes to the relay, which resets it");
 }
 
 /* "R1 > R2 > R3": via and the chain's next relays, for log lines. */
@@ -1385,16 +1395,9 @@ stale_nat_syn(struct slotd *d, uint32_t id, const struct syn_info *si)
 
 	d->ctr.stale_nat_drops++;
 	synq_verdict(d->q, id, false, false, 0);
-	if (d->ct == NULL || ctdel_tcp(d->ct, &si->src, &si->dst) == -1) {
-		if (d->ct == NULL || errno != ENOENT) {
-			d->ctr.ct_delete_errors++;
-			log_warnx("%s -> %s: cannot forget a reset connection's conntrack entry "
-			    "(%s): its SYNs go to the old relay until the kernel drops it (10 s)",
-			    ep_fmt(&si->src, cb), ep_fmt(&si->dst, sb),
-			    d->ct ? strerror(errno) : "no conntrack socket");
-		}
+	if (!forget_ct(d, &si->src, &si->dst,
+	    "its SYNs go to the old relay until the kernel drops it (10 s)"))
 		return;
-	}
 	log_info("%s -> %s: the port reuses a reset connection's conntrack entry, still "
 	    "NATed to its relay: entry forgotten, SYN dropped (the next one is decided anew)",
 	    ep_fmt(&si->src, cb), ep_fmt(&si->dst, sb));
