@@ -24,6 +24,8 @@
 enum admit_kind {
 	ADMIT_PROBE = 0,
 	ADMIT_CONTROL,
+	ADMIT_RELAY,		/* control messages of a peer with a relay certificate:
+				 * the chains of every client of that relay */
 	ADMIT_KINDS
 };
 

@@ -36,10 +36,17 @@ struct ctrl_conn {
 	 * key, our pair key and its certificate's serial. */
 	struct proto_pair pair;
 	uint64_t serial;
+	int relay_peer;		/* its certificate is a relay's: relay-class limits */
 	TAILQ_ENTRY(ctrl_conn) link;
 };
 
 static void ctrl_io_cb(struct ev_loop *loop, ev_io *w, int revents);
+
+int
+ctrl_peer_is_relay(const struct ctrl_conn *c)
+{
+	return c->relay_peer;
+}
 
 const struct addr *
 ctrl_peer_addr(const struct ctrl_conn *c)
@@ -238,6 +245,7 @@ ctrl_hello(struct ctrl_conn *c, const struct proto_msg *m)
 	}
 	memcpy(c->pair.pk, m->sender, PROTO_PK_LEN);
 	c->serial = m->u.hello.cert.serial;
+	c->relay_peer = m->u.hello.cert.role == IDENT_ROLE_RELAY;
 	ctrl_authenticated(c);
 	r->ctr.hellos_accepted++;
 	log_debug("control %s: %s '%s' authenticated", ep_fmt(&c->peer, b),
@@ -261,8 +269,9 @@ ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
 		return;
 	}
 	ctrl_authenticated(c);
-	switch (admit_message(r->admit, ADMIT_CONTROL, &c->peer.addr, m->ts_us, m->nonce,
-	    clock_mono_us(), clock_real_us())) {
+	/* A relay sends the chains of all its clients: its own rate. */
+	switch (admit_message(r->admit, c->relay_peer ? ADMIT_RELAY : ADMIT_CONTROL,
+	    &c->peer.addr, m->ts_us, m->nonce, clock_mono_us(), clock_real_us())) {
 	case ADMIT_OK:
 		break;
 	case ADMIT_RATE:

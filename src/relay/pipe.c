@@ -784,7 +784,8 @@ establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 	if (!reason && r->npipes >= r->conf.max_pipes)
 		reason = FAIL_LIMIT;
 	o = owner_get(r, ctrl_peer_addr(c), 0);
-	if (!reason && o && o->n >= r->conf.max_pending_per_client)
+	if (!reason && o && o->n >= (ctrl_peer_is_relay(c) ? r->conf.max_pending_per_relay :
+	    r->conf.max_pending_per_client))
 		reason = FAIL_CLIENT_LIMIT;
 	if (!reason && (token ? pending_tok_find(r, token) != NULL :
 	    pending_find(r, client) != NULL))

@@ -22,6 +22,9 @@ void ctrl_send_fail(struct ctrl_conn *c, uint32_t id, uint8_t reason,
     uint32_t detail);
 /* Address of the control connection's peer (for per-client limits). */
 const struct addr *ctrl_peer_addr(const struct ctrl_conn *c);
+/* Whether the peer authenticated with a relay certificate (identity mode):
+ * it asks for the chains of all its clients. */
+int ctrl_peer_is_relay(const struct ctrl_conn *c);
 
 int pipes_init(struct relay *r);
 void pipes_destroy(struct relay *r);	/* resets every pipe */

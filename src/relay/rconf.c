@@ -34,6 +34,9 @@ rconf_defaults(struct rconf *c)
 	c->max_control_per_source = 16;
 	c->control_rate = 200;
 	c->control_burst = 400;
+	c->relay_control_rate = 5000;
+	c->relay_control_burst = 10000;
+	c->max_pending_per_relay = 4096;
 	c->max_kernel_pipes = 0;
 	c->pipe_size = 256 * 1024;
 	c->keepalive_idle_ms = 60000;
@@ -137,6 +140,12 @@ static const struct conf_key keys[] = {
 	    .min = 1, .max = 1000000 },
 	{ F("limits", "control_rate", CK_DOUBLE, control_rate), .dmin = 0.001, .dmax = 1e6 },
 	{ F("limits", "control_burst", CK_DOUBLE, control_burst), .dmin = 0.001, .dmax = 1e6 },
+	{ F("limits", "relay_control_rate", CK_DOUBLE, relay_control_rate),
+	    .dmin = 0.001, .dmax = 1e6 },
+	{ F("limits", "relay_control_burst", CK_DOUBLE, relay_control_burst),
+	    .dmin = 0.001, .dmax = 1e6 },
+	{ F("limits", "max_pending_per_relay", CK_UINT, max_pending_per_relay),
+	    .min = 1, .max = 1000000 },
 	{ F("limits", "max_kernel_pipes", CK_UINT, max_kernel_pipes), .min = 0, .max = 4000000 },
 	{ F("limits", "pipe_size", CK_SIZE, pipe_size), .min = 4096, .max = 1 << 20 },
 	{ F("limits", "keepalive_idle", CK_MS, keepalive_idle_ms), .min = 1000, .max = DAY_MS },
@@ -268,6 +277,10 @@ rconf_load(struct rconf *c, const char *path, char *err, size_t errlen)
 		goto fail;
 	if (c->requester_burst < 1 || c->destination_burst < 1) {
 		snprintf(err, errlen, "%s: [probe] bursts must be at least 1", path);
+		goto fail;
+	}
+	if (c->relay_control_burst < 1) {
+		snprintf(err, errlen, "%s: [limits] relay_control_burst must be at least 1", path);
 		goto fail;
 	}
 	if (c->control_burst < 1) {

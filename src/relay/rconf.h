@@ -42,6 +42,8 @@ struct rconf {
 	uint64_t max_control_conns;
 	uint64_t max_control_per_source;
 	double control_rate, control_burst;	/* messages per source */
+	double relay_control_rate, relay_control_burst;	/* ... from a relay (identity) */
+	uint64_t max_pending_per_relay;	/* pending pipes of a relay (identity): chains */
 	uint64_t max_kernel_pipes;	/* reservations; 0: 2 * max_pipes */
 	uint64_t pipe_size;
 	uint64_t keepalive_idle_ms;

@@ -84,6 +84,8 @@ relay_admit_conf(const struct relay *r, struct admit_conf *ac)
 	ac->burst[ADMIT_PROBE] = c->requester_burst;
 	ac->rate[ADMIT_CONTROL] = c->control_rate;
 	ac->burst[ADMIT_CONTROL] = c->control_burst;
+	ac->rate[ADMIT_RELAY] = c->relay_control_rate;
+	ac->burst[ADMIT_RELAY] = c->relay_control_burst;
 	ac->window_us = c->max_clock_skew_ms * 1000;
 }
 

@@ -974,7 +974,7 @@ main(int argc, char **argv)
 	if (have_id) {
 		char err[256];
 
-		if (ident_load(o.id_key, o.id_cert, o.ca, IDENT_MASK(IDENT_ROLE_CLIENT), &id,
+		if (ident_load(o.id_key, o.id_cert, o.ca, IDENT_MASK(IDENT_ROLE_CLIENT) | IDENT_MASK(IDENT_ROLE_RELAY), &id,
 		    err, sizeof(err)) == -1) {
 			say("error identity: %s", err);
 			return EXIT_OTHER;

@@ -238,10 +238,10 @@ def takes_chains(slotd):
     return {x["relay"]: x["takes_chains"] for x in t["relays"]}
 
 
-def run_testclient(sb, relay, *args):
-    """slot-testclient in the client host, with a client certificate:
+def run_testclient(sb, relay, *args, role="client"):
+    """slot-testclient in the client host, with a certificate of role:
     (exit code, stderr lines)."""
-    a = sb.auth_for("client", "chain-testclient")
+    a = sb.auth_for(role, "chain-test" + role)
     r = subprocess.run(sb.bed.cmd("client", TESTCLIENT, "--id-key", a["key"], "--id-cert",
                                   a["certificate"], "--ca", a["ca"], "--relay", relay.control,
                                   "--timeout", "20", *args),
@@ -421,3 +421,28 @@ def test_chain_under_valgrind():
             r = bed.relay(n)
             check_valgrind(n, r.stop(timeout=60), logs_vg[n], r.log())
         check_valgrind("slotd", s.stop(timeout=60), vg_slotd, s.log())
+
+
+def test_a_relay_has_the_limits_of_a_relay(sb, slotd):
+    """A relay asks the next relay for the chains of all its clients, from
+    one address: relay2 applies max_pending_per_relay (and relay_control_rate)
+    to a peer with a relay certificate, not a client's limits. With one
+    pending pipe allowed per client, a client asking for three pipes at once
+    gets one; a relay gets all three."""
+    r2 = sb.relay("relay2")
+    server = "%s:8080" % sb.ip("server")
+    r2.reload({"limits": {"max_pending_per_client": "1"}})
+    try:
+        rc, err = run_testclient(sb, r2, "--server", server, "--count", "3",
+                                 "--no-connect", "0.2")
+        ok = [l for l in err if l.startswith("pipe ok")]
+        fail = [l for l in err if l.startswith("pipe fail")]
+        assert len(ok) == 1 and len(fail) == 2 and rc == 3, err
+        assert all("client" in l for l in fail), fail
+        rc, err = run_testclient(sb, r2, "--server", server, "--count", "3",
+                                 "--no-connect", "0.2", role="relay")
+        ok = [l for l in err if l.startswith("pipe ok")]
+        assert len(ok) == 3 and rc == 0, err
+    finally:
+        r2.reload({"limits": {"max_pending_per_client": "256"}})
+

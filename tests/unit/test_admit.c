@@ -27,8 +27,8 @@ conf(void)
 	struct admit_conf c = {
 		.max_conns = 5,
 		.max_per_source = 2,
-		.rate = { [ADMIT_PROBE] = 10, [ADMIT_CONTROL] = 1 },
-		.burst = { [ADMIT_PROBE] = 1000, [ADMIT_CONTROL] = 3 },
+		.rate = { [ADMIT_PROBE] = 10, [ADMIT_CONTROL] = 1, [ADMIT_RELAY] = 1 },
+		.burst = { [ADMIT_PROBE] = 1000, [ADMIT_CONTROL] = 3, [ADMIT_RELAY] = 6 },
 		.window_us = W,
 	};
 	return c;
@@ -102,6 +102,27 @@ test_rate_before_replay(void **state)
 	admit_free(a);
 }
 
+/* A relay's control messages (the chains of all its clients) have their own
+ * rate: the client rate of its address is not spent by them. */
+static void
+test_relay_rate_is_its_own(void **state)
+{
+	struct admit_conf c = conf();
+	struct admit *a = admit_new(&c, 64, 64);
+	struct addr x = ip("192.0.2.1");
+	(void)state;
+
+	for (uint64_t n = 1; n <= 6; n++)
+		assert_int_equal(admit_message(a, ADMIT_RELAY, &x, T0, n, M0, T0), ADMIT_OK);
+	assert_int_equal(admit_message(a, ADMIT_RELAY, &x, T0, 7, M0, T0), ADMIT_RATE);
+	/* the control bucket of the same address is untouched (burst 3) */
+	for (uint64_t n = 1; n <= 3; n++)
+		assert_int_equal(admit_message(a, ADMIT_CONTROL, &x, T0, 100 + n, M0, T0), ADMIT_OK);
+	assert_int_equal(admit_message(a, ADMIT_CONTROL, &x, T0, 104, M0, T0), ADMIT_RATE);
+	assert_int_equal(admit_remembered(a, ADMIT_RELAY), 6);
+	admit_free(a);
+}
+
 static void
 test_kinds_have_their_own_caches(void **state)
 {
@@ -138,6 +159,7 @@ main(void)
 		cmocka_unit_test(test_connection_caps),
 		cmocka_unit_test(test_rate_before_replay),
 		cmocka_unit_test(test_kinds_have_their_own_caches),
+		cmocka_unit_test(test_relay_rate_is_its_own),
 	};
 	return cmocka_run_group_tests_name("admit", tests, NULL, NULL);
 }

@@ -140,7 +140,8 @@ test_values(void **state)
 	write_conf("[limits]\nidle_timeout = 3d\nhalf_closed_timeout = off\n"
 	    "control_first_message_timeout = 1500ms\nmax_control_per_source = 2\n"
 	    "max_control_connections = 50\ncontrol_rate = 3\ncontrol_burst = 4\n"
-	    "max_kernel_pipes = 6\nuser_timeout = 0\n");
+	    "max_kernel_pipes = 6\nuser_timeout = 0\nrelay_control_rate = 7\n"
+	    "relay_control_burst = 8\nmax_pending_per_relay = 9\ndata_hold = off\n");
 	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
 	unlink(path);
 	assert_int_equal(c.idle_timeout_ms, 3 * 24 * 3600 * 1000ull);
@@ -151,7 +152,14 @@ test_values(void **state)
 	assert_true(c.control_rate == 3 && c.control_burst == 4);
 	assert_int_equal(c.max_kernel_pipes, 6);
 	assert_int_equal(c.user_timeout_ms, 0);
+	assert_true(c.relay_control_rate == 7 && c.relay_control_burst == 8);
+	assert_int_equal(c.max_pending_per_relay, 9);
+	assert_int_equal(c.data_hold_ms, 0);
 	rconf_free(&c);
+	write_conf("[limits]\nrelay_control_burst = 0.5\n");
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), -1);
+	unlink(path);
+	assert_non_null(strstr(err, "relay_control_burst must be at least 1"));
 
 	write_conf("[pipe]\ncongestion = cubic\n");
 	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
