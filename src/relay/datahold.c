@@ -64,7 +64,7 @@ datahold_set_time(struct datahold *dh, double hold_s)
 
 int
 datahold_add(struct datahold *dh, int fd, const struct endpoint *peer,
-    int token_ok, int token_absent, const uint8_t *token)
+    enum syntok_result tok, const uint8_t *token)
 {
 	struct held *h;
 	size_t same = 0;
@@ -80,9 +80,8 @@ datahold_add(struct datahold *dh, int fd, const struct endpoint *peer,
 		drop(dh, TAILQ_FIRST(&dh->q), HELD_EVICTED);
 	h->fd = fd;
 	h->peer = *peer;
-	h->token_ok = token_ok;
-	h->token_absent = token_absent;
-	if (token_ok)
+	h->tok = tok;
+	if (tok == SYNTOK_OK)
 		memcpy(h->token, token, PROTO_TOKEN_LEN);
 	/* One hold time for all keeps the queue in deadline order (after a
 	 * reload that shortens it, a newer one may wait for the older). */

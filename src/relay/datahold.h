@@ -8,6 +8,7 @@
 
 #include "slot/addr.h"
 #include "slot/proto.h"
+#include "slot/syntok.h"
 
 /* Data connections that matched no pipe, held unread for a while before they
  * are reset. A client with a warm cache connects to the data port as soon as
@@ -28,9 +29,8 @@ struct held {
 	TAILQ_ENTRY(held) link;
 	int fd;
 	struct endpoint peer;
-	int token_ok;		/* its SYN carried a pipe token */
-	int token_absent;	/* ... carried none (else unreadable) */
-	uint8_t token[PROTO_TOKEN_LEN];
+	enum syntok_result tok;	/* what its saved SYN said of a pipe token */
+	uint8_t token[PROTO_TOKEN_LEN];	/* tok SYNTOK_OK: the token */
 	ev_tstamp until;
 };
 
@@ -61,10 +61,10 @@ void datahold_init(struct datahold *dh, struct ev_loop *loop, double hold_s,
 /* Changes the hold time for connections held from now on (reload). */
 void datahold_set_time(struct datahold *dh, double hold_s);
 
-/* Holds fd (its SYN's token as read, if token_ok). Returns 0, or -1 when
+/* Holds fd (tok: what its saved SYN said; token, if SYNTOK_OK). Returns 0, or -1 when
  * holding is off or the peer's address has its share: the caller resets fd. */
 int datahold_add(struct datahold *dh, int fd, const struct endpoint *peer,
-    int token_ok, int token_absent, const uint8_t *token);
+    enum syntok_result tok, const uint8_t *token);
 
 /* The oldest held connection for which match(arg, h) is true, out of the
  * hold (the caller owns its fd and frees it with datahold_free), or NULL. */

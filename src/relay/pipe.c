@@ -82,6 +82,23 @@ static void adopt_held(struct pipe *p);
 static void pipe_timer_update(struct pipe *p);
 static uint64_t pipe_limit_ms(const struct pipe *p);
 
+/* A data connection that matched no pipe is reset (by the caller): counted
+ * and logged by what its SYN said. */
+static void
+data_unmatched_reset(struct relay *r, const struct endpoint *peer, enum syntok_result tok)
+{
+	char b[EP_STRLEN];
+
+	if (tok == SYNTOK_OK) {
+		r->ctr.data_token_unknown++;
+		log_info("data connection from %s: unknown pipe token: reset", ep_fmt(peer, b));
+	} else {
+		r->ctr.data_rejected++;
+		log_info("data connection from %s matches no pending pipe: reset",
+		    ep_fmt(peer, b));
+	}
+}
+
 /* A held data connection (datahold.h) leaves the hold. */
 static void
 held_gone(void *arg, const struct held *h, enum held_end why)
@@ -104,14 +121,7 @@ held_gone(void *arg, const struct held *h, enum held_end why)
 	case HELD_CLEARED:
 		break;
 	}
-	if (h->token_ok) {
-		r->ctr.data_token_unknown++;
-		log_info("data connection from %s: unknown pipe token: reset", ep_fmt(&h->peer, b));
-	} else {
-		r->ctr.data_rejected++;
-		log_info("data connection from %s matches no pending pipe: reset",
-		    ep_fmt(&h->peer, b));
-	}
+	data_unmatched_reset(r, &h->peer, h->tok);
 }
 
 int
@@ -971,21 +981,13 @@ data_unmatched(struct relay *r, int fd, const struct endpoint *peer,
 {
 	char b[EP_STRLEN];
 
-	if (!r->draining && datahold_add(&r->hold, fd, peer, tr == SYNTOK_OK,
-	    tr == SYNTOK_ABSENT, token) == 0) {
+	if (!r->draining && datahold_add(&r->hold, fd, peer, tr, token) == 0) {
 		r->ctr.data_held++;
 		log_debug("data connection from %s matches no pipe yet: held",
 		    ep_fmt(peer, b));
 		return;
 	}
-	if (tr == SYNTOK_OK) {
-		r->ctr.data_token_unknown++;
-		log_info("data connection from %s: unknown pipe token: reset", ep_fmt(peer, b));
-	} else {
-		r->ctr.data_rejected++;
-		log_info("data connection from %s matches no pending pipe: reset",
-		    ep_fmt(peer, b));
-	}
+	data_unmatched_reset(r, peer, tr);
 	sock_close_rst(fd);
 }
 
@@ -996,11 +998,11 @@ held_matches(void *arg, const struct held *h)
 {
 	struct pipe *p = arg;
 
-	if (h->token_ok)
+	if (h->tok == SYNTOK_OK)
 		return p->tokened && sodium_memcmp(p->token, h->token, PROTO_TOKEN_LEN) == 0;
 	if (!p->tokened)
 		return ep_eq(&h->peer, &p->client);
-	return h->token_absent && pending_find(p->r, &h->peer) == NULL &&
+	return h->tok == SYNTOK_ABSENT && pending_find(p->r, &h->peer) == NULL &&
 	    tokened_by_addr(p->r, &h->peer.addr) == p;
 }
 
@@ -1013,7 +1015,7 @@ adopt_held(struct pipe *p)
 
 	if (r->hold.n == 0 || (h = datahold_take(&r->hold, held_matches, p)) == NULL)
 		return;
-	data_join(r, p, h->fd, h->token_ok ? BY_TOKEN :
+	data_join(r, p, h->fd, h->tok == SYNTOK_OK ? BY_TOKEN :
 	    ep_eq(&h->peer, &p->client) && !p->tokened ? BY_ENDPOINT : BY_ADDRESS);
 	r->ctr.data_early++;
 	datahold_free(h);

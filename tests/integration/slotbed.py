@@ -475,6 +475,16 @@ class HAProxy:
 
 # ---------------------------------------------------------------- nginx
 
+# Where both nginx configurations of the bed keep their temporary files
+# (in the run directory: nginx runs as nobody).
+NGINX_TEMP_PATHS = """    client_body_temp_path %(d)s/tmp/body;
+    proxy_temp_path %(d)s/tmp/proxy;
+    fastcgi_temp_path %(d)s/tmp/fastcgi;
+    uwsgi_temp_path %(d)s/tmp/uwsgi;
+    scgi_temp_path %(d)s/tmp/scgi;
+"""
+
+
 class Nginx:
     """nginx in a host: static files under /f/, PUT under /up/, on ports, on
     each of the host's addresses (IPv4, IPv6). ip: the IPv4 address if the
@@ -555,7 +565,7 @@ class Nginx:
         h = self.bed.host(self.host)
         listen = "\n".join("        listen %s backlog=4096;" % hostport(ip, p)
                            for p in self.ports for ip in (h.ip, h.ip6) if ip)
-        return """# written by tests/integration/slotbed.py
+        return ("""# written by tests/integration/slotbed.py
 daemon off;
 master_process on;
 worker_processes 1;
@@ -569,12 +579,7 @@ events {
 http {
     log_format peers '$remote_addr:$remote_port "$request" $status $body_bytes_sent';
     access_log %(d)s/access.log peers;
-    client_body_temp_path %(d)s/tmp/body;
-    proxy_temp_path %(d)s/tmp/proxy;
-    fastcgi_temp_path %(d)s/tmp/fastcgi;
-    uwsgi_temp_path %(d)s/tmp/uwsgi;
-    scgi_temp_path %(d)s/tmp/scgi;
-    default_type application/octet-stream;
+""" + NGINX_TEMP_PATHS + """    default_type application/octet-stream;
     sendfile on;
     keepalive_timeout %(keepalive)s;
     server {
@@ -589,8 +594,8 @@ http {
         }
     }
 }
-""" % {"d": d, "listen": listen, "www": self.www,
-       "keepalive": "%gs" % self.keepalive_timeout if self.keepalive_timeout else "0"}
+""") % {"d": d, "listen": listen, "www": self.www,
+        "keepalive": "%gs" % self.keepalive_timeout if self.keepalive_timeout else "0"}
 
     @property
     def running(self):
@@ -1104,12 +1109,7 @@ events {
 }
 http {
     access_log off;
-    client_body_temp_path %(d)s/tmp/body;
-    proxy_temp_path %(d)s/tmp/proxy;
-    fastcgi_temp_path %(d)s/tmp/fastcgi;
-    uwsgi_temp_path %(d)s/tmp/uwsgi;
-    scgi_temp_path %(d)s/tmp/scgi;
-    default_type application/octet-stream;
+""" + NGINX_TEMP_PATHS + """    default_type application/octet-stream;
     sendfile on;
     keepalive_timeout 0;
     server {
@@ -1337,14 +1337,15 @@ class SlotBed:
     FAST_DIRD = {"relays": {"heartbeat_interval": "1s", "expire_after": "30s"},
                  "groups": {"regroup_interval": "200ms"}}
 
-    def measuring_dird(self, host="dir"):
-        """A started slot-dird in host with every relay restarted to register
-        with it and measure the others every 2 s."""
-        d = self.dird(host, overrides=self.FAST_DIRD)
+    def measuring_dird(self, host="dir", overrides=None, measure_interval="2s"):
+        """A started slot-dird in host (overrides: its config, default
+        FAST_DIRD) with every relay restarted to register with it and
+        measure the others every measure_interval."""
+        d = self.dird(host, overrides=self.FAST_DIRD if overrides is None else overrides)
         for r in self.relays.values():
             r.stop()
             r.update({"directory": {"urls": d.url, "list_interval": "500ms",
-                                    "measure_interval": "2s", "measure_rate": 50,
+                                    "measure_interval": measure_interval, "measure_rate": 50,
                                     "timeout": "2s"}})
             r.start()
         return d

@@ -22,6 +22,7 @@ import pytest
 
 from conftest import MiB, make_client, random_file, recv_all, send_file
 from netns import sha256_file
+from slotbed import wait_for
 
 FAIL_LIMIT = 6
 PATTERN = os.urandom(MiB)
@@ -64,15 +65,6 @@ def recv_forever(c):
             h.update(b)
     except ConnectionResetError:
         return "reset", n, h.hexdigest()
-
-
-def wait_for(pred, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def file_size(path):

@@ -18,15 +18,7 @@ import time
 import pytest
 
 from conftest import MiB, make_client, recv_all
-
-
-def wait_for(pred, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
+from slotbed import wait_for
 
 
 def server_leg_timer(net, server_port):

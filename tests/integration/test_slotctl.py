@@ -73,15 +73,11 @@ def bed():
         b.nginx.add_file("big", BIG)
         b.nginx.add_file("small", 64 * KiB)
         b.nginx.start()
-        d = b.dird(overrides={"dird": {"metrics_listen": "127.0.0.1:9762"},
-                              "relays": {"heartbeat_interval": "1s", "expire_after": "20s"},
-                              "groups": {"regroup_interval": "200ms"}})
-        for r in b.relays.values():
-            r.stop()
-            r.update({"directory": {"urls": d.url, "list_interval": "500ms",
-                                    "measure_interval": "3s", "measure_rate": 50,
-                                    "timeout": "2s"}})
-            r.start()
+        d = b.measuring_dird(overrides={"dird": {"metrics_listen": "127.0.0.1:9762"},
+                                        "relays": {"heartbeat_interval": "1s",
+                                                   "expire_after": "20s"},
+                                        "groups": {"regroup_interval": "200ms"}},
+                             measure_interval="3s")
         s = b.slotd([b.relay(n) for n in RELAYS],
                     {"slotd": {"metrics_listen": "127.0.0.1:9760"}}).start()
         b.ctl_slotd = s

@@ -60,7 +60,7 @@ match_port(void *arg, const struct held *h)
 static int
 match_token(void *arg, const struct held *h)
 {
-	return h->token_ok && memcmp(h->token, arg, PROTO_TOKEN_LEN) == 0;
+	return h->tok == SYNTOK_OK && memcmp(h->token, arg, PROTO_TOKEN_LEN) == 0;
 }
 
 static void
@@ -78,8 +78,8 @@ test_take_by_match(void **state)
 	memset(tok, 7, sizeof(tok));
 	memset(other, 8, sizeof(other));
 	datahold_init(&dh, loop, 3.0, gone, &e);
-	assert_int_equal(datahold_add(&dh, sock(), &a, 0, 1, NULL), 0);
-	assert_int_equal(datahold_add(&dh, sock(), &b, 1, 0, tok), 0);
+	assert_int_equal(datahold_add(&dh, sock(), &a, SYNTOK_ABSENT, NULL), 0);
+	assert_int_equal(datahold_add(&dh, sock(), &b, SYNTOK_OK, tok), 0);
 	assert_int_equal(dh.n, 2);
 	assert_null(datahold_take(&dh, match_token, other));
 	h = datahold_take(&dh, match_token, tok);
@@ -91,7 +91,7 @@ test_take_by_match(void **state)
 	port = 1000;
 	h = datahold_take(&dh, match_port, &port);
 	assert_non_null(h);
-	assert_false(h->token_ok);
+	assert_int_equal(h->tok, SYNTOK_ABSENT);
 	close(h->fd);
 	datahold_free(h);
 	assert_int_equal(dh.n, 0);
@@ -114,7 +114,7 @@ test_off_and_bounds(void **state)
 	datahold_init(&dh, loop, 0, gone, &e);
 	x = ep("192.0.2.1:1000");
 	fd = sock();
-	assert_int_equal(datahold_add(&dh, fd, &x, 0, 1, NULL), -1);	/* off */
+	assert_int_equal(datahold_add(&dh, fd, &x, SYNTOK_ABSENT, NULL), -1);	/* off */
 	close(fd);
 
 	datahold_set_time(&dh, 3.0);
@@ -122,21 +122,21 @@ test_off_and_bounds(void **state)
 	for (int i = 0; i < DATAHOLD_PER_ADDR; i++) {
 		snprintf(s, sizeof(s), "192.0.2.1:%d", 2000 + i);
 		x = ep(s);
-		assert_int_equal(datahold_add(&dh, sock(), &x, 0, 1, NULL), 0);
+		assert_int_equal(datahold_add(&dh, sock(), &x, SYNTOK_ABSENT, NULL), 0);
 	}
 	x = ep("192.0.2.1:3000");
 	fd = sock();
-	assert_int_equal(datahold_add(&dh, fd, &x, 0, 1, NULL), -1);
+	assert_int_equal(datahold_add(&dh, fd, &x, SYNTOK_ABSENT, NULL), -1);
 	close(fd);
 	assert_int_equal(e.evicted, 0);
 	/* Many addresses: past DATAHOLD_MAX the oldest goes. */
 	for (int i = 0; dh.n < DATAHOLD_MAX; i++) {
 		snprintf(s, sizeof(s), "198.51.100.%d:%d", i % 200 + 1, 4000 + i);
 		x = ep(s);
-		assert_int_equal(datahold_add(&dh, sock(), &x, 0, 1, NULL), 0);
+		assert_int_equal(datahold_add(&dh, sock(), &x, SYNTOK_ABSENT, NULL), 0);
 	}
 	x = ep("203.0.113.9:5000");
-	assert_int_equal(datahold_add(&dh, sock(), &x, 0, 1, NULL), 0);
+	assert_int_equal(datahold_add(&dh, sock(), &x, SYNTOK_ABSENT, NULL), 0);
 	assert_int_equal(dh.n, DATAHOLD_MAX);
 	assert_int_equal(e.evicted, 1);
 	assert_int_equal(TAILQ_FIRST(&dh.q)->peer.port, 2001);	/* 2000 went */
@@ -165,9 +165,9 @@ test_expiry(void **state)
 	(void)state;
 
 	datahold_init(&dh, loop, 0.05, gone, &e);
-	assert_int_equal(datahold_add(&dh, sock(), &a, 0, 1, NULL), 0);
+	assert_int_equal(datahold_add(&dh, sock(), &a, SYNTOK_ABSENT, NULL), 0);
 	datahold_set_time(&dh, 0.3);
-	assert_int_equal(datahold_add(&dh, sock(), &b, 0, 1, NULL), 0);
+	assert_int_equal(datahold_add(&dh, sock(), &b, SYNTOK_ABSENT, NULL), 0);
 	/* Run until the first is due, not the second: only it goes. */
 	ev_timer_init(&stop, stop_cb, 0.15, 0.);
 	ev_timer_start(loop, &stop);
