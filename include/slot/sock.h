@@ -34,6 +34,10 @@ int sock_set_nodelay(int fd);
  * sockets it accepts. Returns 0 or -1. */
 int sock_set_congestion(int fd, const char *name);
 
+/* The segments fd has retransmitted since it connected (TCP_INFO's
+ * tcpi_total_retrans) into out. Returns 0 or -1. */
+int sock_retransmits(int fd, unsigned *out);
+
 /* The network namespace's default algorithm (net.ipv4.tcp_congestion_control)
  * into buf. Returns 0 or -1. */
 int sock_congestion_default(char *buf, size_t len);

@@ -74,15 +74,33 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "testbed"))
 
 PEERS = ("direct", "slot", "ideal", "haproxy")
 # With loss, where the congestion control matters: slot with the relays'
-# [pipe] congestion = cubic (the hosts' default) instead of RELAY_CC, and
+# legs cubic throughout, and bbr from the start, instead of RELAY_CC, and
 # HAProxy on relay1 with bbr as that host's default (a fair comparison).
-LOSS_PEERS = ("slot-cubic", "haproxy-bbr")
+LOSS_PEERS = ("slot-cubic", "slot-bbr", "haproxy-bbr")
 LABEL = {"direct": "direct", "slot": "slot (via relay1)", "ideal": "ideal (slower sub-hop)",
          "haproxy": "HAProxy on relay1", "slot-cubic": "slot, relay legs cubic",
+         "slot-bbr": "slot, relay legs bbr from the start",
          "haproxy-bbr": "HAProxy on relay1, its default bbr"}
 COLOR = {"direct": "#7f7f7f", "slot": "#1f77b4", "ideal": "#2ca02c", "haproxy": "#ff7f0e",
-         "slot-cubic": "#9ecae1", "haproxy-bbr": "#fdae6b"}
-RELAY_CC = {"cc": "bbr"}        # the relays' [pipe] congestion (--relay-cc)
+         "slot-cubic": "#9ecae1", "slot-bbr": "#17becf", "haproxy-bbr": "#fdae6b"}
+# The relays' legs (--relay-cc): auto, slot-relayd's defaults (the host's
+# cubic, bbr from a leg's first retransmission on), or one algorithm throughout.
+RELAY_CC = {"cc": "auto"}
+
+
+def relay_pipe_conf(cc):
+    """[pipe] of the relays for --relay-cc cc (written out in full, so that a
+    reload from another setting comes back to it)."""
+    if cc == "auto":
+        return {"congestion": "system", "congestion_on_loss": "bbr"}
+    return {"congestion": cc, "congestion_on_loss": "off"}
+
+
+def cc_word():
+    """What the relay sends with under loss, for the report's sentences."""
+    if RELAY_CC["cc"] == "auto":
+        return "bbr (taken at the leg's first retransmission)"
+    return RELAY_CC["cc"]
 RMEM = "4096 131072 262144"
 RATE = 100                      # Mbit/s, every access link, both ways
 SWEEP = (30, 60, 100, 150, 200, 250)
@@ -213,7 +231,7 @@ class Case:
             host_sysctls={"net.ipv4.tcp_congestion_control": "cubic",
                           "net.ipv4.tcp_rmem": RMEM},
             relay_conf={"relay": {"log_level": "info"},
-                        "pipe": {"congestion": RELAY_CC["cc"]}},
+                        "pipe": relay_pipe_conf(RELAY_CC["cc"])},
             spec_edit=self.spec_edit, family=FAMILY["family"])
         self.sb.up()
         sb = self.sb
@@ -303,12 +321,12 @@ class Case:
                 _, mbps = self.iperf("client", r1.ip, P_HAPROXY)
             finally:
                 sb.bed.run("relay1", "sysctl", "-qw", "net.ipv4.tcp_congestion_control=cubic")
-        elif peer == "slot-cubic":
-            r1.reload({"pipe": {"congestion": "cubic"}})
+        elif peer in ("slot-cubic", "slot-bbr"):
+            r1.reload({"pipe": relay_pipe_conf(peer[5:])})
             try:
-                return self.run_peer("slot", record="slot-cubic")
+                return self.run_peer("slot", record=peer)
             finally:
-                r1.reload({"pipe": {"congestion": RELAY_CC["cc"]}})
+                r1.reload({"pipe": relay_pipe_conf(RELAY_CC["cc"])})
         elif peer == "slot":
             j, mbps = self.iperf("client", srv, P_SLOT)
             for c in j["start"]["connected"]:
@@ -506,7 +524,7 @@ def what_text(cs):
             all(c.res["slot-cubic"] for c in cs) and RELAY_CC["cc"] != "cubic":
         text += (": above both, because the bound and the ideal are those of cubic legs "
                  "while the relay sends on its leg with %s, which does not stall after "
-                 "each loss (see the relay's congestion control below).\n" % RELAY_CC["cc"])
+                 "each loss (see the relay's congestion control below).\n" % cc_word())
     elif all(x >= 0.95 for x in s_t):
         text += (": slot forwards about what any relay could from these two legs, and "
                  "the distance to the ideal is that of relaying two fluctuating lossy "
@@ -522,7 +540,7 @@ def what_text(cs):
 
 def relayleg_text(cs):
     """Scenario 2, the cases where only the relay's sending leg loses."""
-    cc = RELAY_CC["cc"]
+    cc = cc_word()
     out = []
     for c in cs:
         check = ("the lossless leg's streams filling the link slowed the lossy leg by "
@@ -561,22 +579,33 @@ def relayleg_text(cs):
 
 def cc_text(cs):
     """Scenario 2: the relay's congestion control (issue 17)."""
-    cc = RELAY_CC["cc"]
+    cc = cc_word()
     rows = (("slot / HAProxy (cubic, the host's default)", "slot", "haproxy", ">= 1.3"),
             ("slot / ideal (the slower cubic sub-hop alone)", "slot", "ideal", ">= 1.0"),
             ("slot / HAProxy with bbr as the host's default (fairness)", "slot",
              "haproxy-bbr", ""),
             ("slot / slot with the relay's legs cubic", "slot", "slot-cubic", ""),
+            ("slot / slot with the relay's legs bbr from the start", "slot", "slot-bbr", ""),
             ("slot with the relay's legs cubic / HAProxy (cubic)", "slot-cubic", "haproxy", ""))
-    out = ["**The relay's congestion control** (`[pipe] congestion`, issue 17). slot above "
-           "ran slot-relayd with `congestion = %s`; *slot, relay legs cubic* ran it with "
-           "cubic (relay1 reloaded before those runs and back after); HAProxy uses the "
+    if RELAY_CC["cc"] == "auto":
+        ran = ("its defaults, `congestion = system` (the host's cubic) and "
+               "`congestion_on_loss = bbr`: a leg it sends on starts with cubic and takes "
+               "bbr at its first retransmission")
+    else:
+        ran = "`congestion = %s` throughout" % RELAY_CC["cc"]
+    out = ["**The relay's congestion control** (`[pipe] congestion` and "
+           "`congestion_on_loss`, issue 17). slot above ran slot-relayd with %s; *slot, relay "
+           "legs cubic* ran it with cubic throughout and *slot, relay legs bbr from the "
+           "start* with bbr throughout (relay1 reloaded before those runs and back after; "
+           "`congestion_on_loss = off`); HAProxy uses the "
            "host's default, cubic, and *HAProxy on relay1, its default bbr* ran with relay1's "
            "net.ipv4.tcp_congestion_control set to bbr for its runs. The ideal's two sub-hops "
-           "are cubic. Medians of the per-repetition ratios [min-max]:\n" % cc,
+           "are cubic. Medians of the per-repetition ratios [min-max]:\n" % ran,
            "| ratio | %s | target |" % " | ".join(c.name for c in cs),
            "|---|%s---|" % ("---|" * len(cs))]
     for label, a, b, target in rows:
+        if not all(c.res[b] for c in cs):
+            continue        # a raw file from before slot-bbr
         out.append("| %s | %s | %s |" % (label, " | ".join(rrng(c.ratios(a, b)) for c in cs),
                                          target))
     out.append("")
@@ -925,7 +954,7 @@ def report(args, by_sc, imgdir, img_rel, elapsed, busy_frac, separate=()):
     cc = [c for c in by_sc.get(2, []) if c.res["slot-cubic"] and c.res["haproxy-bbr"]]
     if cc:
         out.append("- " + target_line(cc, "issue 17, the relay's legs %s: slot >= 1.3x HAProxy "
-                                      "with the host's cubic under loss" % RELAY_CC["cc"],
+                                      "with the host's cubic under loss" % cc_word(),
                                       "slot", "haproxy", 1.3))
         out.append("- " + target_line(cc, "issue 17: slot >= 1.0x the ideal of cubic legs "
                                       "under loss", "slot", "ideal", 1.0))
@@ -987,8 +1016,9 @@ def main():
                     help="parallel streams per run with loss, reported per stream (default 4)")
     ap.add_argument("--quick", action="store_true",
                     help="development: 2 repetitions, short runs, 3 RTTs in the sweep")
-    ap.add_argument("--relay-cc", default="bbr",
-                    help="the relays' [pipe] congestion (default bbr, slot-relayd's default)")
+    ap.add_argument("--relay-cc", default="auto",
+                    help="the relays' legs: auto (slot-relayd's defaults: the host's "
+                         "algorithm, bbr from a leg's first loss) or one algorithm throughout")
     ap.add_argument("--only", default="1,2,3", help="scenarios, e.g. 1,3")
     ap.add_argument("--cases", default=None,
                     help="only these cases of those scenarios, by name, e.g. relayleg")
@@ -1020,7 +1050,7 @@ def main():
             raw = json.load(f)
         for k in ("reps", "seconds", "loss_seconds", "loss_streams", "quick"):
             setattr(args, k, raw["args"][k])
-        RELAY_CC["cc"] = raw["args"].get("relay_cc", "bbr")
+        RELAY_CC["cc"] = raw["args"].get("relay_cc", "bbr")     # runs before auto: bbr
         cases = [Case.from_raw(d) for d in raw["cases"]]
         # "separate": cases measured in runs of their own and merged in
         # (their own elapsed and busy; the top-level ones are the full run's)

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -158,6 +159,25 @@ int
 sock_set_congestion(int fd, const char *name)
 {
 	return setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name));
+}
+
+int
+sock_retransmits(int fd, unsigned *out)
+{
+	struct tcp_info ti;
+	/* Only as far as the field: the kernel copies no more than asked. */
+	socklen_t len = (socklen_t)(offsetof(struct tcp_info, tcpi_total_retrans) +
+	    sizeof(ti.tcpi_total_retrans));
+
+	memset(&ti, 0, sizeof(ti));
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == -1)
+		return -1;
+	if (len < offsetof(struct tcp_info, tcpi_total_retrans) + sizeof(ti.tcpi_total_retrans)) {
+		errno = EPROTO;
+		return -1;
+	}
+	*out = ti.tcpi_total_retrans;
+	return 0;
 }
 
 int

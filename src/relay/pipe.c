@@ -15,6 +15,7 @@
 #include "slot/proto.h"
 #include "slot/sock.h"
 #include "slot/syntok.h"
+#include "ccwatch.h"
 #include "chain.h"
 #include "datahold.h"
 #include "flow.h"
@@ -38,6 +39,7 @@ struct dir {
 	struct kpipe *kp;	/* only while bytes are in flight */
 	int kp_wait;		/* no kernel pipe to be had: reading paused */
 	unsigned kp_tries;	/* ... failed tries in a row (logged once) */
+	struct ccwatch ccw;	/* the destination leg's algorithm on loss */
 };
 
 struct owner {			/* pending pipes of one control peer */
@@ -356,10 +358,41 @@ pipe_peer_failed(struct pipe *p, int err, const char *why)
 	pipe_close(p, CLOSE_RESET, why);
 }
 
+/* Bytes went out on d's destination, a leg the relay sends on: once it has
+ * retransmitted, it takes [pipe] congestion_on_loss (ccwatch.h). */
+static void
+dir_cc_watch(struct pipe *p, struct dir *d)
+{
+	struct relay *r = p->r;
+	unsigned retrans;
+
+	if (r->cc_on_loss[0] == '\0' || !ccwatch_due(&d->ccw, ev_now(r->loop)))
+		return;
+	r->ctr.congestion_checks++;
+	if (sock_retransmits(d->dst->fd, &retrans) == -1) {
+		ccwatch_stop(&d->ccw);
+		return;
+	}
+	if (!ccwatch_seen(&d->ccw, ev_now(r->loop), retrans))
+		return;
+	if (sock_set_congestion(d->dst->fd, r->cc_on_loss) == -1) {
+		log_warn("pipe %llu: congestion control %s on the %s leg after %u "
+		    "retransmissions", (unsigned long long)p->id, r->cc_on_loss,
+		    d->dst == &p->cli ? "client" : "server", retrans);
+		return;
+	}
+	r->ctr.congestion_switches++;
+	log_debug("pipe %llu: %s leg to %s after %u retransmissions",
+	    (unsigned long long)p->id, d->dst == &p->cli ? "client" : "server",
+	    r->cc_on_loss, retrans);
+}
+
 /* Writes what is in flight. Returns -1 if the pipe was closed. */
 static int
 dir_flush(struct pipe *p, struct dir *d)
 {
+	size_t before = d->f.inflight;
+
 	while (d->f.inflight > 0) {
 		ssize_t n = splice(d->kp->rfd, NULL, d->dst->fd, NULL, d->f.inflight,
 		    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
@@ -383,6 +416,8 @@ dir_flush(struct pipe *p, struct dir *d)
 		}
 		break;
 	}
+	if (d->f.inflight < before)
+		dir_cc_watch(p, d);
 	dir_release_kpipe(p->r, d);
 	return 0;
 }
@@ -864,6 +899,8 @@ establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 	half_init(p, &p->srv);
 	flow_init(&p->c2s.f, r->conf.pipe_size);
 	flow_init(&p->s2c.f, r->conf.pipe_size);
+	ccwatch_init(&p->c2s.ccw);
+	ccwatch_init(&p->s2c.ccw);
 	p->c2s.src = p->s2c.dst = &p->cli;
 	p->c2s.dst = p->s2c.src = &p->srv;
 	p->started = ev_now(r->loop);

@@ -43,9 +43,13 @@ rconf_defaults(struct rconf *c)
 	c->keepalive_interval_ms = 10000;
 	c->keepalive_count = 6;
 	c->user_timeout_ms = 120000;
-	/* Measured in docs/benchmarks.md (scenario 2): under loss BBR keeps the
-	 * leg the relay sends on at its window where cubic backs off. */
-	snprintf(c->congestion, sizeof(c->congestion), RCONF_CONGESTION_DEFAULT);
+	/* Measured in docs/benchmarks.md (scenarios 2 and 4): under loss BBR
+	 * keeps the leg the relay sends on at its window where cubic backs
+	 * off; on a clean path the system's slow start (cubic's) gets a short
+	 * transfer going sooner than BBR's paced start-up. */
+	c->congestion[0] = '\0';
+	snprintf(c->congestion_on_loss, sizeof(c->congestion_on_loss),
+	    RCONF_CONGESTION_ON_LOSS_DEFAULT);
 
 	c->learn_initcwnd = false;
 	c->initcwnd_max = 40;
@@ -107,7 +111,7 @@ rconf_free(struct rconf *c)
 #define DAY_MS (24ull * 3600 * 1000)
 
 /* The kinds of this daemon's own, parsed by custom_key. */
-enum { K_ADVERTISE = 1, K_CONGESTION };
+enum { K_ADVERTISE = 1, K_CONGESTION, K_CONGESTION_ON_LOSS };
 
 #define F(sec, name, kind, m) CONF_KEY(struct rconf, sec, name, kind, m)
 static const struct conf_key keys[] = {
@@ -156,6 +160,8 @@ static const struct conf_key keys[] = {
 	{ F("chain", "allow", CK_BOOL, chain_allow) },
 	{ F("chain", "link_idle_timeout", CK_MS, chain_link_idle_ms), .min = 1000, .max = DAY_MS },
 	{ F("pipe", "congestion", CK_CUSTOM, congestion), .custom = K_CONGESTION },
+	{ F("pipe", "congestion_on_loss", CK_CUSTOM, congestion_on_loss),
+	    .custom = K_CONGESTION_ON_LOSS },
 	{ F("pipe", "learn_initcwnd", CK_BOOL, learn_initcwnd) },
 	/* Above 10, the kernel's own; 1000 segments is 1.4 MB in one burst. */
 	{ F("pipe", "initcwnd_max", CK_UINT, initcwnd_max), .min = 11, .max = 1000 },
@@ -229,31 +235,43 @@ parse_advertise(const char *value, struct rconf *c, char *sub, size_t sublen)
 }
 
 /* A kernel algorithm's name (whether this kernel has it is checked by the
- * daemon, with a test socket), or "system": the namespace's default. */
+ * daemon, with a test socket), or none: for congestion "system" (the
+ * namespace's default), for congestion_on_loss "off" (no change). */
 static int
-parse_congestion(const char *value, struct rconf *c, char *sub, size_t sublen)
+parse_congestion(const char *value, char *dst, size_t size, const char *none,
+    char *sub, size_t sublen)
 {
 	size_t l = strlen(value);
 
-	if (strcmp(value, "system") == 0) {
-		c->congestion[0] = '\0';
-	} else if (l == 0 || l >= sizeof(c->congestion) ||
-	    strspn(value, "abcdefghijklmnopqrstuvwxyz0123456789_-") != l) {
+	if (strcmp(value, none) == 0) {
+		dst[0] = '\0';
+	} else if (l == 0 || l >= size ||
+	    strspn(value, "abcdefghijklmnopqrstuvwxyz0123456789_-") != l ||
+	    strcmp(value, "system") == 0 || strcmp(value, "off") == 0) {
 		snprintf(sub, sublen, "expected an algorithm's name (bbr, cubic, reno...: "
-		    "net.ipv4.tcp_available_congestion_control) or system");
+		    "net.ipv4.tcp_available_congestion_control) or %s", none);
 		return -1;
 	} else {
-		memcpy(c->congestion, value, l + 1);
+		memcpy(dst, value, l + 1);
 	}
-	c->congestion_set = 1;
 	return 0;
 }
 
 static int
 custom_key(void *obj, const struct conf_key *k, const char *value, char *sub, size_t sublen)
 {
-	if (k->custom == K_CONGESTION)
-		return parse_congestion(value, obj, sub, sublen);
+	struct rconf *c = obj;
+
+	if (k->custom == K_CONGESTION) {
+		c->congestion_set = 1;
+		return parse_congestion(value, c->congestion, sizeof(c->congestion), "system",
+		    sub, sublen);
+	}
+	if (k->custom == K_CONGESTION_ON_LOSS) {
+		c->congestion_on_loss_set = 1;
+		return parse_congestion(value, c->congestion_on_loss,
+		    sizeof(c->congestion_on_loss), "off", sub, sublen);
+	}
 	/* One endpoint, or two of different families: a dual-stack relay
 	 * registers once per family (docs/relay.md "IPv6"). */
 	return parse_advertise(value, obj, sub, sublen);

@@ -14,8 +14,9 @@
  * itself is loaded by the daemon (it needs privileges); here only its path. */
 
 #define RCONF_PATH_MAX 256
-/* [pipe] congestion when the file says nothing. */
-#define RCONF_CONGESTION_DEFAULT "bbr"
+/* [pipe] congestion_on_loss when the file says nothing ([pipe] congestion:
+ * the system's). */
+#define RCONF_CONGESTION_ON_LOSS_DEFAULT "bbr"
 
 struct rconf {
 	/* [relay] */
@@ -57,7 +58,11 @@ struct rconf {
 	/* [pipe] */
 	char congestion[SOCK_CC_NAME_MAX];	/* of the legs the relay sends on;
 						 * "": the system's default */
-	int congestion_set;	/* written in the file (else the default: see relayd.c) */
+	int congestion_set;	/* written in the file */
+	char congestion_on_loss[SOCK_CC_NAME_MAX];	/* a leg's algorithm once it
+						 * has retransmitted; "": off */
+	int congestion_on_loss_set;	/* written in the file (else the default:
+					 * see relayd.c) */
 
 	/* [pipe]: learned initial windows (iwlearn.h, docs/relay.md) */
 	bool learn_initcwnd;

@@ -28,6 +28,8 @@ struct relay_counters {
 	unsigned long long pipes_idle_timeout;	/* ... by idle_timeout */
 	unsigned long long pipes_half_closed_timeout;	/* ... by half_closed_timeout */
 	unsigned long long kpipe_waits;		/* reading paused for want of a kernel pipe */
+	unsigned long long congestion_checks;	/* legs' retransmissions read (ccwatch.h) */
+	unsigned long long congestion_switches;	/* ... legs switched to congestion_on_loss */
 	unsigned long long bytes_client_to_server;
 	unsigned long long bytes_server_to_client;
 	unsigned long long probes_answered;
@@ -105,6 +107,8 @@ struct relay {
 	char cc_default[SOCK_CC_NAME_MAX];	/* the netns's congestion control,
 						 * read at start and reload ("":
 						 * unknown): what a new socket gets */
+	char cc_on_loss[SOCK_CC_NAME_MAX];	/* a leg that retransmits switches
+						 * to it ("": none; relayd.c) */
 	uint64_t next_pipe_id;
 
 	struct ctrl_list ctrls;		/* authenticated control connections */

@@ -105,6 +105,12 @@ data_listener_leg(struct relay *r, const char *was, char *err, size_t errlen)
 	/* A server leg set to the default is left alone (pipe.c, half_attach). */
 	if (sock_congestion_default(r->cc_default, sizeof(r->cc_default)) == -1)
 		r->cc_default[0] = '\0';
+	/* What a leg that retransmits switches to: nothing if it has that
+	 * algorithm already. */
+	snprintf(r->cc_on_loss, sizeof(r->cc_on_loss), "%s", r->conf.congestion_on_loss);
+	if (strcmp(r->cc_on_loss, r->conf.congestion[0] ? r->conf.congestion :
+	    r->cc_default) == 0)
+		r->cc_on_loss[0] = '\0';
 	if (o.congestion[0] == '\0' && was[0] != '\0' && r->cc_default[0] != '\0') {
 		memcpy(def, r->cc_default, sizeof(def));
 		o.congestion = def;
@@ -117,26 +123,32 @@ data_listener_leg(struct relay *r, const char *was, char *err, size_t errlen)
 	return 0;
 }
 
-/* [pipe] congestion, checked as the relay's user will set it. An algorithm
- * the file names and the kernel does not allow is an error; the default
- * gives way to the system's with a warning, so that a host without it
- * still runs. */
+/* [pipe] congestion and congestion_on_loss, checked as the relay's user
+ * will set them. An algorithm the file names and the kernel does not allow
+ * is an error; the default on loss gives way with a warning (the legs then
+ * keep their algorithm), so that a host without bbr still runs. */
 static int
 congestion_resolve(struct rconf *c, const char *path, char *err, size_t errlen)
 {
 	char why[400];
 
-	if (c->congestion[0] == '\0' || sock_congestion_check(c->congestion, why,
-	    sizeof(why)) == 0)
-		return 0;
-	if (c->congestion_set) {
+	if (c->congestion[0] != '\0' && sock_congestion_check(c->congestion, why,
+	    sizeof(why)) == -1) {
 		snprintf(err, errlen, "%s: [pipe] congestion = %s: %s", path ? path : "defaults",
 		    c->congestion, why);
 		return -1;
 	}
-	log_warnx("%s; the pipes' legs keep the system's default (set [pipe] congestion, "
-	    "e.g. to system, to choose)", why);
-	c->congestion[0] = '\0';
+	if (c->congestion_on_loss[0] == '\0' || sock_congestion_check(c->congestion_on_loss,
+	    why, sizeof(why)) == 0)
+		return 0;
+	if (c->congestion_on_loss_set) {
+		snprintf(err, errlen, "%s: [pipe] congestion_on_loss = %s: %s",
+		    path ? path : "defaults", c->congestion_on_loss, why);
+		return -1;
+	}
+	log_warnx("%s; legs that lose packets keep their algorithm (set [pipe] "
+	    "congestion_on_loss, e.g. to off, to choose)", why);
+	c->congestion_on_loss[0] = '\0';
 	return 0;
 }
 

@@ -101,6 +101,11 @@ counters(void *user, struct ctl_counters *cs)
 	    "Pipes refused (PIPE_FAIL limit): their kernel pipes past max_kernel_pipes or the descriptor limit.");
 	C("kpipe_waits", c->kpipe_waits, CTL_COUNTER,
 	    "Times a direction paused reading for want of a kernel pipe.");
+	C("congestion_checks", c->congestion_checks, CTL_COUNTER,
+	    "Retransmission counts read from legs the relay sends on ([pipe] "
+	    "congestion_on_loss).");
+	C("congestion_switches", c->congestion_switches, CTL_COUNTER,
+	    "Legs switched to congestion_on_loss after they retransmitted.");
 	C("initcwnd_on", iw.on, CTL_GAUGE,
 	    "1 while learned initial windows are on ([pipe] learn_initcwnd).");
 	C("initcwnd_prefixes", iw.prefixes, CTL_GAUGE,

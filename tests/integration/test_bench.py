@@ -155,13 +155,14 @@ def raw_cases():
                      "relay-server": [10.0 * k, 10.1 * k]},
              "tandem": [9.9 * k, 10.0 * k] if lossy else [], "selection_misses": []}
         if lossy:
-            c["res"].update({"slot-cubic": [9.0 * k, 9.2 * k], "haproxy-bbr": [9.6 * k, 9.7 * k]})
+            c["res"].update({"slot-cubic": [9.0 * k, 9.2 * k], "slot-bbr": [9.6 * k, 9.9 * k],
+                             "haproxy-bbr": [9.6 * k, 9.7 * k]})
         return c
     relayleg = case(2, "relayleg", "1% on the relay's\nsending leg only", 80, 0.01, 0.0)
     relayleg.update({"cr_loss": 0.01, "rs_loss": 0.0, "seq_ideal": True,
                      "res": {"direct": [2.0, 2.2], "slot": [18.0, 19.0], "ideal": [3.0, 3.2],
                              "haproxy": [3.3, 3.4], "slot-cubic": [3.4, 3.5],
-                             "haproxy-bbr": [18.0, 18.5]},
+                             "slot-bbr": [20.0, 19.0], "haproxy-bbr": [18.0, 18.5]},
                      "sub": {"client-relay": [3.0, 3.2], "relay-server": [23.6, 23.7]},
                      "tandem": [3.0, 3.2]})
     cases = [case(1, "window", "80 = 40 + 40 ms", 80),
@@ -237,6 +238,9 @@ def test_report_relayleg_case_and_separate_run(tmp_path):
         " | 5.97 [5.94-6.00] | >= 1.0 |"), rows
     assert rows["| slot / slot with the relay's legs cubic"].endswith(
         " | 5.36 [5.29-5.43] |  |"), rows
+    # slot's legs start cubic and take bbr at a loss: against bbr throughout
+    assert rows["| slot / slot with the relay's legs bbr from the start"].endswith(
+        " | 0.95 [0.90-1.00] |  |"), rows
     assert ("- **relayleg** (1% on the direct pair, 1% on client-relay1 and 0% on "
             "relay1-server): slot >= 1.3x HAProxy (cubic) **met** (5.52); slot >= 1.0x the "
             "ideal of cubic legs **met** (5.97). Why: the lossy leg is the relay's own" in text), text

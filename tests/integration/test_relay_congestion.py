@@ -150,3 +150,111 @@ def test_unknown_algorithm_refused_at_reload(net, relays, key, servers, port):
         assert pipe_legs(net, relay, p) == (cc, cc)
     finally:
         close_pipe(relay, proc, srv, digest)
+
+
+# --- [pipe] congestion_on_loss: a leg that retransmits switches ---
+
+def two_algorithms(net):
+    """(start, on_loss): two algorithms the relay's user may set, neither the
+    namespace's default, so that what ss shows is the relay's doing."""
+    start = other_cc(net, "relay")
+    return start, other_cc(net, "relay", avoid=(start,))
+
+
+def lossy_upload(net, relay, key, servers, port, drop_every):
+    """An upload of 3 MiB through relay in 256 KiB pieces 0.1 s apart, so
+    that its server leg sends for over a second, with every drop_every-th
+    large packet the relay sends to the server dropped on arrival by an
+    iptables rule in the server's namespace (0: none; a drop in the relay's
+    own OUTPUT would be a local send error, which TCP sends again without
+    counting a retransmission). Returns the pipe's legs' algorithms as
+    ss saw them at the end, with the pipe still open."""
+    p = port()
+    rule = ["INPUT", "-p", "tcp", "-d", net.server_ip, "--dport", str(p),
+            "-m", "length", "--length", "1000:65535",
+            "-m", "statistic", "--mode", "nth", "--every", str(drop_every), "--packet", "0",
+            "-j", "DROP"]
+    if drop_every:
+        net.run_ns("server", "iptables", "-I", *rule)
+    srv = servers(p, recv_all)
+    client = make_client(net, relay, key)
+    proc = client.start(p, stdin=subprocess.PIPE)
+    h = hashlib.sha256()
+    try:
+        for _ in range(12):
+            piece = os.urandom(256 * 1024)
+            h.update(piece)
+            proc.stdin.write(piece)
+            proc.stdin.flush()
+            time.sleep(0.1)
+        relay.wait_counter("pipes_open", lambda v: v == 1, timeout=10)
+        # Every byte acknowledged by the server: the leg is done sending.
+        end = time.monotonic() + 20
+        while any(line.split()[1] != "0" for line in net.run_ns(
+                "relay", "ss", "-tnH", "state", "established", "dst", net.server_ip,
+                ).stdout.splitlines() if line.strip()):
+            assert time.monotonic() < end, "the server leg never drained"
+            time.sleep(0.05)
+        legs = pipe_legs(net, relay, p)
+    finally:
+        if drop_every:
+            net.run_ns("server", "iptables", "-D", *rule, check=False)
+        proc.stdin.close()
+    assert proc.wait(30) == 0, proc.stderr.read()
+    assert srv.result(timeout=30) == (12 * 256 * 1024, h.hexdigest())
+    relay.wait_counter("pipes_open", lambda v: v == 0, timeout=10)
+    return legs
+
+
+def test_lossy_leg_switches(net, relays, key, servers, port):
+    start, on_loss = two_algorithms(net)
+    relay = relays({"pipe": {"congestion": start, "congestion_on_loss": on_loss}})
+    before = relay.counters()
+    cli, srv = lossy_upload(net, relay, key, servers, port, drop_every=20)
+    after = relay.counters()
+    # The relay sends on the server leg only (an upload): that leg lost
+    # packets and switched; the client leg sent nothing and kept its own.
+    assert (cli, srv) == (start, on_loss)
+    assert after["congestion_switches"] - before["congestion_switches"] == 1
+    assert after["congestion_checks"] - before["congestion_checks"] >= 1
+
+
+def test_clean_leg_keeps_its_algorithm(net, relays, key, servers, port):
+    start, on_loss = two_algorithms(net)
+    relay = relays({"pipe": {"congestion": start, "congestion_on_loss": on_loss}})
+    before = relay.counters()
+    assert lossy_upload(net, relay, key, servers, port, drop_every=0) == (start, start)
+    after = relay.counters()
+    # Read while it sent (a second and more: 0.25 s, then 0.5 s later), never
+    # switched.
+    assert after["congestion_checks"] - before["congestion_checks"] >= 2
+    assert after["congestion_switches"] == before["congestion_switches"]
+
+
+def test_on_loss_off(net, relays, key, servers, port):
+    start, _ = two_algorithms(net)
+    relay = relays({"pipe": {"congestion": start, "congestion_on_loss": "off"}})
+    assert lossy_upload(net, relay, key, servers, port, drop_every=20) == (start, start)
+    c = relay.counters()
+    assert c["congestion_checks"] == 0 and c["congestion_switches"] == 0
+
+
+def test_on_loss_unknown_refused(net, relays):
+    relay = relays({"pipe": {"congestion_on_loss": "nosuchcc"}}, start=False)
+    rc, err = relay.check_config()
+    assert rc != 0
+    want = "[pipe] congestion_on_loss = nosuchcc: congestion control nosuchcc is not " \
+           "available in this kernel"
+    assert want in err, err
+
+
+def test_default_starts_with_the_system_s(net, relays, key, servers, port):
+    """Unset, the legs start with the namespace's default; bbr waits for a
+    loss."""
+    relay = relays({})
+    default = sysctl(net, "relay", "net.ipv4.tcp_congestion_control")
+    proc, srv, p, digest = open_pipe(net, relay, key, servers, port)
+    try:
+        assert pipe_legs(net, relay, p) == (default, default)
+    finally:
+        close_pipe(relay, proc, srv, digest)

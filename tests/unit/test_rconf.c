@@ -68,8 +68,11 @@ test_defaults_match_example(void **state)
 	assert_int_equal(c.measure_interval_ms, d.measure_interval_ms);
 	assert_true(c.measure_rate == d.measure_rate);
 	assert_string_equal(c.congestion, d.congestion);
-	assert_string_equal(d.congestion, "bbr");
-	assert_int_equal(c.congestion_set, 0);	/* the default may give way */
+	assert_string_equal(d.congestion, "");	/* the system's */
+	assert_int_equal(c.congestion_set, 0);
+	assert_string_equal(d.congestion_on_loss, "bbr");
+	assert_string_equal(c.congestion_on_loss, d.congestion_on_loss);
+	assert_int_equal(c.congestion_on_loss_set, 0);	/* the default may give way */
 	assert_int_equal(c.learn_initcwnd, d.learn_initcwnd);
 	assert_false(d.learn_initcwnd);		/* off unless asked */
 	assert_int_equal(c.initcwnd_max, d.initcwnd_max);
@@ -193,6 +196,21 @@ test_values(void **state)
 	assert_int_equal(c.congestion_set, 1);
 	rconf_free(&c);
 
+	/* off: a leg keeps its algorithm whatever it loses */
+	write_conf("[pipe]\ncongestion_on_loss = off\n");
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	assert_string_equal(c.congestion_on_loss, "");
+	assert_int_equal(c.congestion_on_loss_set, 1);
+	assert_string_equal(c.congestion, "");
+	rconf_free(&c);
+	write_conf("[pipe]\ncongestion = reno\ncongestion_on_loss = cubic\n");
+	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	assert_string_equal(c.congestion, "reno");
+	assert_string_equal(c.congestion_on_loss, "cubic");
+	rconf_free(&c);
+
 	/* the longest name the kernel takes: 15 characters */
 	write_conf("[pipe]\ncongestion = abcdefghij_1234\n");
 	assert_int_equal(rconf_load(&c, path, err, sizeof(err)), 0);
@@ -261,6 +279,10 @@ test_errors_name_the_line(void **state)
 	bad("[pipe]\ncongestion = bbr cubic\n", "expected an algorithm's name");
 	bad("[pipe]\ncongestion = abcdefghij_12345\n", "expected an algorithm's name");
 	bad("[pipe]\ncongestion = ../x\n", "expected an algorithm's name");
+	bad("[pipe]\ncongestion = off\n", "expected an algorithm's name");
+	bad("[pipe]\ncongestion_on_loss = system\n", "or off");
+	bad("[pipe]\ncongestion_on_loss = BBR\n", "[pipe] congestion_on_loss = BBR: expected");
+	bad("[pipe]\ncongestion_on_loss =\n", ":2: [pipe] congestion_on_loss");
 	bad("[pipe]\nlearn_initcwnd = maybe\n", "learn_initcwnd");
 	/* Not above the kernel's own 10: nothing to learn. */
 	bad("[pipe]\ninitcwnd_max = 10\n", "initcwnd_max");

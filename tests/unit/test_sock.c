@@ -362,6 +362,36 @@ test_leg_inherited(void **state)
 	close(l);
 }
 
+/* A leg's retransmissions (what congestion_on_loss watches): none on a
+ * loopback connection that carried bytes; a bad descriptor is an error. */
+static void
+test_retransmits(void **state)
+{
+	struct endpoint lep = any_port("127.0.0.1:1"), bound;
+	unsigned n = 99;
+	char b[4096] = { 0 };
+	int l, c, s;
+
+	(void)state;
+	assert_true((l = sock_listen_tcp(&lep, 16)) >= 0);
+	assert_int_equal(sock_local_ep(l, &bound), 0);
+	assert_true((c = sock_connect_nb(&bound, 0)) >= 0);
+	assert_true(wait_fd(l, POLLIN) & POLLIN);
+	assert_true((s = accept4(l, NULL, NULL, SOCK_CLOEXEC)) >= 0);
+	assert_true(wait_fd(c, POLLOUT) & POLLOUT);
+	assert_int_equal(write(c, b, sizeof(b)), (ssize_t)sizeof(b));
+	assert_int_equal(sock_retransmits(c, &n), 0);
+	assert_int_equal(n, 0);
+	n = 99;
+	assert_int_equal(sock_retransmits(s, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(sock_retransmits(-1, &n), -1);
+	assert_int_equal(errno, EBADF);
+	close(s);
+	close(c);
+	close(l);
+}
+
 /* A relay's server leg: nodelay, the RST on loss and the congestion
  * control at the connect; keepalive and the user timeout only with later,
  * and then all of them. */
@@ -651,6 +681,7 @@ main(void)
 		cmocka_unit_test(test_close_rst),
 		cmocka_unit_test(test_options),
 		cmocka_unit_test(test_leg_inherited),
+		cmocka_unit_test(test_retransmits),
 		cmocka_unit_test(test_leg_later),
 		cmocka_unit_test(test_congestion_check),
 		cmocka_unit_test(test_mark),
