@@ -320,6 +320,14 @@ class Bench:
     def run(self):
         reps = self.args.reps
         names = [n for n, _, _ in self.sizes]
+        r0 = self.relay.counters()
+        self.run_reps(reps, names)
+        r1 = self.relay.counters()
+        # The relay's legs on its defaults: the host's algorithm, bbr only
+        # from a leg's first retransmission ([pipe] congestion_on_loss).
+        self.cc_seen = {k: r1[k] - r0[k] for k in ("congestion_checks", "congestion_switches")}
+
+    def run_reps(self, reps, names):
         for rep in range(1, reps + 1):
             for i, name in enumerate(names):
                 k = (rep + i) % len(METHODS)
@@ -442,7 +450,11 @@ class Bench:
             "Setup: the window-limited triangle: client-server %d ms RTT, client-relay %d ms, "
             "relay-server %d ms (measured by ping: %.1f, %.1f, %.1f ms), %d Mbit/s tbf on every "
             "host's access link, no loss, %s, net.ipv4.tcp_rmem = `%s` on every host "
-            "(receive buffers capped at 256 KiB), tcp_no_metrics_save = 1. nginx on the server "
+            "(receive buffers capped at 256 KiB), tcp_no_metrics_save = 1. slot-relayd runs "
+            "its defaults for the legs it sends on, the host's algorithm from the start and "
+            "bbr from a leg's first retransmission (`[pipe] congestion = system`, "
+            "`congestion_on_loss = bbr`): over the run it read %d retransmission counts "
+            "and switched %d legs. nginx on the server "
             "serves files of random bytes; unmodified curl downloads them (wget in the check "
             "table), and every body is checked by sha256 end to end, every request's peer in "
             "nginx's log (relay or client). slotd runs its defaults of issue 13: relay "
@@ -469,7 +481,8 @@ class Bench:
             "and every method in a rotating order. Times: curl's time_total, median [min-max]; "
             "speed-up = direct time / time, taken per repetition, median [min-max].\n"
             % (RTT_DIRECT, RTT_CR, RTT_RS, self.rtt["c-s"], self.rtt["c-r"], self.rtt["r-s"],
-               RATE, self.cc, " ".join(self.rmem), sel_conf.get("strategy", "?"),
+               RATE, self.cc, " ".join(self.rmem), self.cc_seen["congestion_checks"],
+               self.cc_seen["congestion_switches"], sel_conf.get("strategy", "?"),
                sel_conf.get("k", "?"), HAPROXY_PORT, RTT_RS, a.reps))
         out.append("Download time (s):\n")
         out.append("| size | " + " | ".join(LABEL[m] for m in METHODS) + " |")

@@ -184,6 +184,7 @@ class Case:
         self.tandem = []
         self.checks = []
         self.selection_misses = []
+        self.switches = []      # legs slot-relayd switched to bbr, per slot run
         self.error = None
 
     @property
@@ -328,7 +329,10 @@ class Case:
             finally:
                 r1.reload({"pipe": relay_pipe_conf(RELAY_CC["cc"])})
         elif peer == "slot":
+            sw0 = r1.counters()["congestion_switches"]
             j, mbps = self.iperf("client", srv, P_SLOT)
+            if record is None:
+                self.switches.append(r1.counters()["congestion_switches"] - sw0)
             for c in j["start"]["connected"]:
                 d = self.slotd.decision(client=slotbed_hostport(ip(sb, "client"),
                                                                 c["local_port"]))
@@ -387,7 +391,7 @@ class Case:
 
     RAW = ("scenario", "name", "title", "direct_rtt", "sub_rtt", "direct_loss", "sub_loss",
            "cr_loss", "rs_loss", "seconds", "streams", "res", "sub", "tandem",
-           "selection_misses", "seq_ideal")
+           "selection_misses", "seq_ideal", "switches")
 
     def to_raw(self):
         return {k: getattr(self, k) for k in self.RAW}
@@ -402,6 +406,7 @@ class Case:
         c.sub, c.tandem = d["sub"], d["tandem"]
         c.selection_misses = d.get("selection_misses", [])
         c.seq_ideal = d.get("seq_ideal", False)
+        c.switches = d.get("switches", [])
         return c
 
     def ratios(self, a, b):
@@ -591,6 +596,10 @@ def cc_text(cs):
         ran = ("its defaults, `congestion = system` (the host's cubic) and "
                "`congestion_on_loss = bbr`: a leg it sends on starts with cubic and takes "
                "bbr at its first retransmission")
+        if all(c.switches for c in cs):
+            ran += (" (legs switched per run of %d streams, median [min-max]: %s)"
+                    % (cs[0].streams, "; ".join("%s %s" % (c.name, rng(c.switches, "%g"))
+                                                for c in cs)))
     else:
         ran = "`congestion = %s` throughout" % RELAY_CC["cc"]
     out = ["**The relay's congestion control** (`[pipe] congestion` and "

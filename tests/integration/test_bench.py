@@ -153,7 +153,8 @@ def raw_cases():
                      "ideal": [10.0 * k, 10.1 * k], "haproxy": [9.5 * k, 9.8 * k]},
              "sub": {"client-relay": [10.2 * k, 10.3 * k],
                      "relay-server": [10.0 * k, 10.1 * k]},
-             "tandem": [9.9 * k, 10.0 * k] if lossy else [], "selection_misses": []}
+             "tandem": [9.9 * k, 10.0 * k] if lossy else [], "selection_misses": [],
+             "switches": [8, 8] if lossy else []}
         if lossy:
             c["res"].update({"slot-cubic": [9.0 * k, 9.2 * k], "slot-bbr": [9.6 * k, 9.9 * k],
                              "haproxy-bbr": [9.6 * k, 9.7 * k]})
@@ -163,6 +164,7 @@ def raw_cases():
                      "res": {"direct": [2.0, 2.2], "slot": [18.0, 19.0], "ideal": [3.0, 3.2],
                              "haproxy": [3.3, 3.4], "slot-cubic": [3.4, 3.5],
                              "slot-bbr": [20.0, 19.0], "haproxy-bbr": [18.0, 18.5]},
+                     "switches": [4, 3],
                      "sub": {"client-relay": [3.0, 3.2], "relay-server": [23.6, 23.7]},
                      "tandem": [3.0, 3.2]})
     cases = [case(1, "window", "80 = 40 + 40 ms", 80),
@@ -217,6 +219,7 @@ def test_report_relayleg_case_and_separate_run(tmp_path):
     # from a run of its own: its setup, its column of issue 17's ratios,
     # its verdicts per case, and the full run's figures kept apart from its.
     raw = raw_cases()
+    raw["args"]["relay_cc"] = "auto"       # slot-relayd's defaults
     raw["separate"] = [{"cases": ["relayleg"], "reps": 2, "elapsed": 50.0, "busy": 0.1}]
     r, out, img = write_report(tmp_path, "relayleg", raw_data=raw)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -238,7 +241,10 @@ def test_report_relayleg_case_and_separate_run(tmp_path):
         " | 5.97 [5.94-6.00] | >= 1.0 |"), rows
     assert rows["| slot / slot with the relay's legs cubic"].endswith(
         " | 5.36 [5.29-5.43] |  |"), rows
-    # slot's legs start cubic and take bbr at a loss: against bbr throughout
+    # slot's legs start cubic and take bbr at a loss, counted per run
+    assert ("(legs switched per run of 4 streams, median [min-max]: loss1 8 [8-8]; "
+            "paper 8 [8-8]; relayleg 3.5 [3-4])" in text), text
+    # ... against bbr throughout
     assert rows["| slot / slot with the relay's legs bbr from the start"].endswith(
         " | 0.95 [0.90-1.00] |  |"), rows
     assert ("- **relayleg** (1% on the direct pair, 1% on client-relay1 and 0% on "
