@@ -661,8 +661,7 @@ def meaning(res, args):
                 "%.2f with HAProxy: %s. Per pipe slot-relayd makes %.1f system calls "
                 "against HAProxy's %.1f. The client leg inherits all its options from the data "
                 "listener (none per pipe); the server leg, a socket of its own, takes %.1f "
-                "setsockopt (TCP_NODELAY, the RST on loss, and the congestion control since the "
-                "relay's bbr is not the host's default; keepalive's four and TCP_USER_TIMEOUT "
+                "setsockopt (%s; keepalive's four and TCP_USER_TIMEOUT "
                 "wait until a pipe has been open half of keepalive_idle, 30 s, which none of "
                 "these reaches; HAProxy sets %.0f and no keepalive); "
                 "%.2f pipe2 and %.2f fcntl (F_SETPIPE_SZ) for kernel pipes, which are made "
@@ -687,7 +686,13 @@ def meaning(res, args):
                     "it waits on the relay part of the time, so it is not alone what bounds "
                     "slot-relayd's rate: the two cores are, shared by the generator, the middle "
                     "box, the sink and the kernel's TCP work",
-                    ts, th, g("slot-relayd", "setsockopt"), g("haproxy", "setsockopt"),
+                    ts, th, g("slot-relayd", "setsockopt"),
+                    "TCP_NODELAY, the RST on loss, and the congestion control since [pipe] "
+                    "congestion is not the host's default" if g("slot-relayd", "setsockopt") >= 2.5
+                    else "TCP_NODELAY and the RST on loss; the congestion control is the host's "
+                    "(`[pipe] congestion = system`, the default), which a new socket has, and "
+                    "`congestion_on_loss` reads a leg only once it has sent for 0.25 s",
+                    g("haproxy", "setsockopt"),
                     g("slot-relayd", "pipe2"), g("slot-relayd", "fcntl"),
                     g("slot-relayd", "getsockopt"), g("slot-relayd", "epoll_ctl"),
                     g("haproxy", "epoll_ctl"), g("slot-relayd", "splice"),

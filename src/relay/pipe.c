@@ -363,6 +363,7 @@ pipe_peer_failed(struct pipe *p, int err, const char *why)
 static void
 dir_cc_watch(struct pipe *p, struct dir *d)
 {
+	static int warned;
 	struct relay *r = p->r;
 	unsigned retrans;
 
@@ -375,10 +376,12 @@ dir_cc_watch(struct pipe *p, struct dir *d)
 	}
 	if (!ccwatch_seen(&d->ccw, ev_now(r->loop), retrans))
 		return;
+	/* Checked at start and reload: only a sysctl changed since can fail. */
 	if (sock_set_congestion(d->dst->fd, r->cc_on_loss) == -1) {
-		log_warn("pipe %llu: congestion control %s on the %s leg after %u "
-		    "retransmissions", (unsigned long long)p->id, r->cc_on_loss,
-		    d->dst == &p->cli ? "client" : "server", retrans);
+		if (!warned++)
+			log_warn("pipe %llu: congestion control %s on the %s leg after %u "
+			    "retransmissions (said once)", (unsigned long long)p->id,
+			    r->cc_on_loss, d->dst == &p->cli ? "client" : "server", retrans);
 		return;
 	}
 	r->ctr.congestion_switches++;
