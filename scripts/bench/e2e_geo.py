@@ -826,10 +826,12 @@ def report(g, res, decs, args, info):
     if ct:
         out.append(ct + "\n")
     out.append("Reproduce: `make bench` (root), or `/usr/bin/python3 scripts/bench/e2e_geo.py "
-               "--reps %d --seconds %g` after `make all` (this run: %.0f s, of which %.0f s "
+               "--reps %d --seconds %g%s` after `make all` (this run: %.0f s, of which %.0f s "
                "setting up the %d namespaces, the directory and slotd; binaries built from "
                "%s).\n"
-               % (args.reps, args.seconds, info["elapsed"], info["setup_s"], info["hosts"],
+               % (args.reps, args.seconds, " --chains" if args.chains else "".join(
+                   " --select %s" % kv for kv in args.select if kv != "max_chain=1"),
+                  info["elapsed"], info["setup_s"], info["hosts"],
                   info.get("tree", "unknown")))
     return "\n".join(out) + "\n"
 
