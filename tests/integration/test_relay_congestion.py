@@ -9,6 +9,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from conftest import MiB, make_client, recv_all
 
 
@@ -121,12 +123,13 @@ def test_reload_changes_new_pipes(net, relays, key, servers, port):
         close_pipe(relay, proc, srv, digest)
 
 
-def test_unknown_algorithm_refused_at_start(net, relays):
-    relay = relays({"pipe": {"congestion": "nosuchcc"}}, start=False)
+@pytest.mark.parametrize("key", ["congestion", "congestion_on_loss"])
+def test_unknown_algorithm_refused_at_start(net, relays, key):
+    relay = relays({"pipe": {key: "nosuchcc"}}, start=False)
     rc, err = relay.check_config()
     assert rc != 0
-    want = "[pipe] congestion = nosuchcc: congestion control nosuchcc is not available " \
-           "in this kernel (net.ipv4.tcp_available_congestion_control = "
+    want = "[pipe] %s = nosuchcc: congestion control nosuchcc is not available " \
+           "in this kernel (net.ipv4.tcp_available_congestion_control = " % key
     assert want in err, err
     relay.start(wait=False)
     assert relay.wait(10) not in (None, 0), relay.log()
@@ -237,15 +240,6 @@ def test_on_loss_off(net, relays, key, servers, port):
     assert lossy_upload(net, relay, key, servers, port, drop_every=20) == (start, start)
     c = relay.counters()
     assert c["congestion_checks"] == 0 and c["congestion_switches"] == 0
-
-
-def test_on_loss_unknown_refused(net, relays):
-    relay = relays({"pipe": {"congestion_on_loss": "nosuchcc"}}, start=False)
-    rc, err = relay.check_config()
-    assert rc != 0
-    want = "[pipe] congestion_on_loss = nosuchcc: congestion control nosuchcc is not " \
-           "available in this kernel"
-    assert want in err, err
 
 
 def test_default_starts_with_the_system_s(net, relays, key, servers, port):
