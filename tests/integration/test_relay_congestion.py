@@ -96,8 +96,12 @@ def test_both_relay_legs_use_the_configured_algorithm(net, relays, key, servers,
         close_pipe(relay, proc, srv, digest)
 
 
-def test_system_keeps_the_default(net, relays, key, servers, port):
-    relay = relays({"pipe": {"congestion": "system"}})
+# system, and unset (the default): the legs start with the namespace's
+# default, congestion_on_loss's bbr waiting for a loss.
+@pytest.mark.parametrize("conf", [{"pipe": {"congestion": "system"}}, {}],
+                         ids=["system", "unset"])
+def test_system_keeps_the_default(net, relays, key, servers, port, conf):
+    relay = relays(conf)
     default = sysctl(net, "relay", "net.ipv4.tcp_congestion_control")
     proc, srv, p, digest = open_pipe(net, relay, key, servers, port)
     try:
@@ -240,15 +244,3 @@ def test_on_loss_off(net, relays, key, servers, port):
     assert lossy_upload(net, relay, key, servers, port, drop_every=20) == (start, start)
     c = relay.counters()
     assert c["congestion_checks"] == 0 and c["congestion_switches"] == 0
-
-
-def test_default_starts_with_the_system_s(net, relays, key, servers, port):
-    """Unset, the legs start with the namespace's default; bbr waits for a
-    loss."""
-    relay = relays({})
-    default = sysctl(net, "relay", "net.ipv4.tcp_congestion_control")
-    proc, srv, p, digest = open_pipe(net, relay, key, servers, port)
-    try:
-        assert pipe_legs(net, relay, p) == (default, default)
-    finally:
-        close_pipe(relay, proc, srv, digest)
