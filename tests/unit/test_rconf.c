@@ -69,7 +69,8 @@ test_defaults_match_example(void **state)
 	assert_true(c.measure_rate == d.measure_rate);
 	assert_string_equal(c.congestion, d.congestion);
 	assert_string_equal(d.congestion, "");	/* the system's */
-	assert_int_equal(c.congestion_set, 0);
+	assert_int_equal(c.congestion_set, 1);	/* the example writes it out */
+	assert_int_equal(d.congestion_set, 0);
 	assert_string_equal(d.congestion_on_loss, "bbr");
 	assert_string_equal(c.congestion_on_loss, d.congestion_on_loss);
 	assert_int_equal(c.congestion_on_loss_set, 0);	/* the default may give way */
