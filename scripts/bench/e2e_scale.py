@@ -146,6 +146,16 @@ def on_signal(signum, _frame):
     raise SystemExit(128 + signum)
 
 
+
+# Pipes set up once more under strace -c, per peer (system calls per pipe).
+STRACE_PIPES = 2000
+
+
+def idle_maxconn(args):
+    """HAProxy's maxconn for (b) and (c): room for the idle pipes, and for
+    the strace pass's set-up, which a smaller --idle would stall."""
+    return max(args.idle, STRACE_PIPES) + 20
+
 class RssSampler:
     """VmRSS of pid every 0.1 s until stop(): the peak, KiB."""
 
@@ -228,7 +238,7 @@ class Bench:
         # pipe), so that its descriptors (2 per connection + 2 per pipe) fit
         # in the limit. Each is its own process on its own port.
         self.haproxy = self.new_haproxy(HAPROXY_PORT, 4000, None)
-        self.haproxy_idle = self.new_haproxy(HAPROXY_PORT + 1, self.args.idle + 20, 16)
+        self.haproxy_idle = self.new_haproxy(HAPROXY_PORT + 1, idle_maxconn(self.args), 16)
         self.sink = self.sb.bed.popen("server", [self.bp, "msink", "--listen",
                                                  "%s:%d" % (self.sb.ip("server"), SINK_PORT)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -387,8 +397,9 @@ class Bench:
         if "closed lost=0" not in rest:
             raise RuntimeError("%s: pipes lost while held: %s %s" % (peer, rest, err[-2000:]))
 
-    def syscalls(self, peer, n=2000):
+    def syscalls(self, peer, n=None):
         """{syscall: calls per pipe} of one set-up of n pipes under strace -c."""
+        n = n or STRACE_PIPES
         self.restart(peer)
         pid = self.pid(peer if peer != "haproxy" else "haproxy-idle")
         p, _, _ = self.hold(peer, 100)
@@ -525,7 +536,7 @@ def report(res, peers_busy, peers_idle, args, info, elapsed):
         "pages, that global sysctl was raised from %s to %d pages for the run and restored "
         "after (kernel pipes created undersized during (a): %s). %d interleaved repetitions "
         "(each visits every peer); figures are median (min - max) over them."
-        % (info["haproxy"], args.idle + 20, info["nofile"], info["nofile_note"], info["pipe_soft_old"], PIPE_SOFT_RUN,
+        % (info["haproxy"], idle_maxconn(args), info["nofile"], info["nofile_note"], info["pipe_soft_old"], PIPE_SOFT_RUN,
            fmt_range([r["undersized"] for r in b["slot-relayd"]], "%d"), args.reps))
     out.append("")
     out.append("**(a) {:,} concurrent pipes**, each sending for %g s (then every byte delivered "
