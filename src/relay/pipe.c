@@ -365,16 +365,17 @@ dir_cc_watch(struct pipe *p, struct dir *d)
 {
 	static int warned;
 	struct relay *r = p->r;
+	ev_tstamp now = ev_now(r->loop);
 	unsigned retrans;
 
-	if (r->cc_on_loss[0] == '\0' || !ccwatch_due(&d->ccw, ev_now(r->loop)))
+	if (r->cc_on_loss[0] == '\0' || !ccwatch_due(&d->ccw, now))
 		return;
 	r->ctr.congestion_checks++;
 	if (sock_retransmits(d->dst->fd, &retrans) == -1) {
 		ccwatch_stop(&d->ccw);
 		return;
 	}
-	if (!ccwatch_seen(&d->ccw, ev_now(r->loop), retrans))
+	if (!ccwatch_seen(&d->ccw, now, retrans))
 		return;
 	/* Checked at start and reload: only a sysctl changed since can fail. */
 	if (sock_set_congestion(d->dst->fd, r->cc_on_loss) == -1) {

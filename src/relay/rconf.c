@@ -262,11 +262,9 @@ custom_key(void *obj, const struct conf_key *k, const char *value, char *sub, si
 {
 	struct rconf *c = obj;
 
-	if (k->custom == K_CONGESTION) {
-		c->congestion_set = 1;
+	if (k->custom == K_CONGESTION)
 		return parse_congestion(value, c->congestion, sizeof(c->congestion), "system",
 		    sub, sublen);
-	}
 	if (k->custom == K_CONGESTION_ON_LOSS) {
 		c->congestion_on_loss_set = 1;
 		return parse_congestion(value, c->congestion_on_loss,

@@ -58,7 +58,6 @@ struct rconf {
 	/* [pipe] */
 	char congestion[SOCK_CC_NAME_MAX];	/* of the legs the relay sends on;
 						 * "": the system's default */
-	int congestion_set;	/* written in the file */
 	char congestion_on_loss[SOCK_CC_NAME_MAX];	/* a leg's algorithm once it
 						 * has retransmitted; "": off */
 	int congestion_on_loss_set;	/* written in the file (else the default:
