@@ -50,6 +50,9 @@ struct client_counters {
 	unsigned long long synack_dropped_ct;	/* ...of those, as they held the DNAT entry */
 	unsigned long long stale_nat_drops;	/* new SYNs that took over a reset connection's
 						 * DNAT entry: entry deleted, SYN dropped */
+	unsigned long long reused_ct_syns;	/* new SYNs on a reset connection's entry */
+	unsigned long long reused_ct_drops;	/* ...without NAT, sent to a relay: entry
+						 * deleted, SYN dropped */
 	unsigned long long synack_dropped_rule;	/* ...as the rules queue only those (no
 						 * conntrack from the queue) */
 	unsigned long long synack_ct;		/* relays' SYN-ACKs read with their entry */

@@ -95,6 +95,12 @@ counters(void *user, struct ctl_counters *cs)
 	C("stale_nat_drops", c->stale_nat_drops, CTL_COUNTER,
 	    "New SYNs that took over the conntrack entry of a connection a relay reset, its "
 	    "DNAT still bound: the entry deleted, the SYN dropped (its retransmission is new).");
+	C("reused_ct_syns", c->reused_ct_syns, CTL_COUNTER,
+	    "New SYNs that took over the conntrack entry of a connection reset from the "
+	    "server's side (with or without DNAT).");
+	C("reused_ct_drops", c->reused_ct_drops, CTL_COUNTER,
+	    "Of those, SYNs on a direct connection's entry that slotd sent to a relay: the "
+	    "entry deleted, the SYN dropped (its retransmission takes the relay).");
 	C("synack_dropped_rule", c->synack_dropped_rule, CTL_COUNTER,
 	    "Of those, dropped as the rules queue only SYN-ACKs with DNAT: the queue "
 	    "attaches no conntrack entry.");

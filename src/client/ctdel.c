@@ -15,6 +15,11 @@
 /* A request is ~100 bytes; an error answer echoes it. */
 #define CTDEL_BUF 8192
 
+struct status_ans {
+	bool found;
+	uint32_t status;
+};
+
 struct ctdel {
 	struct mnl_socket *nl;
 	uint32_t portid;
@@ -52,7 +57,7 @@ ctdel_close(struct ctdel *c)
 }
 
 size_t
-ctdel_build(void *buf, size_t cap, uint32_t seq, const struct endpoint *client,
+ctdel_build(void *buf, size_t cap, uint32_t seq, bool get, const struct endpoint *client,
     const struct endpoint *server)
 {
 	int fam = client->addr.family;
@@ -64,8 +69,10 @@ ctdel_build(void *buf, size_t cap, uint32_t seq, const struct endpoint *client,
 	if (fam != server->addr.family || (fam != AF_INET && fam != AF_INET6) || cap < 256)
 		return 0;
 	nlh = mnl_nlmsg_put_header(buf);
-	nlh->nlmsg_type = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE;
-	nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+	nlh->nlmsg_type = (NFNL_SUBSYS_CTNETLINK << 8) |
+	    (get ? IPCTNL_MSG_CT_GET : IPCTNL_MSG_CT_DELETE);
+	/* A get is answered by the entry or by an error, never both. */
+	nlh->nlmsg_flags = get ? NLM_F_REQUEST : NLM_F_REQUEST | NLM_F_ACK;
 	nlh->nlmsg_seq = seq;
 	nfg = mnl_nlmsg_put_extra_header(nlh, sizeof(*nfg));
 	nfg->nfgen_family = (uint8_t)fam;
@@ -90,14 +97,37 @@ ctdel_build(void *buf, size_t cap, uint32_t seq, const struct endpoint *client,
 	return nlh->nlmsg_len;
 }
 
-int
-ctdel_tcp(struct ctdel *c, const struct endpoint *client, const struct endpoint *server)
+static int
+status_attr(const struct nlattr *attr, void *data)
+{
+	if (mnl_attr_get_type(attr) == CTA_STATUS &&
+	    mnl_attr_validate(attr, MNL_TYPE_U32) == 0)
+		*(uint32_t *)data = ntohl(mnl_attr_get_u32(attr));
+	return MNL_CB_OK;
+}
+
+static int
+status_cb(const struct nlmsghdr *nlh, void *data)
+{
+	struct status_ans *a = data;
+
+	if (mnl_attr_parse(nlh, sizeof(struct nfgenmsg), status_attr, &a->status) < 0)
+		return MNL_CB_ERROR;
+	a->found = true;
+	return MNL_CB_OK;
+}
+
+/* One request, its answer: 0, or -1 with errno. With ans, a get whose
+ * entry is parsed into it. */
+static int
+request(struct ctdel *c, const struct endpoint *client, const struct endpoint *server,
+    struct status_ans *ans)
 {
 	/* Zeroed: valgrind found uninitialised bytes sent in the request (the
 	 * nests' padding, whatever libmnl's version leaves). */
 	char buf[CTDEL_BUF] = { 0 };
 	uint32_t seq = ++c->seq;
-	size_t len = ctdel_build(buf, sizeof(buf), seq, client, server);
+	size_t len = ctdel_build(buf, sizeof(buf), seq, ans != NULL, client, server);
 	ssize_t n;
 
 	if (len == 0) {
@@ -106,15 +136,40 @@ ctdel_tcp(struct ctdel *c, const struct endpoint *client, const struct endpoint 
 	}
 	if (mnl_socket_sendto(c->nl, buf, len) < 0)
 		return -1;
-	/* The kernel answers at once (NLM_F_ACK): an error message, 0 or not.
-	 * Answers to earlier requests that timed out are skipped by seq. */
+	/* The kernel answers at once: the entry (a get) or an error message,
+	 * 0 or not. Answers to earlier requests that timed out are skipped
+	 * by seq. */
 	for (;;) {
 		n = mnl_socket_recvfrom(c->nl, buf, sizeof(buf));
 		if (n < 0)
 			return -1;
-		int rc = mnl_cb_run(buf, (size_t)n, seq, c->portid, NULL, NULL);
+		int rc = mnl_cb_run(buf, (size_t)n, seq, c->portid, ans ? status_cb : NULL, ans);
 		if (rc == -1 && errno == EPROTO)
 			continue;	/* an older request's answer */
-		return rc < 0 ? -1 : 0;
+		if (rc < 0)
+			return -1;
+		if (ans != NULL && !ans->found) {
+			errno = EPROTO;
+			return -1;
+		}
+		return 0;
 	}
+}
+
+int
+ctdel_tcp(struct ctdel *c, const struct endpoint *client, const struct endpoint *server)
+{
+	return request(c, client, server, NULL);
+}
+
+int
+ctdel_status(struct ctdel *c, const struct endpoint *client, const struct endpoint *server,
+    uint32_t *status)
+{
+	struct status_ans a = { false, 0 };
+
+	if (request(c, client, server, &a) == -1)
+		return -1;
+	*status = a.status;
+	return 0;
 }

@@ -93,6 +93,10 @@ struct hconn {
 	/* offered by its program (libslot), with these wishes; NULL: none */
 	struct lib_opts *lib;
 
+	/* The SYN reuses a reset direct connection's conntrack entry, which
+	 * binds it to no NAT: towards a relay it must be a new connection. */
+	bool ct_reused;
+
 	/* through a NAT: the relay matches the pipe by this token in the SYN */
 	bool tokened;
 	uint8_t token[PROTO_TOKEN_LEN];
@@ -226,19 +230,6 @@ verdict_tokened(struct slotd *d, const struct hconn *c, uint32_t id, uint32_t ma
 	synq_verdict(d->q, id, true, true, mark);
 }
 
-/* The SYN goes to relay via: marked for its DNAT rule, with c's token. */
-static void
-syn_to_relay(struct hconn *c, struct crelay *via)
-{
-	struct slotd *d = c->d;
-
-	c->mark = (c->pkt_mark & ~d->conf.relay_mask) | via->mark;
-	if (c->tokened)
-		verdict_tokened(d, c, c->pkt_id, c->mark, c->pkt, c->pktlen);
-	else
-		synq_verdict(d->q, c->pkt_id, true, true, c->mark);
-}
-
 /* Deletes the conntrack entry of client -> server (ENOENT: gone already).
  * Returns false, logged with what follows (`then`) and counted, when it
  * could not. */
@@ -255,6 +246,36 @@ forget_ct(struct slotd *d, const struct endpoint *client, const struct endpoint 
 	    ep_fmt(client, cb), ep_fmt(server, sb),
 	    d->ct ? strerror(errno) : "no conntrack socket", then);
 	return false;
+}
+
+/* The SYN goes to relay via: marked for its DNAT rule, with c's token. A
+ * SYN that reuses a direct connection's entry would go straight to the
+ * server whatever its mark (NAT is bound when an entry is made): the entry
+ * is deleted and the SYN dropped, and the application's retransmission (1 s),
+ * a new connection, takes the relay (hold_packet, syn_out). */
+static void
+syn_to_relay(struct hconn *c, struct crelay *via)
+{
+	struct slotd *d = c->d;
+	char cb[EP_STRLEN], sb[EP_STRLEN];
+
+	c->mark = (c->pkt_mark & ~d->conf.relay_mask) | via->mark;
+	if (c->ct_reused) {
+		c->ct_reused = false;
+		if (forget_ct(d, &c->client, &c->server,
+		    "the SYN goes direct whatever the verdict (10 s at most)")) {
+			d->ctr.reused_ct_drops++;
+			synq_verdict(d->q, c->pkt_id, false, false, 0);
+			log_info("%s -> %s: the port reuses a reset direct connection's conntrack "
+			    "entry: entry forgotten, SYN dropped (its retransmission takes the relay)",
+			    ep_fmt(&c->client, cb), ep_fmt(&c->server, sb));
+			return;
+		}
+	}
+	if (c->tokened)
+		verdict_tokened(d, c, c->pkt_id, c->mark, c->pkt, c->pktlen);
+	else
+		synq_verdict(d->q, c->pkt_id, true, true, c->mark);
 }
 
 /* The end of a wait at the SYN-ACK (synack_hold): on PIPE_OK the held
@@ -1207,7 +1228,7 @@ forced(struct slotd *d, struct hconn *c, uint64_t now)
 
 static void
 hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *si,
-    const uint8_t *pkt, size_t caplen, size_t wirelen)
+    const uint8_t *pkt, size_t caplen, size_t wirelen, bool ct_reused)
 {
 	struct hconn *c = calloc(1, sizeof(*c));
 	struct selc_entry e;
@@ -1222,7 +1243,8 @@ hold_start(struct slotd *d, uint32_t id, uint32_t mark, const struct syn_info *s
 	c->server = si->dst;
 	c->seq = si->seq;
 	c->pkt_id = id;
-	c->pkt_mark = mark;
+	c->pkt_mark = mark & ~d->conf.bypass_mark;
+	c->ct_reused = ct_reused;
 	if (caplen == wirelen && caplen <= sizeof(c->pkt)) {
 		memcpy(c->pkt, pkt, caplen);
 		c->pktlen = (uint16_t)caplen;
@@ -1387,7 +1409,9 @@ hold_synack(struct slotd *d, uint32_t id, const struct syn_info *si, enum nlq_ct
  * entry in CLOSE for 10 s and reuses it for a new SYN, DNAT and all, so
  * whatever slotd decided, this SYN would go to that relay. The entry is
  * deleted and the SYN dropped: the application's retransmission (1 s) is a
- * new connection, which slotd decides afresh. */
+ * new connection, which slotd decides afresh. An entry without DNAT (a
+ * direct connection the server reset) is held as any SYN instead: only a
+ * relay verdict needs a new entry (syn_to_relay). */
 static void
 stale_nat_syn(struct slotd *d, uint32_t id, const struct syn_info *si)
 {
@@ -1401,6 +1425,22 @@ stale_nat_syn(struct slotd *d, uint32_t id, const struct syn_info *si)
 	log_info("%s -> %s: the port reuses a reset connection's conntrack entry, still "
 	    "NATed to its relay: entry forgotten, SYN dropped (the next one is decided anew)",
 	    ep_fmt(&si->src, cb), ep_fmt(&si->dst, sb));
+}
+
+/* Whether a reused entry (a SYN the rules marked) binds the SYN to a
+ * DNAT: the queue's copy of the entry says, or else conntrack does. When
+ * neither can, it is taken to: the safe way, a new entry. */
+static bool
+reused_entry_nat(struct slotd *d, const struct syn_info *si, enum nlq_ct ct, uint32_t ct_status)
+{
+	uint32_t st;
+
+	d->ctr.reused_ct_syns++;
+	if (ct == NLQ_CT_ENTRY)
+		return (ct_status & IPS_DST_NAT) != 0;
+	if (d->ct == NULL || ctdel_status(d->ct, &si->src, &si->dst, &st) == -1)
+		return true;
+	return (st & IPS_DST_NAT) != 0;
 }
 
 void
@@ -1446,7 +1486,8 @@ hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t c
 			conn_release(c, NULL, "superseded by a new SYN");
 		conn_free(c);
 	}
-	if (mark & d->conf.bypass_mark) {
+	bool reused = (mark & d->conf.bypass_mark) != 0;
+	if (reused && reused_entry_nat(d, &si, ct, ct_status)) {
 		stale_nat_syn(d, id, &si);
 		return;
 	}
@@ -1456,7 +1497,7 @@ hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t c
 		synq_verdict(d->q, id, true, false, 0);
 		return;
 	}
-	hold_start(d, id, mark, &si, pkt, caplen, wirelen);
+	hold_start(d, id, mark, &si, pkt, caplen, wirelen, reused);
 }
 
 bool

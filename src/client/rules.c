@@ -212,13 +212,14 @@ rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 		if (c->exclude->v[i].addr.family == c->family)
 			put(&o, "-A %s -d %s -j RETURN\n", RULES_HIJACK,
 			    cidr_fmt(&c->exclude->v[i], cb));
-	/* A SYN that took over a closed connection's conntrack entry with its
-	 * DNAT still bound (reset by the relay: the kernel keeps the entry in
-	 * CLOSE for 10 s and a new SYN on the tuple reuses it, NAT and all) is
-	 * queued with bypass_mark set, which slotd never otherwise sees on a
-	 * queued packet: it deletes the entry and drops the SYN (hold.c). */
-	put(&o, "-A %s -p tcp --syn -m conntrack --ctstate DNAT -j MARK --or-mark 0x%x\n",
-	    RULES_HIJACK, c->bypass_mark);
+	/* A SYN that took over a closed connection's conntrack entry (reset
+	 * from the other side: the kernel keeps the entry in CLOSE for 10 s and
+	 * a new SYN on the tuple reuses it, NAT and all; it has seen a reply,
+	 * or it has DNAT) is queued with bypass_mark set, which slotd never
+	 * otherwise sees on a queued packet: the entry's NAT binds the SYN
+	 * whatever the verdict (hold.c). */
+	put(&o, "-A %s -p tcp --syn -m conntrack --ctstate ESTABLISHED,DNAT "
+	    "-j MARK --or-mark 0x%x\n", RULES_HIJACK, c->bypass_mark);
 	/* Offered by their program: any port, any destination not excluded. */
 	if (c->lib_mark)
 		put(&o, "-A %s -p tcp --syn -m mark --mark 0x%x/0x%x -j NFQUEUE --queue-num %u "
@@ -384,6 +385,8 @@ rules_render_nft(const struct rules_conf *c, const struct rules_relay *r, size_t
 		put(&o, " counter return\n");
 	}
 	put(&o, "\t\ttcp flags & (fin | syn | rst | ack) == syn ct status dnat "
+	    "meta mark set meta mark | 0x%x\n", c->bypass_mark);
+	put(&o, "\t\ttcp flags & (fin | syn | rst | ack) == syn ct state established "
 	    "meta mark set meta mark | 0x%x\n", c->bypass_mark);
 	if (c->lib_mark)
 		put(&o, "\t\tmeta mark & 0x%x == 0x%x tcp flags & (fin | syn | rst | ack) == syn "

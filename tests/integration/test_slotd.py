@@ -630,6 +630,55 @@ def test_port_reused_after_its_relay_died_goes_where_slotd_says(sb, slotd, tags)
     s.wait_relays_up(2, timeout=10)
 
 
+@pytest.mark.parametrize("then", ["relay", "direct"])
+def test_port_reused_after_a_direct_reset(sb, slotd, tags, then):
+    """A direct download is reset by the server (its socket destroyed: the
+    server's kernel sends the RST). The kernel keeps that entry in CLOSE for
+    10 s, without NAT, and a new SYN on the same tuple reuses it: the NAT
+    rules never see it, so a relay decision would go direct. The
+    application's next connection from the same port goes where slotd
+    decides: to relay1 once it is up (the first SYN dropped, the entry
+    deleted, the retransmission relayed), or direct at once, its first SYN
+    passed on the old entry."""
+    r1 = sb.relay("relay1")
+    r1.stop()
+    try:
+        s = slotd(["relay1", "relay2"], {"select": {"cache_ttl": 0}}, relays_up=1)
+        lport = str(42000 + (os.getpid() + 4000) % 8000)
+        out = os.path.join(sb.dir, "reuse-direct.out")
+        url = sb.nginx.url("big", query="id=" + tags())
+        p = sb.curl_popen(url, out, args=("--limit-rate", "300k", "--local-port", lport))
+        slotbed.wait_for(lambda: os.path.exists(out) and os.path.getsize(out) > 0, 20,
+                         "the direct download to start")
+        d = s.decision(client="%s:%s" % (sb.ip("client"), lport))
+        assert d["verdict"] == "direct", d
+        sb.bed.run("server", "ss", "-K", "dst", sb.ip("client"), "dport", "=", lport)
+        cut = sb.finish_curl(p, out)
+        assert cut.rc in (18, 56), cut                  # reset by the server
+        ct = sb.ct_entry(int(lport), dst=sb.ip("server"), dport=80)
+        assert ct is not None and "CLOSE" in ct.line and ct.dnat is None, ct
+        if then == "direct":
+            c0 = s.counters()
+            r = fetch(sb, tags(), "small", args=("--local-port", lport))
+    finally:
+        r1.start()
+    if then == "relay":
+        s.wait_relays_up(2, timeout=20)
+        c0 = s.counters()
+        r = fetch(sb, tags(), "small", args=("--local-port", lport))
+    assert r.local_port == int(lport), r
+    dc = slotbed.deltas(c0, s.counters())
+    if then == "relay":
+        assert_relayed(sb, s, r, r1)
+        assert (dc["reused_ct_syns"], dc["reused_ct_drops"]) == (1, 1), dc
+        assert dc["syn_received"] == 2, dc              # the retransmission took the relay
+    else:
+        assert_direct(sb, r)
+        assert (dc["reused_ct_syns"], dc["reused_ct_drops"]) == (1, 0), dc
+        assert dc["syn_received"] == 1, dc              # the first SYN went through
+    assert dc["stale_nat_drops"] == 0, dc
+
+
 # ---------------------------------------------------------------- 7: slotd dies, restarts, stops
 
 def test_sigkill_during_a_transfer(sb, slotd, tags):

@@ -1,7 +1,9 @@
-/* The conntrack delete request of synack_hold's failure path (ctdel.c):
- * read back with libmnl as the kernel would, both families. */
+/* The conntrack requests of ctdel.c (synack_hold's failure path deletes,
+ * a reused entry's status is read): read back with libmnl as the kernel
+ * would, both families. */
 #include <arpa/inet.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,7 +33,7 @@ keep(const struct nlattr *attr, void *data)
 }
 
 static void
-check(const char *cs, uint16_t cport, const char *ss, uint16_t sport, int family)
+check(const char *cs, uint16_t cport, const char *ss, uint16_t sport, int family, bool get)
 {
 	char buf[512];
 	struct endpoint c, s;
@@ -42,12 +44,14 @@ check(const char *cs, uint16_t cport, const char *ss, uint16_t sport, int family
 	assert_int_equal(addr_parse(ss, &s.addr), 0);
 	c.port = cport;
 	s.port = sport;
-	len = ctdel_build(buf, sizeof(buf), 42, &c, &s);
+	len = ctdel_build(buf, sizeof(buf), 42, get, &c, &s);
 	assert_true(len > 0);
 	const struct nlmsghdr *nlh = (const struct nlmsghdr *)buf;
 	assert_int_equal(nlh->nlmsg_len, len);
-	assert_int_equal(nlh->nlmsg_type, (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE);
-	assert_int_equal(nlh->nlmsg_flags, NLM_F_REQUEST | NLM_F_ACK);
+	assert_int_equal(nlh->nlmsg_type, (NFNL_SUBSYS_CTNETLINK << 8) |
+	    (get ? IPCTNL_MSG_CT_GET : IPCTNL_MSG_CT_DELETE));
+	/* A get's answer is the entry or an error; an ACK would add a second. */
+	assert_int_equal(nlh->nlmsg_flags, get ? NLM_F_REQUEST : NLM_F_REQUEST | NLM_F_ACK);
 	assert_int_equal(nlh->nlmsg_seq, 42);
 	const struct nfgenmsg *nfg = mnl_nlmsg_get_payload(nlh);
 	assert_int_equal(nfg->nfgen_family, family);
@@ -70,8 +74,10 @@ static void
 test_request_both_families(void **state)
 {
 	(void)state;
-	check("192.0.2.10", 40001, "203.0.113.5", 80, AF_INET);
-	check("2001:db8::10", 65535, "2001:db8:1::5", 443, AF_INET6);
+	for (int get = 0; get < 2; get++) {
+		check("192.0.2.10", 40001, "203.0.113.5", 80, AF_INET, get);
+		check("2001:db8::10", 65535, "2001:db8:1::5", 443, AF_INET6, get);
+	}
 }
 
 static void
@@ -83,10 +89,10 @@ test_refuses_mixed_families_and_small_buffers(void **state)
 
 	assert_int_equal(ep_parse("192.0.2.10:1", 0, &c), 0);
 	assert_int_equal(ep_parse("[2001:db8::1]:2", 0, &s), 0);
-	assert_int_equal(ctdel_build(buf, sizeof(buf), 1, &c, &s), 0);
+	assert_int_equal(ctdel_build(buf, sizeof(buf), 1, false, &c, &s), 0);
 	assert_int_equal(ep_parse("192.0.2.11:2", 0, &s), 0);
-	assert_int_equal(ctdel_build(buf, 100, 1, &c, &s), 0);
-	assert_true(ctdel_build(buf, sizeof(buf), 1, &c, &s) > 0);
+	assert_int_equal(ctdel_build(buf, 100, 1, true, &c, &s), 0);
+	assert_true(ctdel_build(buf, sizeof(buf), 1, false, &c, &s) > 0);
 }
 
 int

@@ -56,7 +56,7 @@ test_ipv4_full(void **state)
 	    "-F SLOT_HIJACK\n"
 	    "-A SLOT_HIJACK -m mark --mark 0x1000000/0x1000000 -j RETURN\n"
 	    "-A SLOT_HIJACK -d 10.0.0.0/8 -j RETURN\n"
-	    "-A SLOT_HIJACK -p tcp --syn -m conntrack --ctstate DNAT -j MARK --or-mark 0x1000000\n"
+	    "-A SLOT_HIJACK -p tcp --syn -m conntrack --ctstate ESTABLISHED,DNAT -j MARK --or-mark 0x1000000\n"
 	    "-A SLOT_HIJACK -p tcp --syn -m multiport --dports 80,443,8000:8099 -j NFQUEUE --queue-num 7 --queue-bypass\n"
 	    ":SLOT_RUN - [0:0]\n"
 	    "-F SLOT_RUN\n"
@@ -234,7 +234,7 @@ test_iptables_gateway(void **state)
 	    "-F SLOT_HIJACK\n"
 	    "-A SLOT_HIJACK -m mark --mark 0x1000000/0x1000000 -j RETURN\n"
 	    "-A SLOT_HIJACK -d fc00::/7 -j RETURN\n"
-	    "-A SLOT_HIJACK -p tcp --syn -m conntrack --ctstate DNAT -j MARK --or-mark 0x1000000\n"
+	    "-A SLOT_HIJACK -p tcp --syn -m conntrack --ctstate ESTABLISHED,DNAT -j MARK --or-mark 0x1000000\n"
 	    "-A SLOT_HIJACK -p tcp --syn -m multiport --dports 443 -j NFQUEUE --queue-num 7 --queue-bypass\n"
 	    ":SLOT_GW - [0:0]\n"
 	    "-F SLOT_GW\n"
@@ -278,6 +278,7 @@ test_nft_full(void **state)
 	    "\t\tip daddr { 10.0.0.0/8, 192.168.0.0/16 } counter return\n"
 	    "\t\tip6 daddr { 2001:db8::/32 } counter return\n"
 	    "\t\ttcp flags & (fin | syn | rst | ack) == syn ct status dnat meta mark set meta mark | 0x1000000\n"
+	    "\t\ttcp flags & (fin | syn | rst | ack) == syn ct state established meta mark set meta mark | 0x1000000\n"
 	    "\t\tip daddr { 203.0.113.0/24 } tcp flags & (fin | syn | rst | ack) == syn tcp dport { 80, 443, 8000-8099 } counter queue num 7 bypass\n"
 	    "\t\tip6 daddr { 2001:db8:1::/48 } tcp flags & (fin | syn | rst | ack) == syn tcp dport { 80, 443, 8000-8099 } counter queue num 7 bypass\n"
 	    "\t}\n"
@@ -458,7 +459,7 @@ test_lib_and_run(void **state)
 	assert_true(rules_render(&c, NULL, 0, buf, sizeof(buf)) > 0);
 	assert_non_null(strstr(buf,
 	    "-A SLOT_HIJACK -d 10.0.0.0/8 -j RETURN\n"
-	    "-A SLOT_HIJACK -p tcp --syn -m conntrack --ctstate DNAT -j MARK --or-mark 0x1000000\n"
+	    "-A SLOT_HIJACK -p tcp --syn -m conntrack --ctstate ESTABLISHED,DNAT -j MARK --or-mark 0x1000000\n"
 	    "-A SLOT_HIJACK -p tcp --syn -m mark --mark 0x20000000/0x20000000 -j NFQUEUE --queue-num 7 --queue-bypass\n"
 	    "-A SLOT_HIJACK -p tcp --syn -d 192.0.2.0/24 -m multiport --dports 80 -j NFQUEUE"));
 	assert_non_null(strstr(buf, ":SLOT_RUN - [0:0]\n-F SLOT_RUN\n"
@@ -466,6 +467,7 @@ test_lib_and_run(void **state)
 	assert_true(rules_render_nft(&c, NULL, 0, buf, sizeof(buf)) > 0);
 	assert_non_null(strstr(buf, "ip daddr { 10.0.0.0/8 } counter return\n"
 	    "\t\ttcp flags & (fin | syn | rst | ack) == syn ct status dnat meta mark set meta mark | 0x1000000\n"
+	    "\t\ttcp flags & (fin | syn | rst | ack) == syn ct state established meta mark set meta mark | 0x1000000\n"
 	    "\t\tmeta mark & 0x20000000 == 0x20000000 tcp flags & (fin | syn | rst | ack) == syn "
 	    "counter queue num 7 bypass\n"
 	    "\t\tsocket cgroupv2 level 1 \"slot.run\" tcp flags & (fin | syn | rst | ack) == syn "
