@@ -166,6 +166,7 @@ relays_apply(struct slotd *d, const struct cconf *conf, char *err, size_t errlen
 		.lan = conf->lan,
 		.nlan = conf->nlan,
 		.synack = d->ct != NULL && conf->synack_hold,
+		.reused_direct = d->ct != NULL,
 		.lib_mark = conf->lib_socket[0] ? conf->lib_mark : 0,
 		.run_cgroup = conf->lib_socket[0] ? libsrv_cgroup(d) : NULL,
 	};

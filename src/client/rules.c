@@ -217,9 +217,10 @@ rules_render(const struct rules_conf *c, const struct rules_relay *r, size_t n,
 	 * a new SYN on the tuple reuses it, NAT and all; it has seen a reply,
 	 * or it has DNAT) is queued with bypass_mark set, which slotd never
 	 * otherwise sees on a queued packet: the entry's NAT binds the SYN
-	 * whatever the verdict (hold.c). */
-	put(&o, "-A %s -p tcp --syn -m conntrack --ctstate ESTABLISHED,DNAT "
-	    "-j MARK --or-mark 0x%x\n", RULES_HIJACK, c->bypass_mark);
+	 * whatever the verdict (hold.c). Without reused_direct, DNAT ones
+	 * only. */
+	put(&o, "-A %s -p tcp --syn -m conntrack --ctstate %s -j MARK --or-mark 0x%x\n",
+	    RULES_HIJACK, c->reused_direct ? "ESTABLISHED,DNAT" : "DNAT", c->bypass_mark);
 	/* Offered by their program: any port, any destination not excluded. */
 	if (c->lib_mark)
 		put(&o, "-A %s -p tcp --syn -m mark --mark 0x%x/0x%x -j NFQUEUE --queue-num %u "
@@ -386,8 +387,9 @@ rules_render_nft(const struct rules_conf *c, const struct rules_relay *r, size_t
 	}
 	put(&o, "\t\ttcp flags & (fin | syn | rst | ack) == syn ct status dnat "
 	    "meta mark set meta mark | 0x%x\n", c->bypass_mark);
-	put(&o, "\t\ttcp flags & (fin | syn | rst | ack) == syn ct state established "
-	    "meta mark set meta mark | 0x%x\n", c->bypass_mark);
+	if (c->reused_direct)
+		put(&o, "\t\ttcp flags & (fin | syn | rst | ack) == syn ct state established "
+		    "meta mark set meta mark | 0x%x\n", c->bypass_mark);
 	if (c->lib_mark)
 		put(&o, "\t\tmeta mark & 0x%x == 0x%x tcp flags & (fin | syn | rst | ack) == syn "
 		    "counter queue num %u bypass\n", c->lib_mark, c->lib_mark, c->queue);

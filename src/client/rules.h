@@ -68,6 +68,10 @@ struct rules_conf {
 	const char (*lan)[RULES_IFNAME_MAX];	/* gateway: the LAN interfaces */
 	size_t nlan;
 	bool synack;			/* queue the relays' SYN-ACKs too */
+	/* Mark the SYNs that reuse a reset direct connection's entry too
+	 * (seen a reply, no DNAT): only a slotd that can read and delete
+	 * entries can send them to a relay. */
+	bool reused_direct;
 	uint32_t lib_mark;		/* one bit; 0: no socket is offered by mark */
 	const char *run_cgroup;		/* cgroup v2 path (slotctl run); NULL: none */
 };

@@ -25,7 +25,8 @@ main(int argc, char **argv)
 	struct cidr_list inc = { 0 }, exc = { 0 };
 	struct rules_relay relays[MAX_RELAYS];
 	struct rules_conf c = { .family = AF_INET, .queue = 7, .bypass_mark = 0x1000000,
-	    .relay_mask = 0xffff, .ports = &ports, .include = &inc, .exclude = &exc };
+	    .relay_mask = 0xffff, .ports = &ports, .include = &inc, .exclude = &exc,
+	    .reused_direct = true };
 	struct rules_exec x = { .iptables = "iptables", .wait_s = RULES_WAIT_DEFAULT };
 	static char lan[RULES_LAN_MAX][RULES_IFNAME_MAX];
 	bool local = false;

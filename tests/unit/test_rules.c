@@ -21,7 +21,8 @@ conf(int family, const char *portspec, const char *incspec, const char *excspec)
 {
 	char err[128];
 	struct rules_conf c = { .family = family, .queue = 7, .bypass_mark = 0x1000000,
-	    .relay_mask = 0xffff, .ports = &ports, .include = &inc, .exclude = &exc };
+	    .relay_mask = 0xffff, .ports = &ports, .include = &inc, .exclude = &exc,
+	    .reused_direct = true };
 
 	cidr_list_free(&inc);
 	cidr_list_free(&exc);
@@ -70,6 +71,14 @@ test_ipv4_full(void **state)
 	    "-A SLOT_DNAT -p tcp -m mark --mark 0x2/0xffff -j DNAT --to-destination 203.0.113.9:7601\n"
 	    "COMMIT\n");
 	assert_int_equal(n, (int)strlen(buf));
+	/* A slotd without a conntrack socket cannot undo a reused direct
+	 * entry: only DNAT ones are marked. */
+	c.reused_direct = false;
+	assert_true(rules_render(&c, r, 3, buf, sizeof(buf)) > 0);
+	assert_non_null(strstr(buf,
+	    "-A SLOT_HIJACK -p tcp --syn -m conntrack --ctstate DNAT -j MARK --or-mark 0x1000000\n"));
+	assert_null(strstr(buf, "ESTABLISHED"));
+	c.reused_direct = true;
 	/* synack_hold: the SYN-ACKs from each relay's data port of the family
 	 * are queued too. */
 	c.synack = true;
@@ -316,6 +325,10 @@ test_nft_full(void **state)
 	    "\t}\n"
 	    "}\n");
 	assert_int_equal(n, (int)strlen(buf));
+	c.reused_direct = false;
+	assert_true(rules_render_nft(&c, r, 2, buf, sizeof(buf)) > 0);
+	assert_non_null(strstr(buf, "== syn ct status dnat meta mark set"));
+	assert_null(strstr(buf, "ct state established"));
 }
 
 /* Every port, every destination, local only (mode 0): one queue rule for
