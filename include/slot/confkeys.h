@@ -18,6 +18,7 @@ enum conf_kind {
 	CK_US,		/* the same, stored in us */
 	CK_MS_OFF,	/* CK_MS, or "off" / 0: none */
 	CK_SIZE,	/* bytes ("64k"), [min, max] (uint64_t) */
+	CK_SIZE_OFF,	/* CK_SIZE, or "off" / 0: none */
 	CK_DOUBLE,	/* [dmin, dmax] */
 	CK_BOOL,
 	CK_EP,		/* address:port */
@@ -35,7 +36,7 @@ struct conf_key {
 	const char *section, *name;
 	enum conf_kind kind;
 	size_t off, size;	/* of the member */
-	uint64_t min, max;	/* CK_UINT, CK_SIZE; CK_MS, CK_US, CK_MS_OFF in ms */
+	uint64_t min, max;	/* CK_UINT, CK_SIZE(_OFF); CK_MS, CK_US, CK_MS_OFF in ms */
 	double dmin, dmax;	/* CK_DOUBLE */
 	int custom;		/* CK_CUSTOM: which, for the hook */
 };

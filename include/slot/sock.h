@@ -1,6 +1,7 @@
 #ifndef SLOT_SOCK_H
 #define SLOT_SOCK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -37,6 +38,18 @@ int sock_set_congestion(int fd, const char *name);
 /* The segments fd has retransmitted since it connected (TCP_INFO's
  * tcpi_total_retrans) into out. Returns 0 or -1. */
 int sock_retransmits(int fd, unsigned *out);
+
+/* Raises fd's send buffer to at least bytes, and leaves the kernel free to
+ * grow it further (SO_SNDBUF, or SO_SNDBUFFORCE with force, which passes
+ * net.core.wmem_max; then SO_BUF_LOCK 0, as setting a size locks it).
+ * Never lowers one the kernel has grown. Returns 1 if raised, 0 if it was
+ * as large already, -1 on failure. */
+int sock_raise_sndbuf(int fd, int bytes, bool force);
+
+/* Whether this kernel lets sock_raise_sndbuf unlock what it set
+ * (SO_BUF_LOCK, Linux 5.14): 0, or -1 with errno. *force says whether
+ * SO_SNDBUFFORCE is allowed (CAP_NET_ADMIN). */
+int sock_sndbuf_check(bool *force);
 
 /* The network namespace's default algorithm (net.ipv4.tcp_congestion_control)
  * into buf. Returns 0 or -1. */

@@ -123,6 +123,17 @@ conf_key_parse(const struct conf_key *k, void *obj, const char *value, char *sub
 			return -1;
 		*(uint64_t *)dst = k->kind == CK_US ? v * 1000 : v;
 		return 0;
+	case CK_SIZE_OFF:
+		if (strcmp(value, "off") == 0 || strcmp(value, "0") == 0) {
+			*(uint64_t *)dst = 0;
+			return 0;
+		}
+		if (conf_size(value, k->min, k->max, dst, sub, sublen) == -1) {
+			size_t n = strlen(sub);
+			snprintf(sub + n, sublen - n, "; or off");
+			return -1;
+		}
+		return 0;
 	case CK_SIZE:
 		return conf_size(value, k->min, k->max, dst, sub, sublen);
 	case CK_DOUBLE:

@@ -181,6 +181,46 @@ sock_retransmits(int fd, unsigned *out)
 }
 
 int
+sock_raise_sndbuf(int fd, int bytes, bool force)
+{
+	int cur;
+	socklen_t len = sizeof(cur);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &cur, &len) == -1)
+		return -1;
+	if (cur >= bytes)
+		return 0;
+	/* The kernel doubles what it is given, for its own overhead. */
+	if (sock_setint(fd, SOL_SOCKET, force ? SO_SNDBUFFORCE : SO_SNDBUF, bytes / 2) == -1 ||
+	    sock_setint(fd, SOL_SOCKET, SO_BUF_LOCK, 0) == -1)
+		return -1;
+	return 1;
+}
+
+int
+sock_sndbuf_check(bool *force)
+{
+	int fd = sock_new(AF_INET, SOCK_STREAM), v = -1;
+	socklen_t len = sizeof(v);
+
+	if (fd == -1)
+		return -1;
+	*force = sock_setint(fd, SOL_SOCKET, SO_SNDBUFFORCE, 4096) == 0;
+	if (sock_setint(fd, SOL_SOCKET, SO_SNDBUF, 4096) == -1 ||
+	    sock_setint(fd, SOL_SOCKET, SO_BUF_LOCK, 0) == -1 ||
+	    getsockopt(fd, SOL_SOCKET, SO_BUF_LOCK, &v, &len) == -1) {
+		sock_close_keep_errno(fd);
+		return -1;
+	}
+	close(fd);
+	if (v != 0) {
+		errno = ENOPROTOOPT;
+		return -1;
+	}
+	return 0;
+}
+
+int
 sock_set_leg_later(int fd, const struct sock_leg *o)
 {
 	int e = 0;

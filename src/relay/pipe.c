@@ -40,6 +40,7 @@ struct dir {
 	int kp_wait;		/* no kernel pipe to be had: reading paused */
 	unsigned kp_tries;	/* ... failed tries in a row (logged once) */
 	struct ccwatch ccw;	/* the destination leg's algorithm on loss */
+	bool filled;		/* the destination's send buffer has been full */
 };
 
 struct owner {			/* pending pipes of one control peer */
@@ -391,6 +392,39 @@ dir_cc_watch(struct pipe *p, struct dir *d)
 	    r->cc_on_loss, retrans);
 }
 
+/* The first time the destination's send buffer is full: raised to
+ * [pipe] send_buffer. The kernel grows a send buffer when the writer found
+ * it full and an ACK comes; a relay writes only what has arrived, so in
+ * slow start a round can outgrow the buffer before that, and its tail then
+ * waits one round trip (docs/relay.md). Returns whether to write again. */
+static bool
+dir_filled(struct pipe *p, struct dir *d)
+{
+	struct relay *r = p->r;
+	int rc;
+
+	if (d->filled)
+		return false;
+	d->filled = true;
+	if (r->conf.send_buffer == 0)
+		return false;
+	if (r->sndbuf_ok == 0) {
+		r->sndbuf_ok = sock_sndbuf_check(&r->sndbuf_force) == 0 ? 1 : -1;
+		if (r->sndbuf_ok == -1)
+			log_warn("[pipe] send_buffer off: this kernel cannot unlock a send "
+			    "buffer once set (SO_BUF_LOCK, Linux 5.14): %s", strerror(errno));
+	}
+	if (r->sndbuf_ok == -1)
+		return false;
+	if ((rc = sock_raise_sndbuf(d->dst->fd, (int)r->conf.send_buffer, r->sndbuf_force)) == -1) {
+		log_debug("pipe %llu: send buffer: %s", (unsigned long long)p->id,
+		    strerror(errno));
+		return false;
+	}
+	r->ctr.send_buffers_raised += (unsigned)rc;
+	return rc == 1;
+}
+
 /* Writes what is in flight. Returns -1 if the pipe was closed. */
 static int
 dir_flush(struct pipe *p, struct dir *d)
@@ -401,6 +435,8 @@ dir_flush(struct pipe *p, struct dir *d)
 		ssize_t n = splice(d->kp->rfd, NULL, d->dst->fd, NULL, d->f.inflight,
 		    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 		int err = errno;
+		if (n < 0 && err == EAGAIN && dir_filled(p, d))
+			continue;
 		if (n > 0) {
 			*dir_counter(p, d) += (unsigned long long)n;
 			p->last_io = ev_now(p->r->loop);

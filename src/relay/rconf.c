@@ -51,6 +51,11 @@ rconf_defaults(struct rconf *c)
 	snprintf(c->congestion_on_loss, sizeof(c->congestion_on_loss),
 	    RCONF_CONGESTION_ON_LOSS_DEFAULT);
 
+	/* Measured in docs/benchmarks.md (scenario 4): a relay writes what
+	 * arrives, so a leg's send buffer fills in slow start before the
+	 * kernel has grown it, and the rest of that round waits a round trip. */
+	c->send_buffer = 256 * 1024;
+
 	c->learn_initcwnd = false;
 	c->initcwnd_max = 40;
 	c->initcwnd_prefix4 = 24;
@@ -162,6 +167,8 @@ static const struct conf_key keys[] = {
 	{ F("pipe", "congestion", CK_CUSTOM, congestion), .custom = K_CONGESTION },
 	{ F("pipe", "congestion_on_loss", CK_CUSTOM, congestion_on_loss),
 	    .custom = K_CONGESTION_ON_LOSS },
+	{ F("pipe", "send_buffer", CK_SIZE_OFF, send_buffer), .min = 64 * 1024,
+	    .max = 64ull << 20 },
 	{ F("pipe", "learn_initcwnd", CK_BOOL, learn_initcwnd) },
 	/* Above 10, the kernel's own; 1000 segments is 1.4 MB in one burst. */
 	{ F("pipe", "initcwnd_max", CK_UINT, initcwnd_max), .min = 11, .max = 1000 },

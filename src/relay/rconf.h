@@ -62,6 +62,8 @@ struct rconf {
 						 * has retransmitted; "": off */
 	int congestion_on_loss_set;	/* written in the file (else the default:
 					 * see relayd.c) */
+	uint64_t send_buffer;		/* a leg's send buffer once it first
+					 * fills (bytes); 0: the kernel's alone */
 
 	/* [pipe]: learned initial windows (iwlearn.h, docs/relay.md) */
 	bool learn_initcwnd;

@@ -30,6 +30,7 @@ struct relay_counters {
 	unsigned long long kpipe_waits;		/* reading paused for want of a kernel pipe */
 	unsigned long long congestion_checks;	/* legs' retransmissions read (ccwatch.h) */
 	unsigned long long congestion_switches;	/* ... legs switched to congestion_on_loss */
+	unsigned long long send_buffers_raised;	/* legs given [pipe] send_buffer when full */
 	unsigned long long bytes_client_to_server;
 	unsigned long long bytes_server_to_client;
 	unsigned long long probes_answered;
@@ -109,6 +110,10 @@ struct relay {
 						 * unknown): what a new socket gets */
 	char cc_on_loss[SOCK_CC_NAME_MAX];	/* a leg that retransmits switches
 						 * to it ("": none; relayd.c) */
+	int sndbuf_ok;			/* the kernel unlocks a raised send buffer:
+					 * 1, -1 not, 0 not asked yet (at the first
+					 * raise: with the privileges pipes run with) */
+	bool sndbuf_force;		/* ... past net.core.wmem_max (CAP_NET_ADMIN) */
 	uint64_t next_pipe_id;
 
 	struct ctrl_list ctrls;		/* authenticated control connections */

@@ -106,6 +106,8 @@ counters(void *user, struct ctl_counters *cs)
 	    "congestion_on_loss).");
 	C("congestion_switches", c->congestion_switches, CTL_COUNTER,
 	    "Legs switched to congestion_on_loss after they retransmitted.");
+	C("send_buffers_raised", c->send_buffers_raised, CTL_COUNTER,
+	    "Legs whose send buffer was raised to [pipe] send_buffer when it first filled.");
 	C("initcwnd_on", iw.on, CTL_GAUGE,
 	    "1 while learned initial windows are on ([pipe] learn_initcwnd).");
 	C("initcwnd_prefixes", iw.prefixes, CTL_GAUGE,

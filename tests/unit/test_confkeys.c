@@ -18,7 +18,7 @@ struct t {
 	int level, auth;
 	uint16_t u16;
 	uint32_t u32;
-	uint64_t u64, ms, us, off, size;
+	uint64_t u64, ms, us, off, size, sizeoff;
 	double d;
 	bool b;
 	struct endpoint ep, epo;
@@ -41,6 +41,7 @@ static const struct conf_key keys[] = {
 	{ F("b", "us", CK_US, us), .min = 1, .max = 10 },
 	{ F("b", "off", CK_MS_OFF, off), .min = 1000, .max = 5000 },
 	{ F("b", "size", CK_SIZE, size), .min = 4096, .max = 1 << 20 },
+	{ F("b", "sizeoff", CK_SIZE_OFF, sizeoff), .min = 4096, .max = 1 << 20 },
 	{ F("b", "d", CK_DOUBLE, d), .dmin = 1, .dmax = 2 },
 	{ F("b", "b", CK_BOOL, b) },
 	{ F("c", "ep", CK_EP, ep) },
@@ -123,6 +124,13 @@ test_each_kind(void **state)
 	assert_int_equal(t.off, 3000);
 	ok(&t, "b", "size", "64k");
 	assert_int_equal(t.size, 65536);
+	ok(&t, "b", "sizeoff", "128k");
+	assert_int_equal(t.sizeoff, 131072);
+	ok(&t, "b", "sizeoff", "off");
+	assert_int_equal(t.sizeoff, 0);
+	ok(&t, "b", "sizeoff", "64k");
+	ok(&t, "b", "sizeoff", "0");
+	assert_int_equal(t.sizeoff, 0);
 	ok(&t, "b", "d", "1.5");
 	assert_true(t.d == 1.5);
 	ok(&t, "b", "b", "yes");
@@ -170,6 +178,8 @@ test_errors_say_what_was_expected(void **state)
 	bad(&t, "b", "ms", "10ms", "must be between 100 ms and 5000 ms");
 	bad(&t, "b", "off", "10ms", "must be 0 (off) or between 1000 ms and 5000 ms");
 	bad(&t, "b", "size", "1k", "[b] size = 1k: ");
+	bad(&t, "b", "size", "off", "[b] size = off: ");
+	bad(&t, "b", "sizeoff", "1k", "out of range [4096, 1048576] bytes; or off");
 	bad(&t, "b", "d", "3", "[b] d = 3: ");
 	bad(&t, "b", "b", "maybe", "[b] b = maybe: ");
 	bad(&t, "c", "ep", "", "expected address:port");

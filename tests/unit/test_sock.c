@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -392,6 +393,35 @@ test_retransmits(void **state)
 	close(l);
 }
 
+/* Raised once, to the size asked (within 2 x net.core.wmem_max without
+ * force), unlocked so that the kernel may grow it further, never lowered. */
+static void
+test_raise_sndbuf(void **state)
+{
+	bool force = true;
+	long wmem_max = 0;
+	FILE *f = fopen("/proc/sys/net/core/wmem_max", "r");
+	int c;
+
+	(void)state;
+	assert_non_null(f);
+	assert_int_equal(fscanf(f, "%ld", &wmem_max), 1);
+	fclose(f);
+	assert_int_equal(sock_sndbuf_check(&force), 0);
+	assert_true((c = socket(AF_INET, SOCK_STREAM, 0)) >= 0);
+	assert_true(getint(c, SOL_SOCKET, SO_SNDBUF) < 256 * 1024);
+	assert_int_equal(sock_raise_sndbuf(c, 256 * 1024, false), 1);
+	int want = 256 * 1024 < 2 * wmem_max ? 256 * 1024 : (int)(2 * wmem_max);
+	assert_int_equal(getint(c, SOL_SOCKET, SO_SNDBUF), want);
+	assert_int_equal(getint(c, SOL_SOCKET, SO_BUF_LOCK), 0);
+	assert_int_equal(sock_raise_sndbuf(c, want, false), 0);
+	assert_int_equal(sock_raise_sndbuf(c, 64 * 1024, false), 0);
+	assert_int_equal(getint(c, SOL_SOCKET, SO_SNDBUF), want);
+	assert_int_equal(sock_raise_sndbuf(-1, 64 * 1024, false), -1);
+	assert_int_equal(errno, EBADF);
+	close(c);
+}
+
 /* A relay's server leg: nodelay, the RST on loss and the congestion
  * control at the connect; keepalive and the user timeout only with later,
  * and then all of them. */
@@ -682,6 +712,7 @@ main(void)
 		cmocka_unit_test(test_options),
 		cmocka_unit_test(test_leg_inherited),
 		cmocka_unit_test(test_retransmits),
+		cmocka_unit_test(test_raise_sndbuf),
 		cmocka_unit_test(test_leg_later),
 		cmocka_unit_test(test_congestion_check),
 		cmocka_unit_test(test_mark),
