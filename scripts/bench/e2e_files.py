@@ -325,7 +325,8 @@ class Bench:
         r1 = self.relay.counters()
         # The relay's legs on its defaults: the host's algorithm, bbr only
         # from a leg's first retransmission ([pipe] congestion_on_loss).
-        self.cc_seen = {k: r1[k] - r0[k] for k in ("congestion_checks", "congestion_switches")}
+        self.cc_seen = {k: r1[k] - r0[k] for k in ("congestion_checks", "congestion_switches",
+                                                   "send_buffers_raised")}
 
     def run_reps(self, reps, names):
         for rep in range(1, reps + 1):
@@ -454,7 +455,9 @@ class Bench:
             "its defaults for the legs it sends on, the host's algorithm from the start and "
             "bbr from a leg's first retransmission (`[pipe] congestion = system`, "
             "`congestion_on_loss = bbr`): over the run it read %d retransmission counts "
-            "and switched %d legs. nginx on the server "
+            "and switched %d legs; and it raises a leg's send buffer to 256 KiB the first "
+            "time it fills (`[pipe] send_buffer`, docs/relay.md): %d legs over the run. "
+            "nginx on the server "
             "serves files of random bytes; unmodified curl downloads them (wget in the check "
             "table), and every body is checked by sha256 end to end, every request's peer in "
             "nginx's log (relay or client). slotd runs its defaults of issue 13: relay "
@@ -482,7 +485,8 @@ class Bench:
             "speed-up = direct time / time, taken per repetition, median [min-max].\n"
             % (RTT_DIRECT, RTT_CR, RTT_RS, self.rtt["c-s"], self.rtt["c-r"], self.rtt["r-s"],
                RATE, self.cc, " ".join(self.rmem), self.cc_seen["congestion_checks"],
-               self.cc_seen["congestion_switches"], sel_conf.get("strategy", "?"),
+               self.cc_seen["congestion_switches"], self.cc_seen["send_buffers_raised"],
+               sel_conf.get("strategy", "?"),
                sel_conf.get("k", "?"), HAPROXY_PORT, RTT_RS, a.reps))
         out.append("Download time (s):\n")
         out.append("| size | " + " | ".join(LABEL[m] for m in METHODS) + " |")
@@ -698,8 +702,11 @@ class Bench:
                 "%.0f ms, then %.0f ms of body). Warm (early), the first byte comes at %.0f ms, "
                 "%.0f ms after the ideal's: the request and response cross both hops, one more "
                 "client-relay round trip than the ideal's, the price of any relay; and the "
-                "body through the relay takes %.0f ms, %.0f ms more than the ideal loop's (presumably the "
-                "relay's two connections ramping up one behind the other). The warm target leaves %.0f ms "
+                "body through the relay takes %.0f ms, %+.0f ms against the ideal loop's: the "
+                "relay raises a leg's send buffer the first time it fills ([pipe] "
+                "send_buffer), without which a slow-start round outgrows the kernel's first "
+                "buffer and its tail waits a round trip (HAProxy, which has that stall, takes "
+                "%.0f ms for the body). The warm target leaves %.0f ms "
                 "over the ideal download; the two together put the warm download at %.0f ms "
                 "against %.0f (%.2fx). With the ideal loop's body after its first byte it "
                 "would be %.0f ms, %.2fx: the warm 1.8x target sits at the edge of what a "
@@ -721,7 +728,8 @@ class Bench:
                 "is %.1f ms over the direct RTT (%.1f ms by ping) its probe has to wait for."
                 % (d / 1.8, d, d / 1.5, ideal_t, fb1("ideal"), ideal_b, fb1("slot-warm"),
                    fb1("slot-warm") - fb1("ideal"), body("slot-warm"),
-                   body("slot-warm") - ideal_b, d / 1.8 - ideal_t, warm_t, d / 1.8,
+                   body("slot-warm") - ideal_b, body("haproxy"), d / 1.8 - ideal_t, warm_t,
+                   d / 1.8,
                    d / warm_t, best_w, d / best_w, fb1("slot-cold"), fb1("slot-cold"),
                    ideal_b, d / best_c, sel_c, dec_c - sel_c, dec_c / self.rtt["c-s"],
                    d / 1.5 - ideal_b, sel_c + fb1("slot-warm"),
