@@ -520,17 +520,7 @@ cmp_u64(const void *a, const void *b)
 static int
 parse_serial(const char *s, uint64_t *out)
 {
-	uint8_t b[8];
-
-	if (s == NULL || strlen(s) != 16 || dirp_unhex(s, b, sizeof(b)) == -1)
-		return -1;
-	for (const char *p = s; *p; p++)
-		if (*p >= 'A' && *p <= 'F')
-			return -1;	/* one spelling only */
-	*out = 0;
-	for (size_t i = 0; i < 8; i++)
-		*out = *out << 8 | b[i];
-	return 0;
+	return s == NULL ? -1 : dirp_hex64(s, out);
 }
 
 /* v (n serials, malloc'ed, taken over) sorted into l->revoked, for

@@ -121,26 +121,39 @@ dirp_parse_stamp(const char *ts, const char *nonce, uint64_t *ts_us, uint64_t *n
 	uint64_t v = 0, nv = 0;
 	size_t i;
 
+	/* DIRP_NONCE_HEX is dirp_hex64's 16 digits. */
 	if (ts == NULL || nonce == NULL || ts[0] == '\0' || strlen(ts) > 19 ||
-	    strlen(nonce) != DIRP_NONCE_HEX)
+	    dirp_hex64(nonce, &nv) == -1)
 		return -1;
 	for (i = 0; ts[i]; i++) {
 		if (ts[i] < '0' || ts[i] > '9')
 			return -1;
 		v = v * 10 + (uint64_t)(ts[i] - '0');
 	}
-	for (i = 0; nonce[i]; i++) {
-		int c = nonce[i], d;
+	*ts_us = v;
+	*nonce_v = nv;
+	return 0;
+}
+
+int
+dirp_hex64(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+	size_t i;
+
+	for (i = 0; s[i]; i++) {
+		int c = s[i], d;
 		if (c >= '0' && c <= '9')
 			d = c - '0';
 		else if (c >= 'a' && c <= 'f')
 			d = c - 'a' + 10;
 		else
 			return -1;
-		nv = nv << 4 | (uint64_t)d;
+		v = v << 4 | (uint64_t)d;
 	}
-	*ts_us = v;
-	*nonce_v = nv;
+	if (i != 16)
+		return -1;
+	*out = v;
 	return 0;
 }
 

@@ -90,28 +90,6 @@ parse_u64(const char *s, uint64_t max, uint64_t *out)
 	return 0;
 }
 
-static int
-parse_hex64(const char *s, uint64_t *out)
-{
-	uint64_t v = 0;
-	size_t i;
-
-	for (i = 0; s[i]; i++) {
-		int c = s[i], d;
-		if (c >= '0' && c <= '9')
-			d = c - '0';
-		else if (c >= 'a' && c <= 'f')
-			d = c - 'a' + 10;
-		else
-			return -1;
-		v = v << 4 | (uint64_t)d;
-	}
-	if (i != 16)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 /* Splits line (modified) at single spaces into at most max fields. Returns
  * the count, or -1 on empty fields or too many. */
 static int
@@ -317,7 +295,7 @@ dsnap_parse(const char *text, size_t len, const struct dstate_params *p, uint64_
 				snprintf(sub, sizeof(sub), "expected \"%s\"", head[lineno - 2]);
 				goto bad;
 			}
-			int rc = lineno == 2 ? parse_hex64(f[1], &boot) :
+			int rc = lineno == 2 ? dirp_hex64(f[1], &boot) :
 			    lineno == 3 ? parse_u64(f[1], UINT64_MAX, &counter) :
 			    lineno == 4 ? parse_u64(f[1], 1, &clean) :
 			    parse_u64(f[1], UINT64_MAX, &saved);
