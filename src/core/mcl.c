@@ -201,17 +201,19 @@ mcl_gbuild_pair(struct mcl_gbuild *b, size_t i, size_t j, double rtt_ms, char *e
 	return 0;
 }
 
-struct nbr_rtt {
-	uint32_t j;
-	double rtt;
+/* A row's entry: a column (a neighbour) and its value (an RTT, a
+ * probability), for sorting by column. */
+struct centry {
+	uint32_t col;
+	double val;
 };
 
 static int
-cmp_nbr(const void *x, const void *y)
+cmp_col(const void *x, const void *y)
 {
-	const struct nbr_rtt *a = x, *b = y;
+	const struct centry *a = x, *b = y;
 
-	return a->j < b->j ? -1 : a->j > b->j;
+	return a->col < b->col ? -1 : a->col > b->col;
 }
 
 /* Adds the directed edge i -> j to the graph being filled (pos: next slot
@@ -230,7 +232,7 @@ static int
 sort_rows(struct mcl_graph *g)
 {
 	size_t out = 0, maxdeg = 0;
-	struct nbr_rtt *t;
+	struct centry *t;
 
 	for (size_t i = 0; i < g->n; i++)
 		if (g->off[i + 1] - g->off[i] > maxdeg)
@@ -242,19 +244,19 @@ sort_rows(struct mcl_graph *g)
 		int sorted = 1;
 
 		for (size_t y = 0; y < d; y++) {
-			t[y].j = g->nbr[a + y];
-			t[y].rtt = g->rtt[a + y];
-			if (y > 0 && t[y].j <= t[y - 1].j)
+			t[y].col = g->nbr[a + y];
+			t[y].val = g->rtt[a + y];
+			if (y > 0 && t[y].col <= t[y - 1].col)
 				sorted = 0;
 		}
 		if (!sorted)
-			qsort(t, d, sizeof(*t), cmp_nbr);
+			qsort(t, d, sizeof(*t), cmp_col);
 		g->off[i] = out;
 		for (size_t y = 0; y < d; y++) {
-			if (k > 0 && t[y].j == g->nbr[out - 1])
+			if (k > 0 && t[y].col == g->nbr[out - 1])
 				continue;
-			g->nbr[out] = t[y].j;
-			g->rtt[out] = t[y].rtt;
+			g->nbr[out] = t[y].col;
+			g->rtt[out] = t[y].val;
 			out++;
 			k++;
 		}
@@ -511,19 +513,6 @@ inflate_row(uint32_t *col, double *q, size_t m, double inflation, double prune)
 		}
 	}
 	return k;
-}
-
-struct centry {
-	uint32_t col;
-	double val;
-};
-
-static int
-cmp_col(const void *x, const void *y)
-{
-	const struct centry *a = x, *b = y;
-
-	return a->col < b->col ? -1 : a->col > b->col;
 }
 
 /* Whether a ranks below b: smaller, or as large and a higher column. */
