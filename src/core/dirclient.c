@@ -15,6 +15,7 @@
 #include <sodium.h>
 #include <xmlrpc-c/base.h>
 
+#include "slot/cmp.h"
 #include "slot/dirclient.h"
 #include "slot/dirproto.h"
 #include "slot/errbuf.h"
@@ -506,14 +507,6 @@ dirc_listing_free(struct dirc_listing *l)
 	ident_revoked_free(&l->revoked);
 	free(l->text);
 	memset(l, 0, sizeof(*l));
-}
-
-static int
-cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 /* 16 hex digits, as ident_serial_hex writes them. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slot/cmp.h"
 #include "slot/errbuf.h"
 #include "slot/grpstab.h"
 
@@ -112,14 +113,6 @@ cmp_overlap(const void *x, const void *y)
 	if (a->old != b->old)
 		return a->old < b->old ? -1 : 1;
 	return a->fresh < b->fresh ? -1 : a->fresh > b->fresh;
-}
-
-static int
-cmp_u32(const void *x, const void *y)
-{
-	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-
-	return a < b ? -1 : a > b;
 }
 
 /* Index of v in the sorted u[0..nu-1], which holds it. */

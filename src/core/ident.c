@@ -13,6 +13,7 @@
 #include <sodium.h>
 
 #include "slot/be.h"
+#include "slot/cmp.h"
 #include "slot/errbuf.h"
 #include "slot/ident.h"
 
@@ -482,14 +483,6 @@ ident_verify(const uint8_t pk[IDENT_PK_LEN], const char *ctx, const void *msg,
     size_t len, const uint8_t sig[IDENT_SIG_LEN])
 {
 	return verify_ctx(pk, ctx, msg, len, sig);
-}
-
-static int
-cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 int

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slot/cmp.h"
 #include "slot/errbuf.h"
 #include "slot/mcl.h"
 
@@ -560,14 +561,6 @@ cap_row(uint32_t *col, double *q, size_t m, size_t cap, struct centry *t)
 		q[c] = t[c].val / sum;
 	}
 	return k;
-}
-
-static int
-cmp_u32(const void *x, const void *y)
-{
-	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-
-	return a < b ? -1 : a > b;
 }
 
 /* Scratch of one expansion: a dense accumulator row and the columns it
