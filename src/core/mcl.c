@@ -345,17 +345,9 @@ mcl_graph_free(struct mcl_graph *g)
 static long
 edge_at(const struct mcl_graph *g, size_t i, size_t j)
 {
-	size_t lo = g->off[i], hi = g->off[i + 1];
+	size_t k = lower_u32(g->nbr, g->off[i], g->off[i + 1], j);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (g->nbr[mid] < j)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < g->off[i + 1] && g->nbr[lo] == j ? (long)lo : -1;
+	return k < g->off[i + 1] && g->nbr[k] == j ? (long)k : -1;
 }
 
 double
@@ -417,17 +409,9 @@ smat_free(struct smat *m)
 static double
 smat_at(const struct smat *m, size_t i, size_t j)
 {
-	size_t lo = m->off[i], hi = m->off[i + 1];
+	size_t k = lower_u32(m->col, m->off[i], m->off[i + 1], j);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (m->col[mid] < j)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < m->off[i + 1] && m->col[lo] == j ? m->val[lo] : 0.0;
+	return k < m->off[i + 1] && m->col[k] == j ? m->val[k] : 0.0;
 }
 
 /* Builds the starting matrix: row-normalised weights with self-loops. */
