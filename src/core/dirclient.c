@@ -584,7 +584,6 @@ struct answer {
 	size_t nrevoked;
 	uint8_t dir_cert[IDENT_CERT_LEN];
 	uint8_t sig[IDENT_SIG_LEN];
-	bool has_sig;
 };
 
 static void
@@ -649,10 +648,8 @@ read_signature(xmlrpc_env *env, xmlrpc_value *res, struct answer *a)
 			xmlrpc_faultf(env, "revoked[%d]: not a serial", i);
 		free((void *)v);
 	}
-	if (!env->fault_occurred) {
+	if (!env->fault_occurred)
 		a->nrevoked = (size_t)n;
-		a->has_sig = true;
-	}
 	free((void *)cert);
 	free((void *)sig);
 	if (arr)
