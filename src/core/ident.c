@@ -592,19 +592,9 @@ ident_revoked_load(const char *path, struct ident_revoked *out, char *err,
 bool
 ident_revoked_has(const struct ident_revoked *r, uint64_t serial)
 {
-	size_t lo = 0, hi = r->n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (r->serial[mid] == serial)
-			return true;
-		if (r->serial[mid] < serial)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return false;
+	/* bsearch wants a non-null base even for no elements. */
+	return r->n > 0 && bsearch(&serial, r->serial, r->n, sizeof(*r->serial),
+	    cmp_u64) != NULL;
 }
 
 bool
