@@ -963,12 +963,8 @@ mcl_groups(const double *rtt_ms, size_t n, const struct mcl_params *p, uint32_t 
 	}
 	if (check_params(p, err, errlen) < 0)
 		return -1;
-	if (n == 0) {
-		errbuf_set(err, errlen, "no nodes to cluster");
-		return -1;
-	}
 	/* Every edge is kept, and the split reads edges; wide bits would
-	 * only repeat them. */
+	 * only repeat them. No nodes: mcl_gbuild_new says so. */
 	if ((b = mcl_gbuild_new(n, &gp, err, errlen)) == NULL)
 		return -1;
 	for (size_t i = 0; i < n; i++)
