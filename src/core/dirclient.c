@@ -887,14 +887,9 @@ field(const char *line, const char *key)
 static int
 count_of(const char *s, size_t max, size_t *out)
 {
-	char *e;
-	unsigned long long v;
+	uint64_t v;
 
-	if (s == NULL || *s < '0' || *s > '9')
-		return -1;
-	errno = 0;
-	v = strtoull(s, &e, 10);
-	if (errno != 0 || *e != '\0' || v > max)
+	if (s == NULL || dirp_dec64(s, max, &v) == -1)
 		return -1;
 	*out = (size_t)v;
 	return 0;
