@@ -491,6 +491,7 @@ ident_revoked_parse(const char *text, size_t len, struct ident_revoked *out,
 {
 	size_t i = 0, start, end, cap = 0, n = 0, line = 0;
 	uint64_t *v = NULL, *nv, s;
+	uint8_t b[8];
 	char hex[17];
 
 	memset(out, 0, sizeof(*out));
@@ -513,22 +514,11 @@ ident_revoked_parse(const char *text, size_t len, struct ident_revoked *out,
 			end--;
 		if (start == end)
 			continue;
-		if (end - start != 16)
+		/* Either case; without hex_end, hex2bin fails short of all 16. */
+		if (end - start != 16 ||
+		    sodium_hex2bin(b, sizeof(b), text + start, 16, NULL, NULL, NULL) != 0)
 			goto bad;
-		s = 0;
-		for (size_t k = start; k < end; k++) {
-			int c = (unsigned char)text[k], d;
-
-			if (c >= '0' && c <= '9')
-				d = c - '0';
-			else if (c >= 'a' && c <= 'f')
-				d = c - 'a' + 10;
-			else if (c >= 'A' && c <= 'F')
-				d = c - 'A' + 10;
-			else
-				goto bad;
-			s = s << 4 | (uint64_t)d;
-		}
+		s = get64(b);
 		if (n == cap) {
 			cap = cap ? 2 * cap : 16;
 			if ((nv = realloc(v, cap * sizeof(*v))) == NULL) {
