@@ -6,6 +6,7 @@
 
 #include <sodium.h>
 
+#include "slot/be.h"
 #include "slot/clock.h"
 #include "slot/dirproto.h"
 
@@ -151,22 +152,12 @@ dirp_dec64(const char *s, uint64_t max, uint64_t *out)
 int
 dirp_hex64(const char *s, uint64_t *out)
 {
-	uint64_t v = 0;
-	size_t i;
+	uint8_t b[8];
 
-	for (i = 0; s[i]; i++) {
-		int c = s[i], d;
-		if (c >= '0' && c <= '9')
-			d = c - '0';
-		else if (c >= 'a' && c <= 'f')
-			d = c - 'a' + 10;
-		else
-			return -1;
-		v = v << 4 | (uint64_t)d;
-	}
-	if (i != 16)
+	if (strlen(s) != 16 || strpbrk(s, "ABCDEF") != NULL ||
+	    sodium_hex2bin(b, sizeof(b), s, 16, NULL, NULL, NULL) != 0)
 		return -1;
-	*out = v;
+	*out = get64(b);
 	return 0;
 }
 
