@@ -77,6 +77,14 @@ int dirp_parse_stamp(const char *ts, const char *nonce, uint64_t *ts_us, uint64_
  * -1. */
 int dirp_unhex(const char *hex, uint8_t *out, size_t len);
 
+/* Exactly 16 lowercase hex digits (a nonce, a serial, a boot id: one
+ * spelling only) as a number. Returns 0, or -1. */
+int dirp_hex64(const char *s, uint64_t *out);
+
+/* Decimal digits only (no sign, no blank), at most max, as a number.
+ * Returns 0, or -1. */
+int dirp_dec64(const char *s, uint64_t max, uint64_t *out);
+
 /*
  * The signed listing. dirp_list_text builds the canonical text of a
  * slot.list answer from its fields: slot-dird signs it, and the client

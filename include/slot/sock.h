@@ -96,6 +96,13 @@ void sock_close_rst(int fd);
  * Returns fd or -1. */
 int sock_listen_unix(const char *path, mode_t mode, int backlog);
 
+/* The daemons' control sockets: sock_listen_unix (backlog 16) after making
+ * the socket's directory (0755) if it is missing (systemd makes it with
+ * RuntimeDirectory=, by hand we do). Returns fd, or -1 with "<what>
+ * directory <dir>: ..." or "<what> <path>: ..." in err. */
+int sock_listen_unix_mkdir(const char *what, const char *path, mode_t mode, char *err,
+    size_t errlen);
+
 /* Raises the soft limit on open descriptors to the hard limit (daemons
  * hold many sockets). Failure is harmless: the old limit stays. */
 void sock_raise_nofile(void);

@@ -55,6 +55,10 @@ uint16_t synp_checksum(const uint8_t src[4], const uint8_t dst[4], const uint8_t
 uint16_t synp_checksum6(const uint8_t src[16], const uint8_t dst[16], const uint8_t *seg,
     size_t len);
 
+/* The Internet checksum (RFC 1071) of p[0..len): an IPv4 header's, its
+ * checksum field zero. */
+uint16_t synp_ip_checksum(const uint8_t *p, size_t len);
+
 /* Writes the TCP SYN segment (no IP header) from src:sport to dst:dport with
  * sequence number isn into buf. Ports host order, addresses network order.
  * Returns its length (SYNP_SYN_LEN), or 0 if size is too small. */

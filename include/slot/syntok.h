@@ -42,11 +42,6 @@ enum syntok_result syntok_insert(uint8_t *pkt, size_t len, size_t cap,
 enum syntok_result syntok_find(const uint8_t *hdr, size_t len,
     uint8_t token[PROTO_TOKEN_LEN]);
 
-/* The Internet checksum of an IPv4 or IPv6 TCP segment (pseudo-header
- * included) in pkt, as it should be in the TCP header; the checksum field
- * itself is taken as zero. For the tests and syntok_insert. */
-uint16_t syntok_tcp_csum(const uint8_t *pkt, size_t len);
-
 const char *syntok_str(enum syntok_result r);
 
 #endif

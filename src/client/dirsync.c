@@ -368,23 +368,11 @@ bad:
 	return -1;
 }
 
-/* A decimal number of digits only, at most max. */
+/* A decimal number of digits only (ten at most), at most max. */
 static int
 parse_dec(const char *s, uint64_t max, uint64_t *out)
 {
-	uint64_t v = 0;
-
-	if (*s == '\0' || strlen(s) > 10)
-		return -1;
-	for (; *s; s++) {
-		if (*s < '0' || *s > '9')
-			return -1;
-		v = v * 10 + (uint64_t)(*s - '0');
-	}
-	if (v > max)
-		return -1;
-	*out = v;
-	return 0;
+	return strlen(s) > 10 ? -1 : dirp_dec64(s, max, out);
 }
 
 /* One relay line, newline removed: "<relay> <data_port> <group>". */

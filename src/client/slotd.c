@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -355,30 +354,6 @@ drop_privileges(struct slotd *d, uid_t uid, gid_t gid, int legacy, char *err, si
 	return 0;
 }
 
-static int
-unix_socket(const char *what, const char *path, mode_t mode, char *err, size_t errlen)
-{
-	char dir[CCONF_PATH_MAX];
-	size_t n = strlen(path);
-	int fd;
-
-	if (n >= sizeof(dir)) {
-		errbuf_set(err, errlen, "%s path too long", what);
-		return -1;
-	}
-	/* /run/slot may not exist outside systemd's RuntimeDirectory. */
-	memcpy(dir, path, n + 1);
-	if (mkdir(dirname(dir), 0755) == -1 && errno != EEXIST) {
-		errbuf_set(err, errlen, "creating %s: %s", dir, strerror(errno));
-		return -1;
-	}
-	if ((fd = sock_listen_unix(path, mode, 16)) == -1) {
-		errbuf_set(err, errlen, "%s %s: %s", what, path, strerror(errno));
-		return -1;
-	}
-	return fd;
-}
-
 int
 main(int argc, char **argv)
 {
@@ -466,7 +441,7 @@ main(int argc, char **argv)
 	ev_io_init(&d->q_io, queue_cb, synq_fd(d->q), EV_READ);
 	d->q_io.data = d;
 	ev_io_start(d->loop, &d->q_io);
-	if ((ctl_fd = unix_socket("control socket", d->conf.control_socket, 0660, err,
+	if ((ctl_fd = sock_listen_unix_mkdir("control socket", d->conf.control_socket, 0660, err,
 	    sizeof(err))) == -1)
 		fatalx("%s", err);
 	if ((d->ctl = ctlsrv_start(d->loop, ctl_fd, cstats_handle, d)) == NULL)
@@ -485,8 +460,8 @@ main(int argc, char **argv)
 		fatalx("%s", err);
 	/* libslot and slotctl run: the socket, and the cgroup the rules name. */
 	if (d->conf.lib_socket[0]) {
-		int lib_fd = unix_socket("lib socket", d->conf.lib_socket, d->conf.lib_socket_mode,
-		    err, sizeof(err));
+		int lib_fd = sock_listen_unix_mkdir("lib socket", d->conf.lib_socket,
+		    d->conf.lib_socket_mode, err, sizeof(err));
 		if (lib_fd == -1) {
 			(void)unlink(d->conf.control_socket);
 			fatalx("%s", err);

@@ -15,6 +15,7 @@
 #include <sodium.h>
 #include <xmlrpc-c/base.h>
 
+#include "slot/cmp.h"
 #include "slot/dirclient.h"
 #include "slot/dirproto.h"
 #include "slot/errbuf.h"
@@ -508,29 +509,11 @@ dirc_listing_free(struct dirc_listing *l)
 	memset(l, 0, sizeof(*l));
 }
 
-static int
-cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* 16 hex digits, as ident_serial_hex writes them. */
 static int
 parse_serial(const char *s, uint64_t *out)
 {
-	uint8_t b[8];
-
-	if (s == NULL || strlen(s) != 16 || dirp_unhex(s, b, sizeof(b)) == -1)
-		return -1;
-	for (const char *p = s; *p; p++)
-		if (*p >= 'A' && *p <= 'F')
-			return -1;	/* one spelling only */
-	*out = 0;
-	for (size_t i = 0; i < 8; i++)
-		*out = *out << 8 | b[i];
-	return 0;
+	return s == NULL ? -1 : dirp_hex64(s, out);
 }
 
 /* v (n serials, malloc'ed, taken over) sorted into l->revoked, for
@@ -601,7 +584,6 @@ struct answer {
 	size_t nrevoked;
 	uint8_t dir_cert[IDENT_CERT_LEN];
 	uint8_t sig[IDENT_SIG_LEN];
-	bool has_sig;
 };
 
 static void
@@ -666,10 +648,8 @@ read_signature(xmlrpc_env *env, xmlrpc_value *res, struct answer *a)
 			xmlrpc_faultf(env, "revoked[%d]: not a serial", i);
 		free((void *)v);
 	}
-	if (!env->fault_occurred) {
+	if (!env->fault_occurred)
 		a->nrevoked = (size_t)n;
-		a->has_sig = true;
-	}
 	free((void *)cert);
 	free((void *)sig);
 	if (arr)
@@ -907,14 +887,9 @@ field(const char *line, const char *key)
 static int
 count_of(const char *s, size_t max, size_t *out)
 {
-	char *e;
-	unsigned long long v;
+	uint64_t v;
 
-	if (s == NULL || *s < '0' || *s > '9')
-		return -1;
-	errno = 0;
-	v = strtoull(s, &e, 10);
-	if (errno != 0 || *e != '\0' || v > max)
+	if (s == NULL || dirp_dec64(s, max, &v) == -1)
 		return -1;
 	*out = (size_t)v;
 	return 0;

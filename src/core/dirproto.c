@@ -6,6 +6,7 @@
 
 #include <sodium.h>
 
+#include "slot/be.h"
 #include "slot/clock.h"
 #include "slot/dirproto.h"
 
@@ -119,28 +120,44 @@ int
 dirp_parse_stamp(const char *ts, const char *nonce, uint64_t *ts_us, uint64_t *nonce_v)
 {
 	uint64_t v = 0, nv = 0;
-	size_t i;
 
-	if (ts == NULL || nonce == NULL || ts[0] == '\0' || strlen(ts) > 19 ||
-	    strlen(nonce) != DIRP_NONCE_HEX)
+	/* DIRP_NONCE_HEX is dirp_hex64's 16 digits. */
+	if (ts == NULL || nonce == NULL || strlen(ts) > 19 ||
+	    dirp_dec64(ts, UINT64_MAX, &v) == -1 || dirp_hex64(nonce, &nv) == -1)
 		return -1;
-	for (i = 0; ts[i]; i++) {
-		if (ts[i] < '0' || ts[i] > '9')
-			return -1;
-		v = v * 10 + (uint64_t)(ts[i] - '0');
-	}
-	for (i = 0; nonce[i]; i++) {
-		int c = nonce[i], d;
-		if (c >= '0' && c <= '9')
-			d = c - '0';
-		else if (c >= 'a' && c <= 'f')
-			d = c - 'a' + 10;
-		else
-			return -1;
-		nv = nv << 4 | (uint64_t)d;
-	}
 	*ts_us = v;
 	*nonce_v = nv;
+	return 0;
+}
+
+int
+dirp_dec64(const char *s, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (*s == '\0')
+		return -1;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -1;
+		unsigned d = (unsigned)(*s - '0');
+		if (d > max || v > (max - d) / 10)
+			return -1;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return 0;
+}
+
+int
+dirp_hex64(const char *s, uint64_t *out)
+{
+	uint8_t b[8];
+
+	if (strlen(s) != 16 || strpbrk(s, "ABCDEF") != NULL ||
+	    sodium_hex2bin(b, sizeof(b), s, 16, NULL, NULL, NULL) != 0)
+		return -1;
+	*out = get64(b);
 	return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slot/cmp.h"
 #include "slot/errbuf.h"
 #include "slot/grpstab.h"
 
@@ -114,31 +115,6 @@ cmp_overlap(const void *x, const void *y)
 	return a->fresh < b->fresh ? -1 : a->fresh > b->fresh;
 }
 
-static int
-cmp_u32(const void *x, const void *y)
-{
-	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-
-	return a < b ? -1 : a > b;
-}
-
-/* Index of v in the sorted u[0..nu-1], which holds it. */
-static size_t
-find_u32(const uint32_t *u, size_t nu, uint32_t v)
-{
-	size_t lo = 0, hi = nu;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (u[mid] < v)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
 /*
  * Step 1: an id per new cluster into id_of[fresh] (n entries). olds: the
  * distinct old ids, sorted (nold); used: scratch of nold flags. ov: scratch
@@ -172,7 +148,7 @@ match_ids(const uint32_t *old, const uint32_t *fresh, size_t n, const uint32_t *
 	qsort(ov, nov, sizeof(*ov), cmp_overlap);
 	memset(used, 0, nold);
 	for (size_t i = 0; i < nov; i++) {
-		size_t u = find_u32(olds, nold, ov[i].old);
+		size_t u = lower_u32(olds, 0, nold, ov[i].old);	/* olds holds it */
 
 		if (id_of[ov[i].fresh] != GRPSTAB_NONE || used[u])
 			continue;

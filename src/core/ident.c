@@ -13,6 +13,7 @@
 #include <sodium.h>
 
 #include "slot/be.h"
+#include "slot/cmp.h"
 #include "slot/errbuf.h"
 #include "slot/ident.h"
 
@@ -484,20 +485,13 @@ ident_verify(const uint8_t pk[IDENT_PK_LEN], const char *ctx, const void *msg,
 	return verify_ctx(pk, ctx, msg, len, sig);
 }
 
-static int
-cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 int
 ident_revoked_parse(const char *text, size_t len, struct ident_revoked *out,
     char *err, size_t errlen)
 {
 	size_t i = 0, start, end, cap = 0, n = 0, line = 0;
 	uint64_t *v = NULL, *nv, s;
+	uint8_t b[8];
 	char hex[17];
 
 	memset(out, 0, sizeof(*out));
@@ -520,22 +514,11 @@ ident_revoked_parse(const char *text, size_t len, struct ident_revoked *out,
 			end--;
 		if (start == end)
 			continue;
-		if (end - start != 16)
+		/* Either case; without hex_end, hex2bin fails short of all 16. */
+		if (end - start != 16 ||
+		    sodium_hex2bin(b, sizeof(b), text + start, 16, NULL, NULL, NULL) != 0)
 			goto bad;
-		s = 0;
-		for (size_t k = start; k < end; k++) {
-			int c = (unsigned char)text[k], d;
-
-			if (c >= '0' && c <= '9')
-				d = c - '0';
-			else if (c >= 'a' && c <= 'f')
-				d = c - 'a' + 10;
-			else if (c >= 'A' && c <= 'F')
-				d = c - 'A' + 10;
-			else
-				goto bad;
-			s = s << 4 | (uint64_t)d;
-		}
+		s = get64(b);
 		if (n == cap) {
 			cap = cap ? 2 * cap : 16;
 			if ((nv = realloc(v, cap * sizeof(*v))) == NULL) {
@@ -599,19 +582,9 @@ ident_revoked_load(const char *path, struct ident_revoked *out, char *err,
 bool
 ident_revoked_has(const struct ident_revoked *r, uint64_t serial)
 {
-	size_t lo = 0, hi = r->n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (r->serial[mid] == serial)
-			return true;
-		if (r->serial[mid] < serial)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return false;
+	/* bsearch wants a non-null base even for no elements. */
+	return r->n > 0 && bsearch(&serial, r->serial, r->n, sizeof(*r->serial),
+	    cmp_u64) != NULL;
 }
 
 bool

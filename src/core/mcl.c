@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slot/cmp.h"
 #include "slot/errbuf.h"
 #include "slot/mcl.h"
 
@@ -201,17 +202,19 @@ mcl_gbuild_pair(struct mcl_gbuild *b, size_t i, size_t j, double rtt_ms, char *e
 	return 0;
 }
 
-struct nbr_rtt {
-	uint32_t j;
-	double rtt;
+/* A row's entry: a column (a neighbour) and its value (an RTT, a
+ * probability), for sorting by column. */
+struct centry {
+	uint32_t col;
+	double val;
 };
 
 static int
-cmp_nbr(const void *x, const void *y)
+cmp_col(const void *x, const void *y)
 {
-	const struct nbr_rtt *a = x, *b = y;
+	const struct centry *a = x, *b = y;
 
-	return a->j < b->j ? -1 : a->j > b->j;
+	return a->col < b->col ? -1 : a->col > b->col;
 }
 
 /* Adds the directed edge i -> j to the graph being filled (pos: next slot
@@ -230,7 +233,7 @@ static int
 sort_rows(struct mcl_graph *g)
 {
 	size_t out = 0, maxdeg = 0;
-	struct nbr_rtt *t;
+	struct centry *t;
 
 	for (size_t i = 0; i < g->n; i++)
 		if (g->off[i + 1] - g->off[i] > maxdeg)
@@ -242,19 +245,19 @@ sort_rows(struct mcl_graph *g)
 		int sorted = 1;
 
 		for (size_t y = 0; y < d; y++) {
-			t[y].j = g->nbr[a + y];
-			t[y].rtt = g->rtt[a + y];
-			if (y > 0 && t[y].j <= t[y - 1].j)
+			t[y].col = g->nbr[a + y];
+			t[y].val = g->rtt[a + y];
+			if (y > 0 && t[y].col <= t[y - 1].col)
 				sorted = 0;
 		}
 		if (!sorted)
-			qsort(t, d, sizeof(*t), cmp_nbr);
+			qsort(t, d, sizeof(*t), cmp_col);
 		g->off[i] = out;
 		for (size_t y = 0; y < d; y++) {
-			if (k > 0 && t[y].j == g->nbr[out - 1])
+			if (k > 0 && t[y].col == g->nbr[out - 1])
 				continue;
-			g->nbr[out] = t[y].j;
-			g->rtt[out] = t[y].rtt;
+			g->nbr[out] = t[y].col;
+			g->rtt[out] = t[y].val;
 			out++;
 			k++;
 		}
@@ -342,17 +345,9 @@ mcl_graph_free(struct mcl_graph *g)
 static long
 edge_at(const struct mcl_graph *g, size_t i, size_t j)
 {
-	size_t lo = g->off[i], hi = g->off[i + 1];
+	size_t k = lower_u32(g->nbr, g->off[i], g->off[i + 1], j);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (g->nbr[mid] < j)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < g->off[i + 1] && g->nbr[lo] == j ? (long)lo : -1;
+	return k < g->off[i + 1] && g->nbr[k] == j ? (long)k : -1;
 }
 
 double
@@ -414,17 +409,9 @@ smat_free(struct smat *m)
 static double
 smat_at(const struct smat *m, size_t i, size_t j)
 {
-	size_t lo = m->off[i], hi = m->off[i + 1];
+	size_t k = lower_u32(m->col, m->off[i], m->off[i + 1], j);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (m->col[mid] < j)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < m->off[i + 1] && m->col[lo] == j ? m->val[lo] : 0.0;
+	return k < m->off[i + 1] && m->col[k] == j ? m->val[k] : 0.0;
 }
 
 /* Builds the starting matrix: row-normalised weights with self-loops. */
@@ -513,19 +500,6 @@ inflate_row(uint32_t *col, double *q, size_t m, double inflation, double prune)
 	return k;
 }
 
-struct centry {
-	uint32_t col;
-	double val;
-};
-
-static int
-cmp_col(const void *x, const void *y)
-{
-	const struct centry *a = x, *b = y;
-
-	return a->col < b->col ? -1 : a->col > b->col;
-}
-
 /* Whether a ranks below b: smaller, or as large and a higher column. */
 static int
 below(const struct centry *a, const struct centry *b)
@@ -571,14 +545,6 @@ cap_row(uint32_t *col, double *q, size_t m, size_t cap, struct centry *t)
 		q[c] = t[c].val / sum;
 	}
 	return k;
-}
-
-static int
-cmp_u32(const void *x, const void *y)
-{
-	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-
-	return a < b ? -1 : a > b;
 }
 
 /* Scratch of one expansion: a dense accumulator row and the columns it
@@ -997,12 +963,8 @@ mcl_groups(const double *rtt_ms, size_t n, const struct mcl_params *p, uint32_t 
 	}
 	if (check_params(p, err, errlen) < 0)
 		return -1;
-	if (n == 0) {
-		errbuf_set(err, errlen, "no nodes to cluster");
-		return -1;
-	}
 	/* Every edge is kept, and the split reads edges; wide bits would
-	 * only repeat them. */
+	 * only repeat them. No nodes: mcl_gbuild_new says so. */
 	if ((b = mcl_gbuild_new(n, &gp, err, errlen)) == NULL)
 		return -1;
 	for (size_t i = 0; i < n; i++)

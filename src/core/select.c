@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slot/cmp.h"
 #include "slot/select.h"
 
 void
@@ -37,14 +38,6 @@ const char *
 sel_strategy_name(enum sel_strategy s)
 {
 	return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
-}
-
-static int
-cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 /* Moves k elements chosen uniformly to the front of v (partial

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdbool.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "slot/addr.h"
+#include "slot/errbuf.h"
 #include "slot/sock.h"
 
 static void
@@ -419,6 +421,26 @@ sock_listen_unix(const char *path, mode_t mode, int backlog)
 fail:
 	sock_close_keep_errno(fd);
 	return -1;
+}
+
+int
+sock_listen_unix_mkdir(const char *what, const char *path, mode_t mode, char *err,
+    size_t errlen)
+{
+	char dir[PATH_MAX], *slash;
+	int fd;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	if ((slash = strrchr(dir, '/')) != NULL && slash != dir) {
+		*slash = '\0';
+		if (mkdir(dir, 0755) == -1 && errno != EEXIST) {
+			errbuf_set(err, errlen, "%s directory %s: %s", what, dir, strerror(errno));
+			return -1;
+		}
+	}
+	if ((fd = sock_listen_unix(path, mode, 16)) == -1)
+		errbuf_set(err, errlen, "%s %s: %s", what, path, strerror(errno));
+	return fd;
 }
 
 static int

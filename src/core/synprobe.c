@@ -67,6 +67,12 @@ synp_checksum6(const uint8_t src[16], const uint8_t dst[16], const uint8_t *seg,
 	return fold(sum16(sum16(0, ph, sizeof(ph)), seg, len));
 }
 
+uint16_t
+synp_ip_checksum(const uint8_t *p, size_t len)
+{
+	return fold(sum16(0, p, len));
+}
+
 /* The SYN segment with a zero checksum; the caller fills it in. */
 static void
 syn_segment(uint8_t *buf, uint16_t sport, uint16_t dport, uint32_t isn)

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 
 #include "slot/be.h"
+#include "slot/synprobe.h"
 #include "slot/syntok.h"
 
 #define TCP_HDR_MIN 20
@@ -55,48 +56,6 @@ locate(const uint8_t *pkt, size_t len, int exact, size_t *ihl, size_t *total)
 	return SYNTOK_OK;
 }
 
-static uint32_t
-sum16(uint32_t acc, const uint8_t *p, size_t n)
-{
-	for (; n > 1; p += 2, n -= 2)
-		acc += (uint32_t)p[0] << 8 | p[1];
-	if (n)
-		acc += (uint32_t)p[0] << 8;
-	return acc;
-}
-
-static uint16_t
-fold(uint32_t acc)
-{
-	while (acc >> 16)
-		acc = (acc & 0xffff) + (acc >> 16);
-	return (uint16_t)~acc;
-}
-
-uint16_t
-syntok_tcp_csum(const uint8_t *pkt, size_t len)
-{
-	size_t ihl, tlen;
-	uint32_t acc = 0;
-	uint8_t ph[4];
-
-	if ((pkt[0] >> 4) == 4) {
-		ihl = (size_t)(pkt[0] & 0x0f) * 4;
-		acc = sum16(acc, pkt + 12, 8);		/* source, destination */
-	} else {
-		ihl = 40;
-		acc = sum16(acc, pkt + 8, 32);
-	}
-	tlen = len - ihl;
-	put16(ph, 0);
-	put16(ph + 2, IPPROTO_TCP);
-	acc = sum16(acc, ph, 4);
-	acc += (uint32_t)(tlen >> 16) + (uint32_t)(tlen & 0xffff);
-	acc = sum16(acc, pkt + ihl, 16);		/* up to the checksum */
-	acc = sum16(acc, pkt + ihl + 18, tlen - 18);	/* after it */
-	return fold(acc);
-}
-
 enum syntok_result
 syntok_insert(uint8_t *pkt, size_t len, size_t cap, const uint8_t token[PROTO_TOKEN_LEN],
     size_t *newlen)
@@ -121,14 +80,16 @@ syntok_insert(uint8_t *pkt, size_t len, size_t cap, const uint8_t token[PROTO_TO
 	memcpy(tcp + TCP_HDR_MIN + 4, token, PROTO_TOKEN_LEN);
 	tcp[12] = (uint8_t)(((doff + SYNTOK_OPT_LEN) / 4) << 4 | (tcp[12] & 0x0f));
 	len += SYNTOK_OPT_LEN;
+	put16(tcp + 16, 0);
 	if ((pkt[0] >> 4) == 4) {
 		put16(pkt + 2, (uint16_t)len);
 		put16(pkt + 10, 0);
-		put16(pkt + 10, fold(sum16(0, pkt, ihl)));
+		put16(pkt + 10, synp_ip_checksum(pkt, ihl));
+		put16(tcp + 16, synp_checksum(pkt + 12, pkt + 16, tcp, len - ihl));
 	} else {
 		put16(pkt + 4, (uint16_t)(len - 40));
+		put16(tcp + 16, synp_checksum6(pkt + 8, pkt + 24, tcp, len - ihl));
 	}
-	put16(tcp + 16, syntok_tcp_csum(pkt, len));
 	*newlen = len;
 	return SYNTOK_OK;
 }

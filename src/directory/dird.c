@@ -494,28 +494,6 @@ ctl_cb(void *user, const char *cmd, struct ctl_out *out)
 	dstats_answer(&dm->ident, &dm->d, &hc, cmd, out);
 }
 
-static int
-open_control(const char *path, char *err, size_t errlen)
-{
-	char dir[DCONF_PATH_MAX];
-	int fd;
-
-	/* systemd makes the directory with RuntimeDirectory=; by hand we do. */
-	snprintf(dir, sizeof(dir), "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (slash && slash != dir) {
-		*slash = '\0';
-		if (mkdir(dir, 0755) == -1 && errno != EEXIST) {
-			snprintf(err, errlen, "control socket directory %s: %s", dir,
-			    strerror(errno));
-			return -1;
-		}
-	}
-	if ((fd = sock_listen_unix(path, 0660, 16)) == -1)
-		snprintf(err, errlen, "control socket %s: %s", path, strerror(errno));
-	return fd;
-}
-
 int
 main(int argc, char **argv)
 {
@@ -573,7 +551,8 @@ main(int argc, char **argv)
 
 	if ((dm->http_fd = sock_listen_tcp(&d->conf.listen, 128)) == -1)
 		fatalx("listen %s: %s", ep_fmt(&d->conf.listen, b), strerror(errno));
-	if ((ctl_fd = open_control(d->conf.control_socket, err, sizeof(err))) == -1)
+	if ((ctl_fd = sock_listen_unix_mkdir("control socket", d->conf.control_socket, 0660, err,
+	    sizeof(err))) == -1)
 		fatalx("%s", err);
 	if (d->conf.metrics_listen.addr.family &&
 	    (metrics_fd = sock_listen_tcp(&d->conf.metrics_listen, 16)) == -1) {

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slot/cmp.h"
 #include "slot/cover.h"
 #include "dland.h"
 
@@ -56,14 +57,6 @@ rtt_of(void *arg, size_t i, size_t j)
 	return (uint32_t)(((uint64_t)a + b) / 2);
 }
 
-
-static int
-cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
 
 int
 dland_compute(const struct dstate *s, size_t max, const struct dland *prev,

@@ -70,48 +70,6 @@ dsnap_format(const struct dstate *s, uint64_t now_mono, uint64_t now_wall, bool 
 	return 0;
 }
 
-/* Decimal digits only, no sign, no overflow. */
-static int
-parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-	uint64_t v = 0;
-
-	if (*s == '\0')
-		return -1;
-	for (; *s; s++) {
-		if (*s < '0' || *s > '9')
-			return -1;
-		unsigned d = (unsigned)(*s - '0');
-		if (d > max || v > (max - d) / 10)
-			return -1;
-		v = v * 10 + d;
-	}
-	*out = v;
-	return 0;
-}
-
-static int
-parse_hex64(const char *s, uint64_t *out)
-{
-	uint64_t v = 0;
-	size_t i;
-
-	for (i = 0; s[i]; i++) {
-		int c = s[i], d;
-		if (c >= '0' && c <= '9')
-			d = c - '0';
-		else if (c >= 'a' && c <= 'f')
-			d = c - 'a' + 10;
-		else
-			return -1;
-		v = v << 4 | (uint64_t)d;
-	}
-	if (i != 16)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 /* Splits line (modified) at single spaces into at most max fields. Returns
  * the count, or -1 on empty fields or too many. */
 static int
@@ -183,9 +141,9 @@ relay_line(struct loader *l, char **f, int nf, char *err, size_t errlen)
 		errbuf_set(err, errlen, "bad certificate in relay line");
 		return -1;
 	}
-	if ((nf != 5 && nf != 6) || ep_parse(f[1], 0, &ep) == -1 || parse_u64(f[2], 65535, &port) == -1 ||
-	    port == 0 || parse_u64(f[3], UINT32_MAX, &group) == -1 ||
-	    parse_u64(f[4], UINT64_MAX, &seen) == -1) {
+	if ((nf != 5 && nf != 6) || ep_parse(f[1], 0, &ep) == -1 || dirp_dec64(f[2], 65535, &port) == -1 ||
+	    port == 0 || dirp_dec64(f[3], UINT32_MAX, &group) == -1 ||
+	    dirp_dec64(f[4], UINT64_MAX, &seen) == -1) {
 		errbuf_set(err, errlen, "bad relay line");
 		return -1;
 	}
@@ -228,7 +186,7 @@ rtt_line(struct loader *l, char **f, int nf, char *err, size_t errlen)
 	uint64_t rtt;
 
 	if (nf != 4 || ep_parse(f[1], 0, &from) == -1 || ep_parse(f[2], 0, &to) == -1 ||
-	    parse_u64(f[3], INT32_MAX, &rtt) == -1) {
+	    dirp_dec64(f[3], INT32_MAX, &rtt) == -1) {
 		errbuf_set(err, errlen, "bad rtt line");
 		return -1;
 	}
@@ -317,10 +275,10 @@ dsnap_parse(const char *text, size_t len, const struct dstate_params *p, uint64_
 				snprintf(sub, sizeof(sub), "expected \"%s\"", head[lineno - 2]);
 				goto bad;
 			}
-			int rc = lineno == 2 ? parse_hex64(f[1], &boot) :
-			    lineno == 3 ? parse_u64(f[1], UINT64_MAX, &counter) :
-			    lineno == 4 ? parse_u64(f[1], 1, &clean) :
-			    parse_u64(f[1], UINT64_MAX, &saved);
+			int rc = lineno == 2 ? dirp_hex64(f[1], &boot) :
+			    lineno == 3 ? dirp_dec64(f[1], UINT64_MAX, &counter) :
+			    lineno == 4 ? dirp_dec64(f[1], 1, &clean) :
+			    dirp_dec64(f[1], UINT64_MAX, &saved);
 			if (rc == -1) {
 				snprintf(sub, sizeof(sub), "bad %s value", f[0]);
 				goto bad;
@@ -348,8 +306,8 @@ dsnap_parse(const char *text, size_t len, const struct dstate_params *p, uint64_
 			if (rtt_line(&l, f, nf, sub, sizeof(sub)) == -1)
 				goto bad;
 		} else if (strcmp(f[0], "end") == 0) {
-			if (nf != 3 || parse_u64(f[1], UINT64_MAX, &nrel) == -1 ||
-			    parse_u64(f[2], UINT64_MAX, &nrtt) == -1) {
+			if (nf != 3 || dirp_dec64(f[1], UINT64_MAX, &nrel) == -1 ||
+			    dirp_dec64(f[2], UINT64_MAX, &nrtt) == -1) {
 				snprintf(sub, sizeof(sub), "bad end line");
 				goto bad;
 			}

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slot/cmp.h"
 #include "slot/errbuf.h"
 #include "slot/grpstab.h"
 #include "slot/htab.h"
@@ -480,14 +481,6 @@ dstate_listing(const struct dstate *s, uint64_t now, struct dstate_entry **out, 
 	*out = e;
 	*n = s->n;
 	return 0;
-}
-
-static int
-cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 size_t

@@ -515,12 +515,10 @@ unreachable(const char *path)
 
 /* ---- the calls ---- */
 
-/* Checks that fd is an unconnected TCP socket of family. */
+/* Checks that fd is a stream socket. */
 static int
-check_fd(int fd, int family)
+check_stream(int fd)
 {
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
 	int v;
 	socklen_t vl = sizeof(v);
 
@@ -533,7 +531,20 @@ check_fd(int fd, int family)
 	}
 	if (v != SOCK_STREAM)
 		return fail(EPROTOTYPE, "socket %d is not SOCK_STREAM", fd);
-	vl = sizeof(v);
+	return 0;
+}
+
+/* Checks that fd is an unconnected TCP socket of family. */
+static int
+check_fd(int fd, int family)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int v;
+	socklen_t vl = sizeof(v);
+
+	if (check_stream(fd) == -1)
+		return -1;
 	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &vl) == -1)
 		return fail_sys(fd, "SO_DOMAIN");
 	if (v != AF_INET && v != AF_INET6)
@@ -757,8 +768,6 @@ slot_decision(int fd, struct slot_decision *out, const struct slot_opts *o)
 	socklen_t ll = sizeof(local), pl = sizeof(peer);
 	char client[EP_LEN], server[EP_LEN], req[LIB_LINE_MAX], ans[LIB_LINE_MAX], buf[128];
 	const char *path;
-	int v;
-	socklen_t vl = sizeof(v);
 
 	lasterr[0] = '\0';
 	if (o == NULL)
@@ -766,15 +775,8 @@ slot_decision(int fd, struct slot_decision *out, const struct slot_opts *o)
 	if (out == NULL)
 		return fail(EINVAL, "no struct slot_decision (NULL)");
 	memset(out, 0, sizeof(*out));
-	if (fd < 0)
-		return fail(EBADF, "%d is no descriptor", fd);
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &vl) == -1) {
-		if (errno == ENOTSOCK)
-			return fail(ENOTSOCK, "descriptor %d is not a socket", fd);
-		return fail_sys(fd, "SO_TYPE");
-	}
-	if (v != SOCK_STREAM)
-		return fail(EPROTOTYPE, "socket %d is not SOCK_STREAM", fd);
+	if (check_stream(fd) == -1)
+		return -1;
 	if (getsockname(fd, (struct sockaddr *)&local, &ll) == -1)
 		return fail_sys(fd, "getsockname");
 	if (local.ss_family != AF_INET && local.ss_family != AF_INET6)

@@ -161,19 +161,3 @@ admit_remembered(const struct admit *a, enum admit_kind k)
 {
 	return replay_count(a->replay[k]);
 }
-
-const char *
-admit_verdict_str(enum admit_verdict v)
-{
-	switch (v) {
-	case ADMIT_OK:
-		return "ok";
-	case ADMIT_RATE:
-		return "over its rate";
-	case ADMIT_STALE:
-		return "stale";
-	case ADMIT_REPLAY:
-		return "replayed";
-	}
-	return "unknown";
-}

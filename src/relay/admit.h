@@ -70,6 +70,4 @@ enum admit_verdict admit_message(struct admit *a, enum admit_kind k, const struc
 /* Nonces remembered for kind k. */
 size_t admit_remembered(const struct admit *a, enum admit_kind k);
 
-const char *admit_verdict_str(enum admit_verdict v);
-
 #endif

@@ -396,32 +396,36 @@ key_of(struct iwkey *k, const struct addr *prefix, unsigned plen)
 	memcpy(k->addr, prefix->bytes, prefix->family == AF_INET ? 4 : 16);
 }
 
+/* A lookup, update (flags 0: BPF_ANY) or delete (value NULL) of the
+ * element key of the map fd. */
+static int
+map_elem(int cmd, int fd, const void *key, void *value)
+{
+	union bpf_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.map_fd = (uint32_t)fd;
+	a.key = (uint64_t)(uintptr_t)key;
+	a.value = (uint64_t)(uintptr_t)value;
+	return sys_bpf(cmd, &a);
+}
+
 int
 iwbpf_set(struct iwbpf *b, const struct addr *prefix, unsigned plen, uint32_t iw)
 {
 	struct iwkey k;
-	union bpf_attr a;
 
 	key_of(&k, prefix, plen);
-	memset(&a, 0, sizeof(a));
-	a.map_fd = (uint32_t)b->map_fd;
-	a.key = (uint64_t)(uintptr_t)&k;
-	a.value = (uint64_t)(uintptr_t)&iw;
-	a.flags = BPF_ANY;
-	return sys_bpf(BPF_MAP_UPDATE_ELEM, &a) == -1 ? -1 : 0;
+	return map_elem(BPF_MAP_UPDATE_ELEM, b->map_fd, &k, &iw) == -1 ? -1 : 0;
 }
 
 int
 iwbpf_del(struct iwbpf *b, const struct addr *prefix, unsigned plen)
 {
 	struct iwkey k;
-	union bpf_attr a;
 
 	key_of(&k, prefix, plen);
-	memset(&a, 0, sizeof(a));
-	a.map_fd = (uint32_t)b->map_fd;
-	a.key = (uint64_t)(uintptr_t)&k;
-	if (sys_bpf(BPF_MAP_DELETE_ELEM, &a) == -1 && errno != ENOENT)
+	if (map_elem(BPF_MAP_DELETE_ELEM, b->map_fd, &k, NULL) == -1 && errno != ENOENT)
 		return -1;
 	return 0;
 }
@@ -446,13 +450,8 @@ iwbpf_applied(const struct iwbpf *b)
 {
 	uint32_t zero = 0;
 	uint64_t v = 0;
-	union bpf_attr a;
 
-	memset(&a, 0, sizeof(a));
-	a.map_fd = (uint32_t)b->ctr_fd;
-	a.key = (uint64_t)(uintptr_t)&zero;
-	a.value = (uint64_t)(uintptr_t)&v;
-	if (sys_bpf(BPF_MAP_LOOKUP_ELEM, &a) == -1)
+	if (map_elem(BPF_MAP_LOOKUP_ELEM, b->ctr_fd, &zero, &v) == -1)
 		return 0;
 	return v;
 }

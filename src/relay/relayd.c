@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "slot/auth.h"
@@ -422,24 +421,8 @@ listen_all(struct relay *r, int *probe_fd, int *stats_fd, int *metrics_fd, char 
 		    strerror(errno));
 		return -1;
 	}
-	/* The directory of the socket is created here if missing (systemd
-	 * makes it with RuntimeDirectory=). */
-	char dir[RCONF_PATH_MAX];
-	snprintf(dir, sizeof(dir), "%s", c->stats_socket);
-	char *slash = strrchr(dir, '/');
-	if (slash && slash != dir) {
-		*slash = '\0';
-		if (mkdir(dir, 0755) == -1 && errno != EEXIST) {
-			snprintf(err, errlen, "stats socket directory %s: %s", dir,
-			    strerror(errno));
-			return -1;
-		}
-	}
-	if ((*stats_fd = sock_listen_unix(c->stats_socket, 0660, 16)) == -1) {
-		snprintf(err, errlen, "stats socket %s: %s", c->stats_socket, strerror(errno));
-		return -1;
-	}
-	return 0;
+	*stats_fd = sock_listen_unix_mkdir("stats socket", c->stats_socket, 0660, err, errlen);
+	return *stats_fd == -1 ? -1 : 0;
 }
 
 static int

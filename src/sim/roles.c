@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "slot/cmp.h"
 #include "slot/errbuf.h"
 #include "slot/rng.h"
 #include "roles.h"
@@ -41,14 +42,6 @@ roles_free(struct roles *r)
 	free(r->relay);
 	free(r->server);
 	memset(r, 0, sizeof(*r));
-}
-
-static int
-cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 /* Parses a decimal index < n at *s, advancing *s. */

@@ -43,139 +43,82 @@ vecf_store(float *p, vecf v)
 	memcpy(p, &v, sizeof(v));
 }
 
+/* The one of three spellings of an operation for the target: SSE, NEON or
+ * GCC's vector extensions. The others are dropped before they compile. */
+#if defined(__SSE2__)
+#define VECF_PICK(sse, neon, gcc) (sse)
+#elif defined(__ARM_NEON)
+#define VECF_PICK(sse, neon, gcc) (neon)
+#else
+#define VECF_PICK(sse, neon, gcc) (gcc)
+#endif
+
 static inline vecf
 vecf_set1(float x)
 {
-#if defined(__SSE2__)
-	return _mm_set1_ps(x);
-#elif defined(__ARM_NEON)
-	return vdupq_n_f32(x);
-#else
-	return (vecf){ x, x, x, x };
-#endif
-}
-
-static inline vecf
-vecf_min(vecf a, vecf b)
-{
-#if defined(__SSE2__)
-	return _mm_min_ps(a, b);
-#elif defined(__ARM_NEON)
-	return vminq_f32(a, b);
-#else
-	vecm m = a < b;
-	return (vecf)((m & (vecm)a) | (~m & (vecm)b));
-#endif
-}
-
-static inline vecf
-vecf_max(vecf a, vecf b)
-{
-#if defined(__SSE2__)
-	return _mm_max_ps(a, b);
-#elif defined(__ARM_NEON)
-	return vmaxq_f32(a, b);
-#else
-	vecm m = a > b;
-	return (vecf)((m & (vecm)a) | (~m & (vecm)b));
-#endif
-}
-
-static inline vecf
-vecf_add(vecf a, vecf b)
-{
-#if defined(__SSE2__)
-	return _mm_add_ps(a, b);
-#elif defined(__ARM_NEON)
-	return vaddq_f32(a, b);
-#else
-	return a + b;
-#endif
-}
-
-static inline vecm
-vecf_lt(vecf a, vecf b)
-{
-#if defined(__SSE2__)
-	return _mm_cmplt_ps(a, b);
-#elif defined(__ARM_NEON)
-	return vcltq_f32(a, b);
-#else
-	return a < b;
-#endif
-}
-
-static inline vecm
-vecf_le(vecf a, vecf b)
-{
-#if defined(__SSE2__)
-	return _mm_cmple_ps(a, b);
-#elif defined(__ARM_NEON)
-	return vcleq_f32(a, b);
-#else
-	return a <= b;
-#endif
-}
-
-static inline vecm
-vecf_eq(vecf a, vecf b)
-{
-#if defined(__SSE2__)
-	return _mm_cmpeq_ps(a, b);
-#elif defined(__ARM_NEON)
-	return vceqq_f32(a, b);
-#else
-	return a == b;
-#endif
-}
-
-static inline vecm
-vecm_or(vecm a, vecm b)
-{
-#if defined(__SSE2__)
-	return _mm_or_ps(a, b);
-#elif defined(__ARM_NEON)
-	return vorrq_u32(a, b);
-#else
-	return a | b;
-#endif
-}
-
-static inline vecm
-vecm_and(vecm a, vecm b)
-{
-#if defined(__SSE2__)
-	return _mm_and_ps(a, b);
-#elif defined(__ARM_NEON)
-	return vandq_u32(a, b);
-#else
-	return a & b;
-#endif
-}
-
-static inline vecm
-vecm_andnot(vecm a, vecm b)	/* b and not a */
-{
-#if defined(__SSE2__)
-	return _mm_andnot_ps(a, b);
-#elif defined(__ARM_NEON)
-	return vbicq_u32(b, a);
-#else
-	return ~a & b;
-#endif
+	return VECF_PICK(_mm_set1_ps(x), vdupq_n_f32(x), ((vecf){ x, x, x, x }));
 }
 
 /* Lane i of the result is a's where m is set, else b's. */
 static inline vecf
 vecf_blend(vecm m, vecf a, vecf b)
 {
-#if defined(__SSE2__)
-	return _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b));
-#elif defined(__ARM_NEON)
-	return vbslq_f32(m, a, b);
-#else
-	return (vecf)((m & (vecm)a) | (~m & (vecm)b));
-#endif
+	return VECF_PICK(_mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b)), vbslq_f32(m, a, b),
+	    (vecf)((m & (vecm)a) | (~m & (vecm)b)));
+}
+
+static inline vecf
+vecf_min(vecf a, vecf b)
+{
+	return VECF_PICK(_mm_min_ps(a, b), vminq_f32(a, b), vecf_blend(a < b, a, b));
+}
+
+static inline vecf
+vecf_max(vecf a, vecf b)
+{
+	return VECF_PICK(_mm_max_ps(a, b), vmaxq_f32(a, b), vecf_blend(a > b, a, b));
+}
+
+static inline vecf
+vecf_add(vecf a, vecf b)
+{
+	return VECF_PICK(_mm_add_ps(a, b), vaddq_f32(a, b), a + b);
+}
+
+static inline vecm
+vecf_lt(vecf a, vecf b)
+{
+	return VECF_PICK(_mm_cmplt_ps(a, b), vcltq_f32(a, b), a < b);
+}
+
+static inline vecm
+vecf_le(vecf a, vecf b)
+{
+	return VECF_PICK(_mm_cmple_ps(a, b), vcleq_f32(a, b), a <= b);
+}
+
+static inline vecm
+vecf_eq(vecf a, vecf b)
+{
+	return VECF_PICK(_mm_cmpeq_ps(a, b), vceqq_f32(a, b), a == b);
+}
+
+static inline vecm
+vecm_or(vecm a, vecm b)
+{
+	return VECF_PICK(_mm_or_ps(a, b), vorrq_u32(a, b), a | b);
+}
+
+static inline vecm
+vecm_and(vecm a, vecm b)
+{
+	return VECF_PICK(_mm_and_ps(a, b), vandq_u32(a, b), a & b);
+}
+
+static inline vecm
+vecm_andnot(vecm a, vecm b)	/* b and not a */
+{
+	return VECF_PICK(_mm_andnot_ps(a, b), vbicq_u32(b, a), ~a & b);
 }
 
 /* Bit i set when lane i of m is. */

@@ -699,6 +699,49 @@ test_unix_bad_path(void **state)
 	assert_int_equal(errno, ENOENT);
 }
 
+/* The daemons' control sockets: a missing directory is made (0755), and a
+ * failure names what was being made. */
+static void
+test_unix_mkdir(void **state)
+{
+	struct tmpdir *t = *state;
+	char sub[128], path[160], err[256];
+	struct stat st;
+	int l, fd;
+
+	snprintf(sub, sizeof(sub), "%s/run", t->dir);
+	snprintf(path, sizeof(path), "%s/x.sock", sub);
+	assert_true((l = sock_listen_unix_mkdir("control socket", path, 0660, err,
+	    sizeof(err))) >= 0);
+	assert_int_equal(stat(sub, &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(st.st_mode & 0700, 0700);
+	assert_int_equal(stat(path, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 07777, 0660);
+	assert_true((fd = unix_connect(path)) >= 0);
+	close(fd);
+	close(l);
+	/* The directory exists now: made again, it is no error. */
+	assert_true((l = sock_listen_unix_mkdir("control socket", path, 0600, err,
+	    sizeof(err))) >= 0);
+	close(l);
+	unlink(path);
+	rmdir(sub);
+
+	/* A file where the directory should be. */
+	assert_true((fd = open(sub, O_WRONLY | O_CREAT | O_EXCL, 0600)) >= 0);
+	close(fd);
+	assert_int_equal(sock_listen_unix_mkdir("stats socket", path, 0660, err, sizeof(err)),
+	    -1);
+	assert_non_null(strstr(err, "stats socket "));
+	assert_non_null(strstr(err, path));
+	unlink(sub);
+	snprintf(path, sizeof(path), "%s/no/such/x.sock", t->dir);
+	assert_int_equal(sock_listen_unix_mkdir("lib socket", path, 0660, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "lib socket directory "));
+}
+
 int
 main(void)
 {
@@ -724,6 +767,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_unix_refuses, tmp_setup,
 		    tmp_teardown),
 		cmocka_unit_test(test_unix_bad_path),
+		cmocka_unit_test_setup_teardown(test_unix_mkdir, tmp_setup,
+		    tmp_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
