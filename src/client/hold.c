@@ -1435,7 +1435,6 @@ reused_entry_nat(struct slotd *d, const struct syn_info *si, enum nlq_ct ct, uin
 {
 	uint32_t st;
 
-	d->ctr.reused_ct_syns++;
 	if (ct == NLQ_CT_ENTRY)
 		return (ct_status & IPS_DST_NAT) != 0;
 	if (d->ct == NULL || ctdel_status(d->ct, &si->src, &si->dst, &st) == -1)
@@ -1487,6 +1486,8 @@ hold_packet(void *user, uint32_t id, uint32_t mark, const uint8_t *pkt, size_t c
 		conn_free(c);
 	}
 	bool reused = (mark & d->conf.bypass_mark) != 0;
+	if (reused)
+		d->ctr.reused_ct_syns++;
 	if (reused && reused_entry_nat(d, &si, ct, ct_status)) {
 		stale_nat_syn(d, id, &si);
 		return;

@@ -421,8 +421,10 @@ dir_filled(struct pipe *p, struct dir *d)
 		    strerror(errno));
 		return false;
 	}
-	r->ctr.send_buffers_raised += (unsigned)rc;
-	return rc == 1;
+	if (rc == 0)
+		return false;	/* the kernel had grown it past send_buffer */
+	r->ctr.send_buffers_raised++;
+	return true;
 }
 
 /* Writes what is in flight. Returns -1 if the pipe was closed. */
