@@ -21,6 +21,19 @@ int sock_bind_udp(const struct endpoint *ep);
  * CAP_NET_ADMIN). Returns fd (connection in progress or done) or -1. */
 int sock_connect_nb(const struct endpoint *dst, uint32_t mark);
 
+/* sock_connect_nb for a measurement that the server's application must never
+ * accept: the handshake's last ACK is deferred (TCP_DEFER_ACCEPT on the
+ * connecting socket, which delays it up to the kernel's delayed-ACK maximum,
+ * 200 ms, or until data goes out). Closed by sock_close_rst before then, the
+ * server sees SYN, SYN-ACK, RST, as for a bare SYN. SOCK_ACK_DEFER_MS is the
+ * deferral's bound. */
+int sock_connect_unacked(const struct endpoint *dst, uint32_t mark);
+#define SOCK_ACK_DEFER_MS 200
+
+/* Sends a deferred handshake ACK now (TCP_QUICKACK): the server's
+ * application may accept from here on. Returns 0 or -1. */
+int sock_ack_now(int fd);
+
 /* Result of a finished non-blocking connect: 0, or the errno it failed with. */
 int sock_connect_result(int fd);
 

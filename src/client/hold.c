@@ -137,7 +137,7 @@ conn_stop_probing(struct hconn *c)
 
 	if (c->dfd >= 0) {
 		ev_io_stop(d->loop, &c->dio);
-		close(c->dfd);
+		sock_close_rst(c->dfd);	/* a FIN would complete its handshake */
 		c->dfd = -1;
 	}
 	synp_cancel(d->synp, c->dsp);
@@ -874,9 +874,9 @@ direct_syn_cb(void *arg, enum synp_status st, uint32_t rtt_us, bool exact)
 	evaluate(c);
 }
 
-/* Starts the direct probe. A bare SYN when it can (the server's
- * application never sees it), else a connect reset at once. Returns 0, or
- * -1 with errno set for a local shortage. */
+/* Starts the direct probe. A bare SYN when it can, else a connect reset
+ * before its handshake's last ACK: the server's application sees neither.
+ * Returns 0, or -1 with errno set for a local shortage. */
 static int
 direct_start(struct slotd *d, struct hconn *c)
 {
@@ -891,7 +891,9 @@ direct_start(struct slotd *d, struct hconn *c)
 		return 0;
 	}
 	d->ctr.direct_probes_connect++;
-	if ((c->dfd = sock_connect_nb(&c->server, d->conf.bypass_mark)) == -1) {
+	/* Its handshake stays unacknowledged: reset, the server's application
+	 * never sees it. */
+	if ((c->dfd = sock_connect_unacked(&c->server, d->conf.bypass_mark)) == -1) {
 		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
 			return -1;
 		c->direct = errno == ECONNREFUSED ? SEL_DIRECT_REFUSED : SEL_DIRECT_FAILED;

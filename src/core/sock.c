@@ -102,8 +102,8 @@ sock_bind_udp(const struct endpoint *ep)
 	return sock_bound(ep, SOCK_DGRAM, false);
 }
 
-int
-sock_connect_nb(const struct endpoint *dst, uint32_t mark)
+static int
+connect_nb(const struct endpoint *dst, uint32_t mark, bool unacked)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
@@ -114,6 +114,11 @@ sock_connect_nb(const struct endpoint *dst, uint32_t mark)
 	if (mark != 0 && setsockopt(fd, SOL_SOCKET, SO_MARK, &mark,
 	    sizeof(mark)) == -1)
 		goto fail;
+	/* On a connecting socket the option makes the kernel keep the ACK of
+	 * the SYN-ACK back for data (tcp_rcv_synsent_state_process); its value
+	 * matters only to listeners. */
+	if (unacked && sock_setint(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, 1) == -1)
+		goto fail;
 	if (connect(fd, (struct sockaddr *)&ss, len) == -1 &&
 	    errno != EINPROGRESS)
 		goto fail;
@@ -121,6 +126,24 @@ sock_connect_nb(const struct endpoint *dst, uint32_t mark)
 fail:
 	sock_close_keep_errno(fd);
 	return -1;
+}
+
+int
+sock_connect_nb(const struct endpoint *dst, uint32_t mark)
+{
+	return connect_nb(dst, mark, false);
+}
+
+int
+sock_connect_unacked(const struct endpoint *dst, uint32_t mark)
+{
+	return connect_nb(dst, mark, true);
+}
+
+int
+sock_ack_now(int fd)
+{
+	return sock_setint(fd, IPPROTO_TCP, TCP_QUICKACK, 1);
 }
 
 int

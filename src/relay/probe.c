@@ -2,6 +2,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -20,6 +21,10 @@
 #define PROBE_MAX_WAITERS 64	/* requesters sharing one measurement */
 #define PROBE_BATCH 64		/* datagrams read per wake-up */
 #define PROBE_FAIL_TTL_MS 30000	/* failures are re-measured sooner */
+/* A handover connect unanswered this long gives way to a bare SYN before
+ * the kernel sends its SYN again (1 s): a SYN-ACK to that second SYN could
+ * meet the connection already up and draw an ACK that completes it. */
+#define PROBE_CONNECT_ALONE_MS 900
 /* Addresses with a bucket still refilling (about 2 s after use at the
  * default rates); beyond, new requesters or targets are refused. */
 #define PROBE_RL_SLOTS 16384
@@ -42,8 +47,19 @@ struct job {
 	uint64_t t_start;
 	ev_io io;
 	ev_timer timer;
+	ev_timer alone;		/* the handover connect's time before a bare SYN */
 	size_t nw;
 	struct waiter w[PROBE_MAX_WAITERS];
+};
+
+/* A measurement's connection, its handshake's last ACK still deferred,
+ * kept for a pipe to its target ([probe] handover). */
+struct handover {
+	struct hnode hn;
+	TAILQ_ENTRY(handover) link;
+	struct endpoint target;
+	int fd;
+	uint64_t deadline_us;
 };
 
 struct probe_srv {
@@ -57,6 +73,10 @@ struct probe_srv {
 	struct ratelimit *rl_dst;	/* requesters' rate: admit.h */
 	struct ratelimit *rl_hello;	/* other relays' HELLOs, per source */
 	struct synp_sock *synp;	/* NULL: connect measurements only */
+	struct htab ho;	/* struct handover by target */
+	TAILQ_HEAD(, handover) ho_fifo;	/* oldest first */
+	size_t nho;
+	ev_timer ho_timer;	/* the oldest one's deadline */
 };
 
 static void
@@ -102,6 +122,108 @@ syn_retransmitted(int fd)
 }
 
 static void
+handover_drop(struct probe_srv *ps, struct handover *h)
+{
+	htab_remove(&ps->ho, &h->hn);
+	TAILQ_REMOVE(&ps->ho_fifo, h, link);
+	ps->nho--;
+	free(h);
+}
+
+static void
+handover_arm(struct probe_srv *ps)
+{
+	struct handover *h = TAILQ_FIRST(&ps->ho_fifo);
+	uint64_t now = clock_mono_us();
+
+	ev_timer_stop(ps->r->loop, &ps->ho_timer);
+	if (h == NULL)
+		return;
+	ev_timer_set(&ps->ho_timer, h->deadline_us > now ?
+	    (double)(h->deadline_us - now) / 1e6 : 0., 0.);
+	ev_timer_start(ps->r->loop, &ps->ho_timer);
+}
+
+/* Unused: reset before the kernel's deferred ACK would complete the
+ * handshake (handover's bound is below SOCK_ACK_DEFER_MS), so that the
+ * server's application never sees it. A reload may shorten the hold of
+ * later entries than the oldest; they then wait for it, still within the
+ * longest hold allowed. */
+static void
+handover_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct probe_srv *ps = w->data;
+	uint64_t now = clock_mono_us();
+	struct handover *h;
+	(void)loop;
+	(void)revents;
+
+	while ((h = TAILQ_FIRST(&ps->ho_fifo)) != NULL && h->deadline_us <= now + 1000) {
+		sock_close_rst(h->fd);
+		ps->r->ctr.handovers_unused++;
+		handover_drop(ps, h);
+	}
+	handover_arm(ps);
+}
+
+/* Keeps fd, a measurement's connection to target, for a pipe to target;
+ * at the cap the oldest one goes. Closes fd if it cannot. */
+static void
+handover_add(struct probe_srv *ps, const struct endpoint *target, int fd)
+{
+	struct relay *r = ps->r;
+	struct handover *h, *old;
+
+	if (ps->nho >= r->conf.max_inflight && (old = TAILQ_FIRST(&ps->ho_fifo))) {
+		sock_close_rst(old->fd);
+		r->ctr.handovers_unused++;
+		handover_drop(ps, old);
+	}
+	if ((h = calloc(1, sizeof(*h))) == NULL) {
+		sock_close_rst(fd);
+		return;
+	}
+	h->target = *target;
+	h->fd = fd;
+	h->deadline_us = clock_mono_us() + r->conf.handover_ms * 1000;
+	htab_insert(&ps->ho, &h->hn, ep_hash(target, r->hkey));
+	TAILQ_INSERT_TAIL(&ps->ho_fifo, h, link);
+	ps->nho++;
+	if (h == TAILQ_FIRST(&ps->ho_fifo))
+		handover_arm(ps);
+}
+
+int
+probe_take(struct probe_srv *ps, const struct endpoint *target)
+{
+	uint64_t hv;
+	struct handover *found = NULL;
+	int fd;
+
+	if (ps == NULL || ps->nho == 0)
+		return -1;
+	hv = ep_hash(target, ps->r->hkey);
+	/* The newest: the furthest from its deadline. */
+	for (struct hnode *n = htab_first(&ps->ho, hv); n; n = htab_next(n, hv)) {
+		struct handover *h = container_of(n, struct handover, hn);
+		if (ep_eq(&h->target, target) && (!found || h->deadline_us > found->deadline_us))
+			found = h;
+	}
+	if (found == NULL)
+		return -1;
+	fd = found->fd;
+	handover_drop(ps, found);
+	handover_arm(ps);
+	/* The server's application sees the connection from here on. */
+	if (sock_ack_now(fd) == -1) {
+		sock_close_rst(fd);
+		return -1;
+	}
+	ps->r->ctr.handovers++;
+	return fd;
+}
+
+static void
 job_finish(struct job *j, uint8_t status, uint32_t rtt_us)
 {
 	struct probe_srv *ps = j->ps;
@@ -113,10 +235,18 @@ job_finish(struct job *j, uint8_t status, uint32_t rtt_us)
 
 	ev_io_stop(ps->r->loop, &j->io);
 	ev_timer_stop(ps->r->loop, &j->timer);
+	ev_timer_stop(ps->r->loop, &j->alone);
 	synp_cancel(ps->synp, j->sp);
 	j->sp = NULL;
-	if (j->fd >= 0)
-		sock_close_rst(j->fd);	/* no FIN handshake: the server sees a RST only */
+	/* A connection made: a pipe to the target soon may take it (its
+	 * connect saved); else a RST, no FIN handshake, so that the server sees
+	 * no more than for a bare SYN. Not one whose SYN went twice: the
+	 * server may answer both, and the second SYN-ACK, meeting the
+	 * connection up, would draw the ACK that completes it. */
+	if (j->fd >= 0 && status == PROBE_ST_OK && ps->r->conf.handover_ms > 0 && cache)
+		handover_add(ps, &j->target, j->fd);
+	else if (j->fd >= 0)
+		sock_close_rst(j->fd);
 	htab_remove(&ps->jobs, &j->hn);
 	ps->njobs--;
 	if (cache)
@@ -157,6 +287,26 @@ job_syn_cb(void *arg, enum synp_status st, uint32_t rtt_us, bool exact)
 	j->sp = NULL;		/* already freed */
 	j->inexact = !exact;
 	job_finish(j, st == SYNP_OPEN ? PROBE_ST_OK : PROBE_ST_REFUSED, rtt_us);
+}
+
+/* The handover connect had no answer in time: a bare SYN measures from
+ * here (its own schedule, exact), and the connect goes without a packet
+ * (closing a connecting socket sends nothing; a late SYN-ACK to it meets
+ * no socket and draws a RST). */
+static void
+job_alone_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct job *j = w->data;
+	struct probe_srv *ps = j->ps;
+	(void)revents;
+
+	ev_io_stop(loop, &j->io);
+	close(j->fd);
+	j->fd = -1;
+	ps->r->ctr.measure_syn++;
+	if ((j->sp = synp_start(ps->synp, &j->target, job_syn_cb, j)) == NULL)
+		job_finish(j, errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+		    errno == ENOMEM ? PROBE_ST_BUSY : PROBE_ST_UNREACHABLE, 0);
 }
 
 static void
@@ -242,9 +392,13 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 	j->io.data = j;
 	ev_timer_init(&j->timer, job_timer_cb, (double)r->conf.probe_timeout_ms / 1000.0, 0.);
 	j->timer.data = j;
-	/* A bare SYN whose SYN-ACK the kernel resets: the server's
-	 * application never sees the measurement (docs/relay.md). */
-	if (synp_has_family(ps->synp, t->addr.family)) {
+	ev_timer_init(&j->alone, job_alone_cb, PROBE_CONNECT_ALONE_MS / 1000.0, 0.);
+	j->alone.data = j;
+	/* A bare SYN whose SYN-ACK the kernel resets, or a connect whose
+	 * handshake stays unacknowledged until a pipe takes it or it is reset:
+	 * either way the server's application never sees the measurement
+	 * (docs/relay.md). Handover needs the connect. */
+	if (r->conf.handover_ms == 0 && synp_has_family(ps->synp, t->addr.family)) {
 		r->ctr.measure_syn++;
 		if ((j->sp = synp_start(ps->synp, t, job_syn_cb, j)) == NULL) {
 			int e = errno;
@@ -256,7 +410,7 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 		return;
 	}
 	r->ctr.measure_connect++;
-	if ((j->fd = sock_connect_nb(t, 0)) == -1) {
+	if ((j->fd = sock_connect_unacked(t, 0)) == -1) {
 		int e = errno;
 		job_finish(j, e == EMFILE || e == ENFILE || e == ENOBUFS ? PROBE_ST_BUSY :
 		    PROBE_ST_UNREACHABLE, 0);
@@ -265,6 +419,10 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 	ev_io_set(&j->io, j->fd, EV_WRITE);
 	ev_io_start(r->loop, &j->io);
 	ev_timer_start(r->loop, &j->timer);
+	/* Without a raw socket the kernel's own SYN retransmissions go on:
+	 * such a connection is then reset at once, never held. */
+	if (r->conf.handover_ms > 0 && synp_has_family(ps->synp, t->addr.family))
+		ev_timer_start(r->loop, &j->alone);
 }
 
 /*
@@ -387,7 +545,10 @@ probe_start(struct relay *r, int fd, struct synp_sock *synp)
 	ps->fd_family = getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 ? ss.ss_family :
 	    AF_INET;
 	ps->synp = synp;
-	if (htab_init(&ps->jobs, 64) == -1)
+	TAILQ_INIT(&ps->ho_fifo);
+	ev_timer_init(&ps->ho_timer, handover_cb, 0., 0.);
+	ps->ho_timer.data = ps;
+	if (htab_init(&ps->jobs, 64) == -1 || htab_init(&ps->ho, 64) == -1)
 		goto fail;
 	ps->cache = rttc_new(PROBE_CACHE_SLOTS);
 	ps->rl_dst = rl_new(PROBE_RL_SLOTS, r->conf.destination_rate, r->conf.destination_burst);
@@ -404,6 +565,7 @@ fail:
 		rl_free(ps->rl_dst);
 		rl_free(ps->rl_hello);
 		htab_destroy(&ps->jobs);
+		htab_destroy(&ps->ho);
 		free(ps);
 	}
 	close(fd);
@@ -436,11 +598,24 @@ probe_stop(struct probe_srv *ps)
 		}
 	}
 	htab_destroy(&ps->jobs);
+	ev_timer_stop(ps->r->loop, &ps->ho_timer);
+	while (ps->nho > 0) {
+		struct handover *h = TAILQ_FIRST(&ps->ho_fifo);
+		sock_close_rst(h->fd);
+		handover_drop(ps, h);
+	}
+	htab_destroy(&ps->ho);
 	synp_close(ps->synp);
 	rttc_free(ps->cache);
 	rl_free(ps->rl_dst);
 	rl_free(ps->rl_hello);
 	free(ps);
+}
+
+unsigned long long
+probe_handovers_held(const struct probe_srv *ps)
+{
+	return ps ? ps->nho : 0;
 }
 
 const struct synp_stats *

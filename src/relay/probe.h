@@ -5,10 +5,11 @@
 #include "relay.h"
 
 /* The UDP probe responder: answers an authenticated PROBE_REQUEST with the
- * relay's RTT to the target (from the RTT cache, else measured: a bare SYN
- * timed to the SYN-ACK or RST, which the server's application never sees;
- * a TCP connect closed with RST for IPv6 targets or without a raw socket)
- * and how long it held the request. Requests for the
+ * relay's RTT to the target (from the RTT cache, else measured: by a TCP
+ * connect whose handshake's last ACK is deferred, the connection then held
+ * for a pipe to that target ([probe] handover) or reset; with handover off,
+ * by a bare SYN timed to the SYN-ACK or RST; either way unseen by the
+ * server's application) and how long it held the request. Requests for the
  * same target while a measurement runs wait for that one measurement;
  * requesters and targets are rate limited, so relays cannot be turned into a
  * flood against a server. */
@@ -20,6 +21,14 @@ struct probe_srv *probe_start(struct relay *r, int fd, struct synp_sock *synp);
 void probe_reconfigure(struct probe_srv *ps);
 /* Stops answering: closes the socket and abandons measurements. */
 void probe_stop(struct probe_srv *ps);
+
+/* A measurement's connection to target held for a pipe ([probe] handover),
+ * its handshake's last ACK now sent: the caller owns it, connected. -1:
+ * none (connect as usual). */
+int probe_take(struct probe_srv *ps, const struct endpoint *target);
+
+/* How many probe_take could hand out now. */
+unsigned long long probe_handovers_held(const struct probe_srv *ps);
 
 /* The SYN measurements' counters; NULL without a raw socket. */
 const struct synp_stats *probe_syn_stats(const struct probe_srv *ps);

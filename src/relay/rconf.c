@@ -67,6 +67,7 @@ rconf_defaults(struct rconf *c)
 
 	c->rtt_cache_ttl_ms = 5 * 60 * 1000;
 	c->probe_timeout_ms = 2000;
+	c->handover_ms = 150;
 	c->requester_rate = 50;
 	c->requester_burst = 100;
 	c->destination_rate = 5;
@@ -183,6 +184,9 @@ static const struct conf_key keys[] = {
 	{ F("policy", "public_address", CK_CIDRS, policy.public) },
 	{ F("probe", "rtt_cache_ttl", CK_MS, rtt_cache_ttl_ms), .min = 0, .max = 7 * DAY_MS },
 	{ F("probe", "probe_timeout", CK_MS, probe_timeout_ms), .min = 10, .max = 60000 },
+	/* Below the kernel's bound on the deferred ACK (SOCK_ACK_DEFER_MS),
+	 * with room for a busy event loop. */
+	{ F("probe", "handover", CK_MS_OFF, handover_ms), .min = 1, .max = 180 },
 	{ F("probe", "requester_rate", CK_DOUBLE, requester_rate), .dmin = 0.001, .dmax = 1e6 },
 	{ F("probe", "requester_burst", CK_DOUBLE, requester_burst), .dmin = 0.001, .dmax = 1e6 },
 	{ F("probe", "destination_rate", CK_DOUBLE, destination_rate), .dmin = 0.001, .dmax = 1e6 },

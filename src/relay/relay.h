@@ -38,7 +38,9 @@ struct relay_counters {
 	unsigned long long probes_dropped;	/* malformed, unauthentic, stale, replayed */
 	unsigned long long probes_uncached;	/* measured through a lost SYN: not cached */
 	unsigned long long measure_syn;		/* measurements by a bare SYN */
-	unsigned long long measure_connect;	/* by a TCP connect: IPv6, or no raw socket */
+	unsigned long long measure_connect;	/* by a TCP connect (handover, or no raw socket) */
+	unsigned long long handovers;		/* measurements' connections taken by pipes */
+	unsigned long long handovers_unused;	/* ... reset unused: hold over, or pushed out */
 	unsigned long long control_conns;	/* gauge */
 	unsigned long long control_errors;	/* ERROR messages sent */
 	unsigned long long control_refused;	/* connections over a cap, closed at once */

@@ -53,7 +53,14 @@ counters(void *user, struct ctl_counters *cs)
 	C("measure_syn", c->measure_syn, CTL_COUNTER,
 	    "RTT measurements by a bare SYN, unseen by the server's application.");
 	C("measure_connect", c->measure_connect, CTL_COUNTER,
-	    "RTT measurements by a TCP connect: IPv6 targets, or no raw socket.");
+	    "RTT measurements by a TCP connect, its last ACK deferred: handover on, "
+	    "or no raw socket.");
+	C("handovers", c->handovers, CTL_COUNTER,
+	    "Measurements' connections taken by a pipe to their server: its connect saved.");
+	C("handovers_unused", c->handovers_unused, CTL_COUNTER,
+	    "Measurements' connections reset unused: handover's hold over, or pushed out.");
+	C("handovers_held", probe_handovers_held(r->probe), CTL_GAUGE,
+	    "Measurements' connections held for a pipe now.");
 	C("syn_retransmits", syn ? syn->syns_sent - syn->probes : 0, CTL_COUNTER,
 	    "SYNs of measurements sent again, each from a new port with a new ISN.");
 	C("syn_skipped", syn ? syn->skipped : 0, CTL_COUNTER,
