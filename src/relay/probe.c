@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
@@ -119,6 +120,23 @@ syn_retransmitted(int fd)
 
 	memset(&ti, 0, sizeof(ti));
 	return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_total_retrans > 0;
+}
+
+/* A connect's RTT: the kernel's sample of its SYN to the SYN-ACK, which
+ * the time the event loop took to get here does not inflate; else the
+ * time since the connect. */
+static uint32_t
+connect_rtt(int fd, uint64_t t_start)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+	uint64_t us = clock_mono_us() - t_start;
+
+	memset(&ti, 0, sizeof(ti));
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_rtt > 0 &&
+	    ti.tcpi_total_retrans == 0 && ti.tcpi_rtt <= us)
+		return ti.tcpi_rtt;
+	return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
 static void
@@ -270,7 +288,7 @@ job_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 	if (rtt > UINT32_MAX)
 		rtt = UINT32_MAX;
 	if (err == 0)
-		job_finish(j, PROBE_ST_OK, (uint32_t)rtt);
+		job_finish(j, PROBE_ST_OK, connect_rtt(j->fd, j->t_start));
 	else if (err == ECONNREFUSED)
 		job_finish(j, PROBE_ST_REFUSED, (uint32_t)rtt);
 	else if (err == ETIMEDOUT)
@@ -291,17 +309,24 @@ job_syn_cb(void *arg, enum synp_status st, uint32_t rtt_us, bool exact)
 
 /* The handover connect had no answer in time: a bare SYN measures from
  * here (its own schedule, exact), and the connect goes without a packet
- * (closing a connecting socket sends nothing; a late SYN-ACK to it meets
- * no socket and draws a RST). */
+ * (resetting a connecting socket sends nothing; a late SYN-ACK to it
+ * meets no socket and draws a RST). */
 static void
 job_alone_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct job *j = w->data;
 	struct probe_srv *ps = j->ps;
+	struct pollfd pfd = { .fd = j->fd, .events = POLLOUT };
 	(void)revents;
 
+	/* Answered in the same turn of the loop: the answer's callback may
+	 * come after this one. */
+	if (poll(&pfd, 1, 0) == 1) {
+		job_io_cb(loop, &j->io, EV_WRITE);
+		return;
+	}
 	ev_io_stop(loop, &j->io);
-	close(j->fd);
+	sock_close_rst(j->fd);
 	j->fd = -1;
 	ps->r->ctr.measure_syn++;
 	if ((j->sp = synp_start(ps->synp, &j->target, job_syn_cb, j)) == NULL)

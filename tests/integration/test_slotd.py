@@ -1051,12 +1051,14 @@ def test_refusal_on_a_warm_early_connection_is_a_reset(sb, slotd, tags):
 
 
 def test_relay_caches_an_exact_measurement_despite_a_lost_syn(sb, slotd, tags):
-    # The server drops the first SYN of relay1's measurement. The relay
-    # sends its SYN again after 1 s from a new port with a new ISN, so the
-    # SYN-ACK names the SYN it answers and the RTT is the path's 40 ms, not
-    # a retransmission timeout: it is cached (probes_uncached stays). The
-    # first connection went direct (the answer came after c_wait); the next
-    # one is relayed on the cached 40 ms, with no new measurement.
+    # The server drops the first SYN of relay1's measurement (its handover
+    # connect's). Before the kernel would send that SYN again, the relay
+    # closes the connect and measures with a bare SYN from a new port with a
+    # new ISN, so the SYN-ACK names the SYN it answers and the RTT is the
+    # path's 40 ms, not a retransmission timeout: it is cached
+    # (probes_uncached stays). The first connection went direct (the answer
+    # came after c_wait); the next one is relayed on the cached 40 ms, with
+    # no new measurement.
     r1 = sb.relay("relay1")
     r1.restart()                         # an RTT cache without the server in it
     s = slotd(["relay1"], {"select": {"cache_ttl": "0"}})
@@ -1068,8 +1070,8 @@ def test_relay_caches_an_exact_measurement_despite_a_lost_syn(sb, slotd, tags):
     try:
         a = fetch(sb, tags(), "small")
         assert_direct(sb, a)             # the relay's answer came after c_wait
-        slotbed.wait_for(lambda: r1.counters()["syn_retransmits"] == c0["syn_retransmits"] + 1,
-                         10, "the measurement's second SYN")
+        slotbed.wait_for(lambda: r1.counters()["measure_syn"] == c0["measure_syn"] + 1,
+                         10, "the measurement's bare SYN")
         slotbed.wait_for(lambda: r1.counters()["probes_answered"] > c0["probes_answered"], 10,
                          "the relay's answer")
         c1 = r1.counters()
@@ -1079,6 +1081,8 @@ def test_relay_caches_an_exact_measurement_despite_a_lost_syn(sb, slotd, tags):
         c2 = r1.counters()
         assert c2["probes_uncached"] == c0["probes_uncached"], slotbed.deltas(c0, c2)
         assert c2["measure_syn"] == c1["measure_syn"], slotbed.deltas(c1, c2)
+        assert c2["measure_connect"] == c1["measure_connect"], slotbed.deltas(c1, c2)
+        assert c1["measure_connect"] == c0["measure_connect"] + 1, slotbed.deltas(c0, c1)
     finally:
         sb.bed.run("server", "iptables", "-w", "-D", *rule, check=False)
 
