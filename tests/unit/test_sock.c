@@ -245,6 +245,45 @@ test_connect_refused(void **state)
 	assert_int_equal(sock_connect_result(-1), EBADF);
 }
 
+/* A connect with its last ACK deferred: established at the client, not
+ * accepted at the server until sock_ack_now; reset before, never. */
+static void
+test_connect_unacked(void **state)
+{
+	struct endpoint ep = any_port("127.0.0.1:1");
+	struct pollfd p;
+	int l, c, s;
+
+	(void)state;
+	assert_true((l = sock_listen_tcp(&ep, 4)) >= 0);
+	assert_int_equal(sock_local_ep(l, &ep), 0);
+	p.fd = l;
+	p.events = POLLIN;
+
+	/* Used: the ACK goes when asked, and the server accepts. */
+	assert_true((c = sock_connect_unacked(&ep, 0)) >= 0);
+	assert_nb_cloexec(c);
+	assert_true(wait_fd(c, POLLOUT) & POLLOUT);
+	assert_int_equal(sock_connect_result(c), 0);
+	assert_int_equal(poll(&p, 1, 50), 0);
+	assert_int_equal(sock_ack_now(c), 0);
+	assert_true(wait_fd(l, POLLIN) & POLLIN);
+	assert_true((s = accept4(l, NULL, NULL, SOCK_NONBLOCK)) >= 0);
+	assert_int_equal(write(c, "x", 1), 1);
+	assert_true(wait_fd(s, POLLIN) & POLLIN);
+	close(s);
+	close(c);
+
+	/* Unused: reset before the kernel's bound, nothing to accept, even
+	 * past that bound. */
+	assert_true((c = sock_connect_unacked(&ep, 0)) >= 0);
+	assert_true(wait_fd(c, POLLOUT) & POLLOUT);
+	assert_int_equal(sock_connect_result(c), 0);
+	sock_close_rst(c);
+	assert_int_equal(poll(&p, 1, SOCK_ACK_DEFER_MS + 100), 0);
+	close(l);
+}
+
 static void
 test_close_rst(void **state)
 {
@@ -751,6 +790,7 @@ main(void)
 		cmocka_unit_test(test_dual_stack_any),
 		cmocka_unit_test(test_listen_in_use),
 		cmocka_unit_test(test_connect_refused),
+		cmocka_unit_test(test_connect_unacked),
 		cmocka_unit_test(test_close_rst),
 		cmocka_unit_test(test_options),
 		cmocka_unit_test(test_leg_inherited),
