@@ -1,7 +1,7 @@
 #include <errno.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdlib.h>
-#include <poll.h>
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>

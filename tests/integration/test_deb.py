@@ -653,8 +653,10 @@ def test_purge_leaves_only_the_user_and_the_operators_keys(root):
     for _, (d, _, _) in DAEMONS.items():
         assert root.show(d, "LoadState") == "not-found", d
         assert root.run("pgrep", "-x", d, check=False).returncode == 1, d
-    # slotd removed its rules when it stopped
-    assert "SLOT_" not in root.run("iptables-save").stdout
+    # slotd removed its rules when it stopped (once, under a loaded CI run,
+    # the jump and the chain were left: its journal says why, if it recurs)
+    ipt = root.run("iptables-save").stdout
+    assert "SLOT_" not in ipt, ipt + root.sys.journal("-u", "slotd")[-6000:]
     for p in ("/run/slot", "/sys/fs/cgroup/slot.run", "/var/lib/slot", "/var/lib/slotd"):
         assert root.run("test", "-e", p, check=False).returncode == 1, p
     # the user stays
