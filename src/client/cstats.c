@@ -51,7 +51,7 @@ counters(void *user, struct ctl_counters *cs)
 	C("direct_probes", c->direct_probes, CTL_COUNTER,
 	    "Direct-path probes: bare SYNs, or TCP connects.");
 	C("direct_probes_connect", c->direct_probes_connect, CTL_COUNTER,
-	    "Direct-path probes by TCP connect (the server's application sees them): "
+	    "Direct-path probes by TCP connect, reset before the handshake's last ACK: "
 	    "a host without IPv6 for an IPv6 server, or no raw socket.");
 	C("syn_retransmits", syn ? syn->syns_sent - syn->probes : 0, CTL_COUNTER,
 	    "Probe SYNs sent again, each from a new port with a new ISN.");

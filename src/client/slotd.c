@@ -477,8 +477,9 @@ main(int argc, char **argv)
 		    "SYN: %s", err);
 	/* The raw socket needs CAP_NET_RAW, which slotd does not keep. */
 	if ((d->synp = synp_open(d->loop, d->conf.bypass_mark, err, sizeof(err))) == NULL)
-		log_warnx("direct probes by TCP connect, which servers' applications "
-		    "accept: %s (needs CAP_NET_RAW)", err);
+		log_warnx("direct probes by TCP connect, reset before their last ACK (a "
+		    "lost SYN-ACK may let a server's application see one): %s (needs "
+		    "CAP_NET_RAW)", err);
 	/* Static relays and the directory's last listing (the cache file):
 	 * the directory itself is asked later, off the loop. */
 	if (dirsync_init(d, err, sizeof(err)) == -1) {

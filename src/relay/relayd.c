@@ -508,8 +508,9 @@ main(int argc, char **argv)
 		log_warnx("%s; not telling the service manager", err);
 	/* The raw socket needs CAP_NET_RAW: opened now, kept after the drop. */
 	if ((synp = synp_open(r->loop, 0, err, sizeof(err))) == NULL)
-		log_warnx("RTT measurements by TCP connect, which servers' applications "
-		    "accept: %s (needs CAP_NET_RAW)", err);
+		log_warnx("RTT measurements by TCP connect alone, reset before their last "
+		    "ACK (a lost SYN-ACK may let a server's application see one): %s "
+		    "(needs CAP_NET_RAW)", err);
 	/* Loading BPF needs CAP_BPF and CAP_NET_ADMIN: now or never. */
 	initcwnd_open(r);
 	if (drop_privileges(&r->conf, err, sizeof(err)) == -1)
