@@ -11,14 +11,21 @@ import pytest
 from conftest import make_client
 
 
-def test_an_unused_measurement_is_never_accepted(net, relays, key, servers, port):
-    relay = relays()
+def probe_a_server(net, relay, key, servers, port):
+    """One probe of a listening server through relay, answered ok; no pipe
+    follows. Returns (the server, the relay's counters before)."""
     p = port()
     srv = servers(p, lambda c: None)
     before = relay.counters()
     r = make_client(net, relay, key).run(p, "--probe", "--probe-port", relay.probe_port,
                                          timeout=10)
     assert r.line("probe status")["status"] == "ok", r
+    return srv, before
+
+
+def test_an_unused_measurement_is_never_accepted(net, relays, key, servers, port):
+    relay = relays()
+    srv, before = probe_a_server(net, relay, key, servers, port)
     relay.wait_counter("handovers_held", lambda v: v == 0)
     after = relay.counters()
     d = {k: after[k] - before[k] for k in after if isinstance(after[k], int)}
@@ -32,12 +39,7 @@ def test_an_unused_measurement_is_never_accepted(net, relays, key, servers, port
 
 def test_off_measures_with_a_bare_syn(net, relays, key, servers, port):
     relay = relays({"probe": {"handover": "off"}})
-    p = port()
-    srv = servers(p, lambda c: None)
-    before = relay.counters()
-    r = make_client(net, relay, key).run(p, "--probe", "--probe-port", relay.probe_port,
-                                         timeout=10)
-    assert r.line("probe status")["status"] == "ok", r
+    srv, before = probe_a_server(net, relay, key, servers, port)
     after = relay.counters()
     assert after["measure_syn"] == before["measure_syn"] + 1, (before, after)
     assert after["measure_connect"] == before["measure_connect"], (before, after)
