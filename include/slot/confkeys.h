@@ -62,9 +62,6 @@ int conf_keys_set(const struct conf_key *keys, size_t n, conf_custom_fn custom, 
 int conf_key_parse(const struct conf_key *k, void *obj, const char *value, char *sub,
     size_t sublen);
 
-/* A firewall mark, hex (0x...) or decimal. */
-int conf_mark(const char *s, uint32_t *out, char *sub, size_t sublen);
-
 /* The lowest set bit's position (0 for 0). */
 static inline unsigned
 conf_mask_shift(uint32_t m)

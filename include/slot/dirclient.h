@@ -128,15 +128,6 @@ int dirc_listing_from_text(const char *text, size_t len, const uint8_t cert[IDEN
     const uint8_t sig[IDENT_SIG_LEN], const uint8_t ca_pk[IDENT_PK_LEN], uint64_t now,
     const struct ident_revoked *held, struct dirc_listing *out, char *err, size_t errlen);
 
-/* dirc_fetch's reading of an answer res, the call's result as xmlrpc-c
- * parsed it (exposed for the tests and the fuzz target, tests/fuzz): ca_pk
- * NULL reads a shared-mode answer; else the identity-mode checks with the
- * call's nonce and held, as dirc_fetch describes. Returns 0 with *out, or -1
- * with the reason in err for a malformed or refused answer. */
-int dirc_listing_read(xmlrpc_value *res, const uint8_t *ca_pk, const char *nonce,
-    bool want_land, const struct ident_revoked *held, struct dirc_listing *out, char *err,
-    size_t errlen);
-
 /* The same for a shared-mode answer, into plain outputs: *out (malloc'ed,
  * *n entries), new_version, *changed, and with land (if not NULL) the
  * landmarks. */

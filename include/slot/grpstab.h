@@ -36,8 +36,6 @@ struct grpstab_params {
 				 * two sites a few ms apart are one place) */
 };
 
-void grpstab_params_default(struct grpstab_params *p);
-
 /*
  * g: the graph that was clustered (g->n relays; its edges and wide bits say
  * how far relays are). old[i]: relay i's current group id, GRPSTAB_NONE for

@@ -247,9 +247,6 @@ const struct auth_key *proto_key_pair(void *pair, const struct proto_hdr *h);
 /* Shared mode (arg a const struct auth_key *): the sender must be zero. */
 const struct auth_key *proto_key_shared(void *key, const struct proto_hdr *h);
 
-/* True if pk is all zero (a shared-mode sender). */
-int proto_sender_is_zero(const uint8_t pk[PROTO_PK_LEN]);
-
 /* Expected body length for a type, or -1 if the type is unknown. */
 int proto_body_len(uint8_t type);
 

@@ -131,9 +131,6 @@ struct sel_result {
 	const char *why;	/* for the log line */
 };
 
-/* Path RTT through a relay: the slower of its two loops. */
-uint32_t sel_path_rtt(const struct sel_reply *r);
-
 /* Decides now, or says until when to wait. Call again on every new reply,
  * when the direct probe finishes, and at wake_us. The path in hand: the
  * best single relay, or the best chain (a reply with a lead-in) when it

@@ -18,6 +18,8 @@
 #include "rank.h"
 #include "relays.h"
 
+static void slotd_revoked(struct slotd *d, const struct ident_revoked *rev);
+
 #define CACHE_MAGIC "slot-relays"
 #define CACHE_FORMAT 1
 #define CACHE_MAX_RELAYS 100000	/* as many as a listing may hold */
@@ -255,7 +257,11 @@ dirsync_cache_write(const char *path, const char *version, const struct dirc_rel
 	return 0;
 }
 
-int
+/* Identity mode: the cache keeps what the directory signed, so that it is
+ * checked again at start: "slot-relays 2", "cert <hex>", "sig <hex>",
+ * "text <length>", then the canonical text (dirp_list_text). Written as
+ * dirsync_cache_write does. */
+static int
 dirsync_cache_write_signed(const char *path, const struct dirc_listing *l, char *err,
     size_t errlen)
 {
@@ -299,7 +305,11 @@ dirsync_cache_write_signed(const char *path, const struct dirc_listing *l, char 
 /* The largest signed cache we read: the text of DIRC_MAX_RELAYS relays. */
 #define CACHE_SIGNED_MAX (64ull << 20)
 
-int
+/* Reads and checks a signed cache (dirc_listing_from_text: the directory's certificate
+ * against ca_pk now, the signature, each relay's certificate). Returns 0
+ * with *out, 1 if there is no file, -1 with the reason in err (a file of
+ * format 1, unsigned, is refused). */
+static int
 dirsync_cache_read_signed(const char *path, const uint8_t ca_pk[IDENT_PK_LEN], uint64_t now,
     struct dirc_listing *out, char *err, size_t errlen)
 {
@@ -981,7 +991,7 @@ dirsync_set_ident(struct slotd *d, const struct ident *id)
 
 /* The revocation hook: revoked relays are refused and their control links
  * dropped (rlinks_revoke), and the relay set goes on without them. */
-void
+static void
 slotd_revoked(struct slotd *d, const struct ident_revoked *rev)
 {
 	struct dirsync *s = d->dir;

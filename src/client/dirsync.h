@@ -36,11 +36,6 @@ void dirsync_reload_conf(const struct slotd *d, struct cconf *nc);
 void dirsync_set_key(struct slotd *d, const struct auth_key *key);
 void dirsync_set_ident(struct slotd *d, const struct ident *id);
 
-/* Called on the loop when the directory's revocation list changes (a new
- * signed listing, or the cache at start), after the relay set dropped the
- * revoked relays. The place to close what revoked peers still hold. */
-void slotd_revoked(struct slotd *d, const struct ident_revoked *rev);
-
 /* Stops and joins the worker (a call in flight may take up to timeout) and
  * frees everything. */
 void dirsync_stop(struct slotd *d);
@@ -82,18 +77,5 @@ int dirsync_cache_write(const char *path, const char *version, const struct dirc
  * is no file; -1 with "path:line: reason" (or "path: reason") in err. */
 int dirsync_cache_read(const char *path, char version[DIRC_VERSION_MAX],
     struct dirc_relay **out, size_t *n, char *err, size_t errlen);
-
-/* Identity mode: the cache keeps what the directory signed, so that it is
- * checked again at start: "slot-relays 2", "cert <hex>", "sig <hex>",
- * "text <length>", then the canonical text (dirp_list_text). Written as
- * dirsync_cache_write does. */
-int dirsync_cache_write_signed(const char *path, const struct dirc_listing *l, char *err,
-    size_t errlen);
-/* Reads and checks it (dirc_listing_from_text: the directory's certificate
- * against ca_pk now, the signature, each relay's certificate). Returns 0
- * with *out, 1 if there is no file, -1 with the reason in err (a file of
- * format 1, unsigned, is refused). */
-int dirsync_cache_read_signed(const char *path, const uint8_t ca_pk[IDENT_PK_LEN],
-    uint64_t now, struct dirc_listing *out, char *err, size_t errlen);
 
 #endif

@@ -1573,7 +1573,8 @@ hold_relay_gone(struct slotd *d, struct crelay *r)
 	}
 }
 
-void
+/* Releases every held SYN direct now (shutting down). */
+static void
 hold_release_all(struct slotd *d, const char *why)
 {
 	struct hconn *c;
@@ -1662,12 +1663,6 @@ hold_fini(struct slotd *d)
 	}
 	htab_destroy(&d->conns);
 	htab_destroy(&d->probes);
-}
-
-size_t
-hold_count(const struct slotd *d)
-{
-	return d->nheld;
 }
 
 void

@@ -34,13 +34,8 @@ enum synack_fate {
 /* The decision, from what the queue said of the packet's entry. Pure. */
 enum synack_fate synack_failed_fate(enum nlq_ct ct, uint32_t ct_status);
 
-/* Releases every held SYN direct now (shutting down). */
-void hold_release_all(struct slotd *d, const char *why);
-
 /* Relay r leaves the set: held connections stop waiting for it. */
 void hold_relay_gone(struct slotd *d, struct crelay *r);
-
-size_t hold_count(const struct slotd *d);
 
 /* A connection as the control socket shows it ("pipes"). */
 struct hold_view {

@@ -540,7 +540,9 @@ exec_or_default(const struct rules_exec *x)
 	return x ? x : &default_exec;
 }
 
-int
+/* The name of x's tool for family with suffix ("", "-restore", "-save") in
+ * buf. Returns 0, or -1 if it does not fit. */
+static int
 rules_tool(const struct rules_exec *x, int family, const char *suffix, char *buf, size_t len)
 {
 	const char *name = x && x->iptables && x->iptables[0] ? x->iptables : "iptables";

@@ -112,11 +112,6 @@ struct rules_exec {
 /* The legacy tools' default; XTABLES_LOCKFILE overrides it for them. */
 #define RULES_XTABLES_LOCK "/run/xtables.lock"
 
-/* The name of x's tool for family with suffix ("", "-restore", "-save") in
- * buf. Returns 0, or -1 if it does not fit. */
-int rules_tool(const struct rules_exec *x, int family, const char *suffix, char *buf,
-    size_t len);
-
 /* 1 if x's tools are iptables-legacy (a raw socket: CAP_NET_RAW; and the
  * xtables lock), 0 if iptables-nft, -1 if they do not run (err). */
 int rules_is_legacy(const struct rules_exec *x, char *err, size_t errlen);

@@ -11,7 +11,8 @@
 #include "slot/ident.h"
 #include "slot/log.h"
 
-int
+/* A firewall mark, hex (0x...) or decimal. */
+static int
 conf_mark(const char *s, uint32_t *out, char *sub, size_t sublen)
 {
 	unsigned long long v;

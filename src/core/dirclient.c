@@ -714,7 +714,12 @@ out:
 	free(r);
 }
 
-int
+/* dirc_fetch's reading of an answer res, the call's result as xmlrpc-c
+ * parsed it (the fuzz target reaches it through dirc_list_read): ca_pk
+ * NULL reads a shared-mode answer; else the identity-mode checks with the
+ * call's nonce and held, as dirc_fetch describes. Returns 0 with *out, or -1
+ * with the reason in err for a malformed or refused answer. */
+static int
 dirc_listing_read(xmlrpc_value *res, const uint8_t *ca_pk, const char *nonce, bool want_land,
     const struct ident_revoked *held, struct dirc_listing *out, char *err, size_t errlen)
 {

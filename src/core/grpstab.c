@@ -14,7 +14,7 @@
 #include "slot/errbuf.h"
 #include "slot/grpstab.h"
 
-void
+static void
 grpstab_params_default(struct grpstab_params *p)
 {
 	p->margin = 0.25;

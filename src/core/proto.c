@@ -99,7 +99,8 @@ trailer_len(uint8_t type)
 	return type == PROTO_HELLO ? IDENT_SIG_LEN : AUTH_MAC_LEN;
 }
 
-int
+/* True if pk is all zero (a shared-mode sender). */
+static int
 proto_sender_is_zero(const uint8_t pk[PROTO_PK_LEN])
 {
 	return all_zero(pk, PROTO_PK_LEN);

@@ -148,7 +148,8 @@ sel_sample(const struct sel_params *p, const struct sel_candidate *c, size_t n,
 	return 0;
 }
 
-uint32_t
+/* Path RTT through a relay: the slower of its two loops. */
+static uint32_t
 sel_path_rtt(const struct sel_reply *r)
 {
 	return r->rtt_cr_us > r->rtt_rs_us ? r->rtt_cr_us : r->rtt_rs_us;

@@ -140,12 +140,4 @@ struct relay {
 /* Called whenever a pipe goes away: ends a drain once nothing is left. */
 void relay_pipe_gone(struct relay *r);
 
-/* The admission limits of r->conf. */
-void relay_admit_conf(const struct relay *r, struct admit_conf *ac);
-
-/* Called on the loop when the directory's revocation list changes (rev: the
- * new list), after the peers without the revoked relays were handed to the
- * RTT probes: relay_revoke (rauth.h) drops what revoked peers still hold. */
-void relay_revoked(struct relay *r, const struct ident_revoked *rev);
-
 #endif

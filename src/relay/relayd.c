@@ -33,6 +33,8 @@
 #include "rauth.h"
 #include "stats.h"
 
+static void relay_revoked(struct relay *r, const struct ident_revoked *rev);
+
 #ifndef SLOT_VERSION
 #define SLOT_VERSION "0.1.0"
 #endif
@@ -59,7 +61,10 @@ peers_cb(void *user, const struct endpoint *self, const struct endpoint *peers, 
 		relay_revoked(r, rev);
 }
 
-void
+/* Called on the loop when the directory's revocation list changes (rev: the
+ * new list), after the peers without the revoked relays were handed to the
+ * RTT probes: relay_revoke (rauth.h) drops what revoked peers still hold. */
+static void
 relay_revoked(struct relay *r, const struct ident_revoked *rev)
 {
 	int n = relay_revoke(r, rev);
@@ -72,7 +77,8 @@ relay_revoked(struct relay *r, const struct ident_revoked *rev)
 		    n);
 }
 
-void
+/* The admission limits of r->conf. */
+static void
 relay_admit_conf(const struct relay *r, struct admit_conf *ac)
 {
 	const struct rconf *c = &r->conf;

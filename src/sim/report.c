@@ -12,7 +12,7 @@ pct(size_t a, size_t b)
 	return b > 0 ? 100.0 * (double)a / (double)b : NAN;
 }
 
-void
+static void
 report_row_of(const struct eval_stats *st, struct report_row *r)
 {
 	r->benefit_pct = pct(st->nbenefit, st->ndirect);

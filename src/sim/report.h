@@ -28,8 +28,6 @@ struct report_row {
 	double wait_ratio_median;	/* median of decision time / direct RTT */
 };
 
-void report_row_of(const struct eval_stats *st, struct report_row *r);
-
 /* The Table 2 view of the strategy runs. */
 void report_table(FILE *f, const struct eval_stats *st, size_t n);
 

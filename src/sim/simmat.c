@@ -6,7 +6,9 @@
 #include "slot/errbuf.h"
 #include "simmat.h"
 
-float
+/* Microseconds from milliseconds as slot-sim rounds them: to the nearest
+ * microsecond, at least 1 (slotd never measures 0). */
+static float
 simmat_us_from_ms(double ms)
 {
 	double us = nearbyint(ms * 1000.0);

@@ -27,10 +27,6 @@ struct simmat {
 	float *us;		/* n * stride, row-major */
 };
 
-/* Microseconds from milliseconds as slot-sim rounds them: to the nearest
- * microsecond, at least 1 (slotd never measures 0). */
-float simmat_us_from_ms(double ms);
-
 /* Converts m (symmetric, milliseconds, NaN missing). Fails on fewer than 2
  * nodes, and on an RTT above SIMMAT_MAX_US once rounded, naming the two
  * nodes (loaders given SIMMAT_MAX_MS as max_ms leave none); src names the
