@@ -44,7 +44,8 @@ struct job {
 	struct endpoint target;
 	struct synp_probe *sp;	/* the SYN measurement, or... */
 	int fd;			/* ...the connect one (IPv6, no raw socket) */
-	bool inexact;		/* the SYN-ACK may have been the server's retransmission */
+	bool inexact;		/* the RTT may hold a retransmission: a SYN sent again,
+				 * or a SYN-ACK that may be the server's own */
 	uint64_t t_start;
 	ev_io io;
 	ev_timer timer;
@@ -109,33 +110,25 @@ probe_reply(struct probe_srv *ps, const struct waiter *w, const struct endpoint 
 		ps->r->ctr.probes_answered++;
 }
 
-/* Whether the connect's SYN had to be sent again: its time then holds a
- * retransmission timeout (1 s or more), not the path's RTT. SYN
- * measurements know which SYN was answered and need no such check. */
-static bool
-syn_retransmitted(int fd)
-{
-	struct tcp_info ti;
-	socklen_t len = sizeof(ti);
-
-	memset(&ti, 0, sizeof(ti));
-	return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_total_retrans > 0;
-}
-
-/* A connect's RTT: the kernel's sample of its SYN to the SYN-ACK, which
- * the time the event loop took to get here does not inflate; else the
- * time since the connect. */
+/* A finished connect's RTT: the kernel's sample of its SYN to the SYN-ACK,
+ * which the time the event loop took to get here does not inflate (else the
+ * time since the connect). *retransmitted: its SYN had to be sent again, so
+ * the time holds a retransmission timeout (1 s or more), not the path's
+ * RTT. SYN measurements know which SYN was answered and need no such check. */
 static uint32_t
-connect_rtt(int fd, uint64_t t_start)
+connect_rtt(int fd, uint64_t t_start, bool *retransmitted)
 {
 	struct tcp_info ti;
 	socklen_t len = sizeof(ti);
 	uint64_t us = clock_mono_us() - t_start;
 
 	memset(&ti, 0, sizeof(ti));
-	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_rtt > 0 &&
-	    ti.tcpi_total_retrans == 0 && ti.tcpi_rtt <= us)
-		return ti.tcpi_rtt;
+	*retransmitted = false;
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0) {
+		*retransmitted = ti.tcpi_total_retrans > 0;
+		if (!*retransmitted && ti.tcpi_rtt > 0 && ti.tcpi_rtt <= us)
+			return ti.tcpi_rtt;
+	}
 	return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
@@ -248,8 +241,7 @@ job_finish(struct job *j, uint8_t status, uint32_t rtt_us)
 	/* A measurement inflated by a lost packet is answered but not cached,
 	 * so the next request measures again instead of keeping that relay
 	 * out of every choice for this server for rtt_cache_ttl. */
-	bool cache = status != PROBE_ST_BUSY && !(status == PROBE_ST_OK &&
-	    (j->inexact || (j->fd >= 0 && syn_retransmitted(j->fd))));
+	bool cache = status != PROBE_ST_BUSY && !(status == PROBE_ST_OK && j->inexact);
 
 	ev_io_stop(ps->r->loop, &j->io);
 	ev_timer_stop(ps->r->loop, &j->timer);
@@ -288,7 +280,7 @@ job_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 	if (rtt > UINT32_MAX)
 		rtt = UINT32_MAX;
 	if (err == 0)
-		job_finish(j, PROBE_ST_OK, connect_rtt(j->fd, j->t_start));
+		job_finish(j, PROBE_ST_OK, connect_rtt(j->fd, j->t_start, &j->inexact));
 	else if (err == ECONNREFUSED)
 		job_finish(j, PROBE_ST_REFUSED, (uint32_t)rtt);
 	else if (err == ETIMEDOUT)
@@ -307,6 +299,23 @@ job_syn_cb(void *arg, enum synp_status st, uint32_t rtt_us, bool exact)
 	job_finish(j, st == SYNP_OPEN ? PROBE_ST_OK : PROBE_ST_REFUSED, rtt_us);
 }
 
+/* Measures j with a bare SYN. Returns 0, or -1 when it could not start
+ * (j is then answered and gone). */
+static int
+job_syn_start(struct job *j)
+{
+	struct probe_srv *ps = j->ps;
+	int e;
+
+	ps->r->ctr.measure_syn++;
+	if ((j->sp = synp_start(ps->synp, &j->target, job_syn_cb, j)) != NULL)
+		return 0;
+	e = errno;
+	job_finish(j, e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM ?
+	    PROBE_ST_BUSY : PROBE_ST_UNREACHABLE, 0);
+	return -1;
+}
+
 /* The handover connect had no answer in time: a bare SYN measures from
  * here (its own schedule, exact), and the connect goes without a packet
  * (resetting a connecting socket sends nothing; a late SYN-ACK to it
@@ -315,7 +324,6 @@ static void
 job_alone_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct job *j = w->data;
-	struct probe_srv *ps = j->ps;
 	struct pollfd pfd = { .fd = j->fd, .events = POLLOUT };
 	(void)revents;
 
@@ -328,10 +336,7 @@ job_alone_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	ev_io_stop(loop, &j->io);
 	sock_close_rst(j->fd);
 	j->fd = -1;
-	ps->r->ctr.measure_syn++;
-	if ((j->sp = synp_start(ps->synp, &j->target, job_syn_cb, j)) == NULL)
-		job_finish(j, errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-		    errno == ENOMEM ? PROBE_ST_BUSY : PROBE_ST_UNREACHABLE, 0);
+	(void)job_syn_start(j);
 }
 
 static void
@@ -424,14 +429,8 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 	 * either way the server's application never sees the measurement
 	 * (docs/relay.md). Handover needs the connect. */
 	if (r->conf.handover_ms == 0 && synp_has_family(ps->synp, t->addr.family)) {
-		r->ctr.measure_syn++;
-		if ((j->sp = synp_start(ps->synp, t, job_syn_cb, j)) == NULL) {
-			int e = errno;
-			job_finish(j, e == EMFILE || e == ENFILE || e == ENOBUFS ||
-			    e == ENOMEM ? PROBE_ST_BUSY : PROBE_ST_UNREACHABLE, 0);
-			return;
-		}
-		ev_timer_start(r->loop, &j->timer);
+		if (job_syn_start(j) == 0)
+			ev_timer_start(r->loop, &j->timer);
 		return;
 	}
 	r->ctr.measure_connect++;
