@@ -33,8 +33,6 @@
 #include "rauth.h"
 #include "stats.h"
 
-static void relay_revoked(struct relay *r, const struct ident_revoked *rev);
-
 #ifndef SLOT_VERSION
 #define SLOT_VERSION "0.1.0"
 #endif
@@ -47,19 +45,6 @@ static void relay_revoked(struct relay *r, const struct ident_revoked *rev);
  * (fs.pipe-user-pages-soft, 64 MiB by default), past which new pipes get two
  * pages; keep the pool to a small share of it. */
 #define KPIPE_POOL_BYTES (8u << 20)
-
-static void
-peers_cb(void *user, const struct endpoint *self, const struct endpoint *peers, size_t n,
-    const struct ident_revoked *rev)
-{
-	struct relay *r = user;
-
-	/* The peers come without the revoked relays: their probes stop here. */
-	if (r->peers)
-		peers_set(r->peers, self, peers, n);
-	if (rev != NULL)
-		relay_revoked(r, rev);
-}
 
 /* Called on the loop when the directory's revocation list changes (rev: the
  * new list), after the peers without the revoked relays were handed to the
@@ -75,6 +60,19 @@ relay_revoked(struct relay *r, const struct ident_revoked *rev)
 	else
 		log_info("directory: revocation list of %zu serials; %d peers dropped", rev->n,
 		    n);
+}
+
+static void
+peers_cb(void *user, const struct endpoint *self, const struct endpoint *peers, size_t n,
+    const struct ident_revoked *rev)
+{
+	struct relay *r = user;
+
+	/* The peers come without the revoked relays: their probes stop here. */
+	if (r->peers)
+		peers_set(r->peers, self, peers, n);
+	if (rev != NULL)
+		relay_revoked(r, rev);
 }
 
 /* The admission limits of r->conf. */
