@@ -125,7 +125,10 @@ def test_register_measure_report_group(bed, dird):
             rtt, samples = peers[bed.relay(m).control]
             assert rtt is not None and samples >= 1
             want = NEAR if m in site else FAR
-            assert want * 1000 * 0.9 <= rtt <= want * 1000 * 1.5 + 3000, (n, m, rtt)
+            # Both ends answer in user space: a loaded machine adds its
+            # scheduling delay (7.6 ms once for a 2 ms pair in CI), still far
+            # below the other site's 60 ms.
+            assert want * 1000 * 0.9 <= rtt <= want * 1000 * 1.5 + 15000, (n, m, rtt)
     # The probes were pings: no relay connected to itself or anyone.
     dc = dird.counters()
     assert dc["faults_auth"] == 0 and dc["faults_malformed"] == 0, dc
