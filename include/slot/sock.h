@@ -29,6 +29,28 @@ int sock_connect_nb(const struct endpoint *dst, uint32_t mark);
  * deferral's bound. */
 int sock_connect_unacked(const struct endpoint *dst, uint32_t mark);
 #define SOCK_ACK_DEFER_MS 200
+/* The longest a caller may keep such a connection: the deferral's bound
+ * less room for a busy event loop. */
+#define SOCK_ACK_HOLD_MAX_MS 180
+
+/* Whether this kernel defers the ACK as sock_connect_unacked needs, no
+ * man page promising it: a connect to a loopback listener of its own,
+ * begun, then ended SOCK_ACK_HOLD_MAX_MS later, when nothing may have been
+ * accepted yet. */
+struct sock_ackcheck {
+	int lfd, cfd;
+	uint64_t t0_us;		/* monotonic, after the connect */
+};
+enum sock_ackcheck_result {
+	SOCK_ACKCHECK_DEFERRED,	/* established, not accepted: as needed */
+	SOCK_ACKCHECK_EARLY,	/* accepted before the bound: not deferred */
+	SOCK_ACKCHECK_UNSURE,	/* no connection, or ended too late to tell */
+};
+/* Returns 0, or -1 with errno (no loopback address, no descriptor). */
+int sock_ackcheck_begin(struct sock_ackcheck *c);
+/* Ends and closes it; *held_us: the time since the connect. DEFERRED needs
+ * at least SOCK_ACK_HOLD_MAX_MS of it. */
+enum sock_ackcheck_result sock_ackcheck_end(struct sock_ackcheck *c, uint64_t *held_us);
 
 /* Sends a deferred handshake ACK now (TCP_QUICKACK): the server's
  * application may accept from here on. Returns 0 or -1. */

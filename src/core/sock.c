@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "slot/addr.h"
+#include "slot/clock.h"
 #include "slot/errbuf.h"
 #include "slot/sock.h"
 
@@ -144,6 +145,88 @@ int
 sock_ack_now(int fd)
 {
 	return sock_setint(fd, IPPROTO_TCP, TCP_QUICKACK, 1);
+}
+
+/* Loopback, v4 first: a host with IPv6 off has 127.0.0.1 all the same. */
+static int
+ackcheck_listen(struct endpoint *at)
+{
+	static const char *const lo[] = { "127.0.0.1", "::1" };
+	int e = EADDRNOTAVAIL;
+
+	for (size_t i = 0; i < sizeof(lo) / sizeof(lo[0]); i++) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		int fd;
+
+		if (addr_parse(lo[i], &at->addr) == -1)
+			continue;
+		at->port = 0;
+		if ((fd = sock_listen_tcp(at, 1)) == -1) {
+			e = errno;
+			continue;
+		}
+		if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
+		    ep_from_sockaddr((struct sockaddr *)&ss, len, at) == 0)
+			return fd;
+		e = errno;
+		close(fd);
+	}
+	errno = e;
+	return -1;
+}
+
+int
+sock_ackcheck_begin(struct sock_ackcheck *c)
+{
+	struct endpoint at;
+
+	c->cfd = -1;
+	if ((c->lfd = ackcheck_listen(&at)) == -1)
+		return -1;
+	if ((c->cfd = sock_connect_unacked(&at, 0)) == -1) {
+		sock_close_keep_errno(c->lfd);
+		c->lfd = -1;
+		return -1;
+	}
+	c->t0_us = clock_mono_us();
+	return 0;
+}
+
+/* The kernel acknowledges on its delayed-ACK timer, TCP_DELACK_MAX
+ * (SOCK_ACK_DEFER_MS) from the SYN-ACK, counted in jiffies: at 190 ms at
+ * the earliest with HZ = 100. An ACK seen before this came sooner. */
+#define ACKCHECK_EARLY_US ((SOCK_ACK_HOLD_MAX_MS + 8) * 1000ULL)
+
+enum sock_ackcheck_result
+sock_ackcheck_end(struct sock_ackcheck *c, uint64_t *held_us)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+	enum sock_ackcheck_result res = SOCK_ACKCHECK_UNSURE;
+	uint64_t before = clock_mono_us() - c->t0_us;
+	int afd;
+
+	*held_us = before;
+	memset(&ti, 0, sizeof(ti));
+	if (getsockopt(c->cfd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+	    ti.tcpi_state == TCP_ESTABLISHED) {
+		if ((afd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+			close(afd);
+			/* Seen by now: the ACK went no later. A check that ran
+			 * late cannot tell it from the timer's own. */
+			if ((*held_us = clock_mono_us() - c->t0_us) < ACKCHECK_EARLY_US)
+				res = SOCK_ACKCHECK_EARLY;
+		} else if ((errno == EAGAIN || errno == EWOULDBLOCK) &&
+		    before >= (uint64_t)SOCK_ACK_HOLD_MAX_MS * 1000) {
+			/* Not yet seen, and already as long as any hold. */
+			res = SOCK_ACKCHECK_DEFERRED;
+		}
+	}
+	sock_close_rst(c->cfd);
+	close(c->lfd);
+	c->cfd = c->lfd = -1;
+	return res;
 }
 
 int

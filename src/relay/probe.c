@@ -26,6 +26,10 @@
  * the kernel sends its SYN again (1 s): a SYN-ACK to that second SYN could
  * meet the connection already up and draw an ACK that completes it. */
 #define PROBE_CONNECT_ALONE_MS 900
+/* The kernel's ACK deferral is checked at start; a check that cannot tell
+ * is tried again this often, this many times. */
+#define PROBE_ACKCHECK_RETRY_S 1.0
+#define PROBE_ACKCHECK_TRIES 3
 /* Addresses with a bucket still refilling (about 2 s after use at the
  * default rates); beyond, new requesters or targets are refused. */
 #define PROBE_RL_SLOTS 16384
@@ -79,7 +83,19 @@ struct probe_srv {
 	TAILQ_HEAD(, handover) ho_fifo;	/* oldest first */
 	size_t nho;
 	ev_timer ho_timer;	/* the oldest one's deadline */
+	struct sock_ackcheck ack;	/* the kernel's ACK deferral, checked at start */
+	ev_timer ack_timer;
+	int ack_tries;
+	enum probe_ack_state ack_state;
 };
+
+/* Handover keeps measurements' connections on the kernel's deferral of
+ * their last ACK: not where the start-up check saw it fail. */
+static bool
+handover_on(const struct probe_srv *ps)
+{
+	return ps->r->conf.handover_ms > 0 && ps->ack_state != PROBE_ACK_EARLY;
+}
 
 static void
 probe_reply(struct probe_srv *ps, const struct waiter *w, const struct endpoint *target,
@@ -253,7 +269,7 @@ job_finish(struct job *j, uint8_t status, uint32_t rtt_us)
 	 * no more than for a bare SYN. Not one whose SYN went twice: the
 	 * server may answer both, and the second SYN-ACK, meeting the
 	 * connection up, would draw the ACK that completes it. */
-	if (j->fd >= 0 && status == PROBE_ST_OK && ps->r->conf.handover_ms > 0 && cache)
+	if (j->fd >= 0 && status == PROBE_ST_OK && handover_on(ps) && cache)
 		handover_add(ps, &j->target, j->fd);
 	else if (j->fd >= 0)
 		sock_close_rst(j->fd);
@@ -428,7 +444,7 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 	 * handshake stays unacknowledged until a pipe takes it or it is reset:
 	 * either way the server's application never sees the measurement
 	 * (docs/relay.md). Handover needs the connect. */
-	if (r->conf.handover_ms == 0 && synp_has_family(ps->synp, t->addr.family)) {
+	if (!handover_on(ps) && synp_has_family(ps->synp, t->addr.family)) {
 		if (job_syn_start(j) == 0)
 			ev_timer_start(r->loop, &j->timer);
 		return;
@@ -445,7 +461,7 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 	ev_timer_start(r->loop, &j->timer);
 	/* Without a raw socket the kernel's own SYN retransmissions go on:
 	 * such a connection is then reset at once, never held. */
-	if (r->conf.handover_ms > 0 && synp_has_family(ps->synp, t->addr.family))
+	if (handover_on(ps) && synp_has_family(ps->synp, t->addr.family))
 		ev_timer_start(r->loop, &j->alone);
 }
 
@@ -555,6 +571,68 @@ probe_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 	}
 }
 
+static void
+ackcheck_begin(struct probe_srv *ps)
+{
+	struct ev_loop *loop = ps->r->loop;
+	double wait = PROBE_ACKCHECK_RETRY_S;
+
+	ps->ack_tries++;
+	if (sock_ackcheck_begin(&ps->ack) == 0) {
+		ps->ack_state = PROBE_ACK_CHECKING;
+		/* From now, not from the loop's cached time, which may be
+		 * older: the check must not end before its bound. */
+		ev_now_update(loop);
+		wait = (SOCK_ACK_HOLD_MAX_MS + 2) / 1000.0;
+	} else if (ps->ack_tries >= PROBE_ACKCHECK_TRIES) {
+		ps->ack_state = PROBE_ACK_UNSURE;
+		log_warn("cannot check on loopback that this kernel defers a connect's last ACK "
+		    "(%s); [probe] handover stays as configured", strerror(errno));
+		return;
+	}
+	ev_timer_set(&ps->ack_timer, wait, 0.);
+	ev_timer_start(loop, &ps->ack_timer);
+}
+
+static void
+ackcheck_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct probe_srv *ps = w->data;
+	uint64_t held_us;
+	(void)loop;
+	(void)revents;
+
+	if (ps->ack_state != PROBE_ACK_CHECKING) {	/* could not begin: again */
+		ackcheck_begin(ps);
+		return;
+	}
+	switch (sock_ackcheck_end(&ps->ack, &held_us)) {
+	case SOCK_ACKCHECK_DEFERRED:
+		ps->ack_state = PROBE_ACK_DEFERRED;
+		log_debug("the kernel deferred a connect's last ACK %llu ms: handover can hold "
+		    "measurements' connections", (unsigned long long)held_us / 1000);
+		return;
+	case SOCK_ACKCHECK_EARLY:
+		ps->ack_state = PROBE_ACK_EARLY;
+		log_warn("handover off: this kernel completed a connect's deferred handshake "
+		    "within %llu ms, so a server's application could accept a measurement; "
+		    "measuring by bare SYN, or by a connect reset at once",
+		    (unsigned long long)held_us / 1000);
+		return;
+	case SOCK_ACKCHECK_UNSURE:
+		break;
+	}
+	if (ps->ack_tries >= PROBE_ACKCHECK_TRIES) {
+		ps->ack_state = PROBE_ACK_UNSURE;
+		log_warn("could not tell on loopback whether this kernel defers a connect's last "
+		    "ACK (%d tries); [probe] handover stays as configured", ps->ack_tries);
+		return;
+	}
+	ps->ack_state = PROBE_ACK_PENDING;
+	ev_timer_set(&ps->ack_timer, PROBE_ACKCHECK_RETRY_S, 0.);
+	ev_timer_start(ps->r->loop, &ps->ack_timer);
+}
+
 struct probe_srv *
 probe_start(struct relay *r, int fd, struct synp_sock *synp)
 {
@@ -572,6 +650,8 @@ probe_start(struct relay *r, int fd, struct synp_sock *synp)
 	TAILQ_INIT(&ps->ho_fifo);
 	ev_timer_init(&ps->ho_timer, handover_cb, 0., 0.);
 	ps->ho_timer.data = ps;
+	ev_timer_init(&ps->ack_timer, ackcheck_cb, 0., 0.);
+	ps->ack_timer.data = ps;
 	if (htab_init(&ps->jobs, 64) == -1 || htab_init(&ps->ho, 64) == -1)
 		goto fail;
 	ps->cache = rttc_new(PROBE_CACHE_SLOTS);
@@ -582,6 +662,9 @@ probe_start(struct relay *r, int fd, struct synp_sock *synp)
 	ev_io_init(&ps->io, probe_read_cb, fd, EV_READ);
 	ps->io.data = ps;
 	ev_io_start(r->loop, &ps->io);
+	/* Measurements meanwhile trust the deferral, as before the check:
+	 * no start waits for it. */
+	ackcheck_begin(ps);
 	return ps;
 fail:
 	if (ps) {
@@ -629,6 +712,11 @@ probe_stop(struct probe_srv *ps)
 		handover_drop(ps, h);
 	}
 	htab_destroy(&ps->ho);
+	ev_timer_stop(ps->r->loop, &ps->ack_timer);
+	if (ps->ack_state == PROBE_ACK_CHECKING) {
+		uint64_t held_us;
+		(void)sock_ackcheck_end(&ps->ack, &held_us);
+	}
 	synp_close(ps->synp);
 	rttc_free(ps->cache);
 	rl_free(ps->rl_dst);
@@ -640,6 +728,12 @@ unsigned long long
 probe_handovers_held(const struct probe_srv *ps)
 {
 	return ps ? ps->nho : 0;
+}
+
+enum probe_ack_state
+probe_ack_state(const struct probe_srv *ps)
+{
+	return ps ? ps->ack_state : PROBE_ACK_PENDING;
 }
 
 const struct synp_stats *

@@ -30,6 +30,17 @@ int probe_take(struct probe_srv *ps, const struct endpoint *target);
 /* How many probe_take could hand out now. */
 unsigned long long probe_handovers_held(const struct probe_srv *ps);
 
+/* The start-up check of the kernel's ACK deferral that handover rests on
+ * (sock_ackcheck). */
+enum probe_ack_state {
+	PROBE_ACK_PENDING,	/* not begun, or to be tried again */
+	PROBE_ACK_CHECKING,
+	PROBE_ACK_DEFERRED,	/* as handover needs */
+	PROBE_ACK_EARLY,	/* not deferred: handover off */
+	PROBE_ACK_UNSURE,	/* could not tell: handover as configured */
+};
+enum probe_ack_state probe_ack_state(const struct probe_srv *ps);
+
 /* The SYN measurements' counters; NULL without a raw socket. */
 const struct synp_stats *probe_syn_stats(const struct probe_srv *ps);
 

@@ -4,6 +4,7 @@
 #include "slot/conf.h"
 #include "slot/confkeys.h"
 #include "slot/ident.h"
+#include "slot/sock.h"
 #include "rconf.h"
 
 void
@@ -184,9 +185,8 @@ static const struct conf_key keys[] = {
 	{ F("policy", "public_address", CK_CIDRS, policy.public) },
 	{ F("probe", "rtt_cache_ttl", CK_MS, rtt_cache_ttl_ms), .min = 0, .max = 7 * DAY_MS },
 	{ F("probe", "probe_timeout", CK_MS, probe_timeout_ms), .min = 10, .max = 60000 },
-	/* Below the kernel's bound on the deferred ACK (SOCK_ACK_DEFER_MS),
-	 * with room for a busy event loop. */
-	{ F("probe", "handover", CK_MS_OFF, handover_ms), .min = 1, .max = 180 },
+	{ F("probe", "handover", CK_MS_OFF, handover_ms), .min = 1,
+	    .max = SOCK_ACK_HOLD_MAX_MS },
 	{ F("probe", "requester_rate", CK_DOUBLE, requester_rate), .dmin = 0.001, .dmax = 1e6 },
 	{ F("probe", "requester_burst", CK_DOUBLE, requester_burst), .dmin = 0.001, .dmax = 1e6 },
 	{ F("probe", "destination_rate", CK_DOUBLE, destination_rate), .dmin = 0.001, .dmax = 1e6 },

@@ -61,6 +61,10 @@ counters(void *user, struct ctl_counters *cs)
 	    "Measurements' connections reset unused: handover's hold over, or pushed out.");
 	C("handovers_held", probe_handovers_held(r->probe), CTL_GAUGE,
 	    "Measurements' connections held for a pipe now.");
+	C("handover_kernel", probe_ack_state(r->probe), CTL_GAUGE,
+	    "The start-up check that this kernel defers a connect's last ACK, which "
+	    "handover needs: 0 to come, 1 checking, 2 deferred, 3 not deferred "
+	    "(handover off), 4 could not tell.");
 	C("syn_retransmits", syn ? syn->syns_sent - syn->probes : 0, CTL_COUNTER,
 	    "SYNs of measurements sent again, each from a new port with a new ISN.");
 	C("syn_skipped", syn ? syn->skipped : 0, CTL_COUNTER,
