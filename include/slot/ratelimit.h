@@ -20,6 +20,9 @@ void rl_set(struct ratelimit *rl, double rate, double burst);
 
 /* Takes one token for key at now_us (monotonic). */
 bool rl_allow(struct ratelimit *rl, const struct addr *key, uint64_t now_us);
+/* The same, only while keep tokens would remain after it: for uses of
+ * less weight than others of the same bucket. */
+bool rl_allow_keep(struct ratelimit *rl, const struct addr *key, uint64_t now_us, double keep);
 
 size_t rl_count(const struct ratelimit *rl);
 

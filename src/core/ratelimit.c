@@ -205,6 +205,12 @@ rl_lookup(struct ratelimit *rl, const struct addr *key, uint64_t h)
 bool
 rl_allow(struct ratelimit *rl, const struct addr *key, uint64_t now_us)
 {
+	return rl_allow_keep(rl, key, now_us, 0);
+}
+
+bool
+rl_allow_keep(struct ratelimit *rl, const struct addr *key, uint64_t now_us, double keep)
+{
 	struct rl_bucket *b;
 	uint64_t h;
 	bool ok;
@@ -234,7 +240,7 @@ rl_allow(struct ratelimit *rl, const struct addr *key, uint64_t now_us)
 	} else
 		rl_refill(rl, b, now_us);
 
-	ok = b->tokens >= 1 - RL_EPSILON;
+	ok = b->tokens >= keep + 1 - RL_EPSILON;
 	if (ok) {
 		b->tokens -= 1;
 		if (b->tokens < 0)

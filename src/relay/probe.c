@@ -50,6 +50,7 @@ struct job {
 	int fd;			/* ...the connect one (IPv6, no raw socket) */
 	bool inexact;		/* the RTT may hold a retransmission: a SYN sent again,
 				 * or a SYN-ACK that may be the server's own */
+	bool pre;		/* begun for handover on a cached answer */
 	uint64_t t_start;
 	ev_io io;
 	ev_timer timer;
@@ -220,23 +221,29 @@ handover_add(struct probe_srv *ps, const struct endpoint *target, int fd)
 		handover_arm(ps);
 }
 
-int
-probe_take(struct probe_srv *ps, const struct endpoint *target)
+/* The newest connection held for target: the furthest from its deadline. */
+static struct handover *
+handover_find(struct probe_srv *ps, const struct endpoint *target, uint64_t hv)
 {
-	uint64_t hv;
 	struct handover *found = NULL;
-	int fd;
 
-	if (ps == NULL || ps->nho == 0)
-		return -1;
-	hv = ep_hash(target, ps->r->hkey);
-	/* The newest: the furthest from its deadline. */
 	for (struct hnode *n = htab_first(&ps->ho, hv); n; n = htab_next(n, hv)) {
 		struct handover *h = container_of(n, struct handover, hn);
 		if (ep_eq(&h->target, target) && (!found || h->deadline_us > found->deadline_us))
 			found = h;
 	}
-	if (found == NULL)
+	return found;
+}
+
+int
+probe_take(struct probe_srv *ps, const struct endpoint *target)
+{
+	struct handover *found;
+	int fd;
+
+	if (ps == NULL || ps->nho == 0)
+		return -1;
+	if ((found = handover_find(ps, target, ep_hash(target, ps->r->hkey))) == NULL)
 		return -1;
 	fd = found->fd;
 	handover_drop(ps, found);
@@ -258,6 +265,9 @@ job_finish(struct job *j, uint8_t status, uint32_t rtt_us)
 	 * so the next request measures again instead of keeping that relay
 	 * out of every choice for this server for rtt_cache_ttl. */
 	bool cache = status != PROBE_ST_BUSY && !(status == PROBE_ST_OK && j->inexact);
+	/* A pre-connect leaves the cache as it was, unless requesters came
+	 * to wait for it (their entry had expired meanwhile). */
+	bool put = cache && (!j->pre || j->nw > 0);
 
 	ev_io_stop(ps->r->loop, &j->io);
 	ev_timer_stop(ps->r->loop, &j->timer);
@@ -275,9 +285,9 @@ job_finish(struct job *j, uint8_t status, uint32_t rtt_us)
 		sock_close_rst(j->fd);
 	htab_remove(&ps->jobs, &j->hn);
 	ps->njobs--;
-	if (cache)
+	if (put)
 		(void)rttc_put(ps->cache, &j->target, rtt_us, status, clock_mono_us());
-	else if (status != PROBE_ST_BUSY)
+	else if (!cache && status != PROBE_ST_BUSY)
 		ps->r->ctr.probes_uncached++;
 	for (size_t i = 0; i < j->nw; i++)
 		probe_reply(ps, &j->w[i], &j->target, status, 0, rtt_us);
@@ -352,6 +362,11 @@ job_alone_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	ev_io_stop(loop, &j->io);
 	sock_close_rst(j->fd);
 	j->fd = -1;
+	/* A pre-connect nobody waits for has nothing to measure. */
+	if (j->pre && j->nw == 0) {
+		job_finish(j, PROBE_ST_BUSY, 0);
+		return;
+	}
 	(void)job_syn_start(j);
 }
 
@@ -372,6 +387,28 @@ job_find(struct probe_srv *ps, const struct endpoint *t, uint64_t h)
 			return j;
 	}
 	return NULL;
+}
+
+static void job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h,
+    const struct waiter *w);
+
+/* A cached answer left no connection to hand over: a connect begins for
+ * the pipe that may follow it, as a fresh measurement's would (the cache
+ * keeps its entry). Only one per server at a time, none while one is
+ * held, and only from the tokens of destination_rate above half its burst,
+ * which stay for measurements the cache cannot answer. */
+static void
+preconnect(struct probe_srv *ps, const struct endpoint *t, uint64_t now)
+{
+	struct relay *r = ps->r;
+	uint64_t h = ep_hash(t, r->hkey);
+
+	if (!handover_on(ps) || job_find(ps, t, h) || handover_find(ps, t, h) ||
+	    ps->njobs >= r->conf.max_inflight ||
+	    !rl_allow_keep(ps->rl_dst, &t->addr, now, r->conf.destination_burst / 2))
+		return;
+	r->ctr.handover_preconnects++;
+	job_begin(ps, t, h, NULL);
 }
 
 static void
@@ -402,6 +439,8 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 		int measured = st == PROBE_ST_OK || st == PROBE_ST_REFUSED;
 		if (measured || rttc_get(ps->cache, t, now, fail_ttl, &rtt, &st)) {
 			probe_reply(ps, w, t, st, PROBE_FLAG_CACHED, rtt);
+			if (st == PROBE_ST_OK)
+				preconnect(ps, t, now);
 			return;
 		}
 	}
@@ -422,15 +461,29 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 		probe_reply(ps, w, t, PROBE_ST_RATE_LIMITED, 0, 0);
 		return;
 	}
+	job_begin(ps, t, h, w);
+}
+
+/* Measures t for the requester w, or with none (NULL: a pre-connect). */
+static void
+job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h, const struct waiter *w)
+{
+	struct relay *r = ps->r;
+	struct job *j;
+
 	if ((j = calloc(1, sizeof(*j))) == NULL) {
-		probe_reply(ps, w, t, PROBE_ST_BUSY, 0, 0);
+		if (w)
+			probe_reply(ps, w, t, PROBE_ST_BUSY, 0, 0);
 		return;
 	}
 	j->ps = ps;
 	j->fd = -1;
 	j->target = *t;
-	j->w[0] = *w;
-	j->nw = 1;
+	if (w) {
+		j->w[0] = *w;
+		j->nw = 1;
+	} else
+		j->pre = true;
 	j->t_start = clock_mono_us();
 	htab_insert(&ps->jobs, &j->hn, h);
 	ps->njobs++;
@@ -449,7 +502,8 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 			ev_timer_start(r->loop, &j->timer);
 		return;
 	}
-	r->ctr.measure_connect++;
+	if (!j->pre)
+		r->ctr.measure_connect++;
 	if ((j->fd = sock_connect_unacked(t, 0)) == -1) {
 		int e = errno;
 		job_finish(j, e == EMFILE || e == ENFILE || e == ENOBUFS ? PROBE_ST_BUSY :

@@ -41,6 +41,7 @@ struct relay_counters {
 	unsigned long long measure_connect;	/* by a TCP connect (handover, or no raw socket) */
 	unsigned long long handovers;		/* measurements' connections taken by pipes */
 	unsigned long long handovers_unused;	/* ... reset unused: hold over, or pushed out */
+	unsigned long long handover_preconnects;	/* connects begun on a cache hit */
 	unsigned long long control_conns;	/* gauge */
 	unsigned long long control_errors;	/* ERROR messages sent */
 	unsigned long long control_refused;	/* connections over a cap, closed at once */

@@ -59,6 +59,8 @@ counters(void *user, struct ctl_counters *cs)
 	    "Measurements' connections taken by a pipe to their server: its connect saved.");
 	C("handovers_unused", c->handovers_unused, CTL_COUNTER,
 	    "Measurements' connections reset unused: handover's hold over, or pushed out.");
+	C("handover_preconnects", c->handover_preconnects, CTL_COUNTER,
+	    "Connects begun for handover on an answer from the RTT cache.");
 	C("handovers_held", probe_handovers_held(r->probe), CTL_GAUGE,
 	    "Measurements' connections held for a pipe now.");
 	C("handover_kernel", probe_ack_state(r->probe), CTL_GAUGE,

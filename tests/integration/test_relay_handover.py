@@ -10,6 +10,8 @@ import pytest
 
 from conftest import make_client
 
+PROBE_FLAG_CACHED = 1             # include/slot/proto.h
+
 
 def probe_a_server(net, relay, key, servers, port):
     """One probe of a listening server through relay, answered ok; no pipe
@@ -36,6 +38,35 @@ def test_an_unused_measurement_is_never_accepted(net, relays, key, servers, port
     assert d["handovers_unused"] == 1 and d["handovers"] == 0, d
     # past the kernel's 200 ms bound on the deferred ACK: the reset came
     # first, so the server's application never saw the measurement
+    time.sleep(0.3)
+    assert srv.accepted == 0
+
+
+def test_a_cached_answer_preconnects(net, relays, key, servers, port):
+    """An answer from the RTT cache begins a connect for handover all the
+    same (the first measurement's connection has gone unused by then); it
+    too is reset unused, never accepted."""
+    relay = relays()
+    p = port()
+    srv = servers(p, lambda c: None)
+    client = make_client(net, relay, key)
+
+    def probe():
+        r = client.run(p, "--probe", "--probe-port", relay.probe_port, timeout=10)
+        assert r.line("probe status")["status"] == "ok", r
+        return r
+
+    probe()
+    relay.wait_counter("handovers_held", lambda v: v == 0)
+    before = relay.counters()
+    r = probe()
+    assert int(r.line("probe status")["flags"]) & PROBE_FLAG_CACHED, r
+    relay.wait_counter("handovers_unused", lambda v: v == before["handovers_unused"] + 1)
+    after = relay.counters()
+    d = {k: after[k] - before[k] for k in after if isinstance(after[k], int)}
+    # not a measurement: the cache keeps its entry
+    assert d["handover_preconnects"] == 1 and d["measure_connect"] == 0, d
+    assert d["handovers"] == 0 and after["handovers_held"] == 0, d
     time.sleep(0.3)
     assert srv.accepted == 0
 

@@ -1060,7 +1060,7 @@ def test_relay_caches_an_exact_measurement_despite_a_lost_syn(sb, slotd, tags):
     # path's 40 ms, not a retransmission timeout: it is cached
     # (probes_uncached stays). The first connection went direct (the answer
     # came after c_wait); the next one is relayed on the cached 40 ms, with
-    # no new measurement.
+    # no new measurement (the connect begun for its pipe is none).
     r1 = sb.relay("relay1")
     r1.restart()                         # an RTT cache without the server in it
     s = slotd(["relay1"], {"select": {"cache_ttl": "0"}})
@@ -1085,6 +1085,9 @@ def test_relay_caches_an_exact_measurement_despite_a_lost_syn(sb, slotd, tags):
         assert c2["measure_syn"] == c1["measure_syn"], slotbed.deltas(c1, c2)
         assert c2["measure_connect"] == c1["measure_connect"], slotbed.deltas(c1, c2)
         assert c1["measure_connect"] == c0["measure_connect"] + 1, slotbed.deltas(c0, c1)
+        # the cached answer began a connect for handover, and the pipe took it
+        d12 = slotbed.deltas(c1, c2)
+        assert d12["handover_preconnects"] == 1 and d12["handovers"] == 1, d12
     finally:
         sb.bed.run("server", "iptables", "-w", "-D", *rule, check=False)
 

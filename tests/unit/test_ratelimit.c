@@ -89,6 +89,32 @@ test_burst_and_refill(void **state)
 	rl_free(rl);
 }
 
+/* A use that keeps tokens for others takes only what lies above them,
+ * and a denial takes nothing. */
+static void
+test_keep(void **state)
+{
+	struct ratelimit *rl;
+	struct addr a = A("192.0.2.1");
+
+	(void)state;
+	assert_non_null(rl = rl_new(16, 10, 4));	/* 10/s: a token per 100 ms */
+	assert_true(rl_allow_keep(rl, &a, T0, 2));
+	assert_true(rl_allow_keep(rl, &a, T0, 2));
+	assert_false(rl_allow_keep(rl, &a, T0, 2));
+	/* The two kept are there for plain uses. */
+	assert_true(rl_allow(rl, &a, T0));
+	assert_true(rl_allow(rl, &a, T0));
+	assert_false(rl_allow(rl, &a, T0));
+	/* Refilled to three: one above the two kept. */
+	assert_true(rl_allow_keep(rl, &a, T0 + 300000, 2));
+	assert_false(rl_allow_keep(rl, &a, T0 + 300000, 2));
+	assert_true(rl_allow(rl, &a, T0 + 300000));
+	assert_true(rl_allow(rl, &a, T0 + 300000));
+	assert_false(rl_allow(rl, &a, T0 + 300000));
+	rl_free(rl);
+}
+
 /* Steady rate: over 10 s at one request per ms, 10/s + burst pass. */
 static void
 test_sustained_rate(void **state)
@@ -422,6 +448,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_new_args),
 		cmocka_unit_test(test_burst_and_refill),
+		cmocka_unit_test(test_keep),
 		cmocka_unit_test(test_sustained_rate),
 		cmocka_unit_test(test_refill_rounding),
 		cmocka_unit_test(test_fractional_rate),
