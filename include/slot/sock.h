@@ -52,8 +52,9 @@ int sock_ackcheck_begin(struct sock_ackcheck *c);
  * at least SOCK_ACK_HOLD_MAX_MS of it. */
 enum sock_ackcheck_result sock_ackcheck_end(struct sock_ackcheck *c, uint64_t *held_us);
 
-/* Sends a deferred handshake ACK now (TCP_QUICKACK): the server's
- * application may accept from here on. Returns 0 or -1. */
+/* Sends a deferred handshake ACK now, or, on a socket still connecting,
+ * as soon as the SYN-ACK comes: the server's application may accept from
+ * here on. Returns 0 or -1. */
 int sock_ack_now(int fd);
 
 /* Result of a finished non-blocking connect: 0, or the errno it failed with. */

@@ -33,6 +33,11 @@ order in every repetition, for every size:
   slot-cold-hoff the same as slot-cold with relay1's [probe] handover = off:
               it measures with a bare SYN and its pipe connects afresh (the
               relay's default before); relay1 reloaded around it
+  slot-cold-rwarm the same as slot-cold with relay1's RTT cache on
+              (rtt_cache_ttl 5 min, relay1 reloaded around it, its entry for
+              the server made by a priming download): the relay answers from
+              its cache and begins a connect for the pipe (a cold slotd
+              behind a warm relay, the usual case for a popular server)
   slot-warm   curl server:80 with slotd's cached decision from the connection
               before, default config (cache_early on: the relay has reached
               port 80 under the entry, so the SYN goes to the relay together
@@ -76,13 +81,15 @@ RTT_DIRECT, RTT_CR, RTT_RS = 80, 40, 40
 RATE = 100
 RMEM = "4096 131072 262144"
 HAPROXY_PORT = 8081
-METHODS = ["direct", "slot-cold", "slot-cold-syn", "slot-cold-hoff", "slot-warm", "slot-wait",
-           "haproxy", "ideal"]
-SLOT_METHODS = ["slot-cold", "slot-cold-syn", "slot-cold-hoff", "slot-warm", "slot-wait"]
-COLD_METHODS = ["slot-cold", "slot-cold-syn", "slot-cold-hoff"]
+METHODS = ["direct", "slot-cold", "slot-cold-syn", "slot-cold-hoff", "slot-cold-rwarm",
+           "slot-warm", "slot-wait", "haproxy", "ideal"]
+SLOT_METHODS = ["slot-cold", "slot-cold-syn", "slot-cold-hoff", "slot-cold-rwarm", "slot-warm",
+                "slot-wait"]
+COLD_METHODS = ["slot-cold", "slot-cold-syn", "slot-cold-hoff", "slot-cold-rwarm"]
 LABEL = {"direct": "direct", "slot-cold": "slot, cold cache",
          "slot-cold-syn": "slot, cold, synack_hold = no",
          "slot-cold-hoff": "slot, cold, relay's handover = off",
+         "slot-cold-rwarm": "slot, cold, relay's RTT cache warm",
          "slot-warm": "slot, warm cache (default: early)",
          "slot-wait": "slot, warm, cache_early = no", "haproxy": "HAProxy (static relay)",
          "ideal": "ideal (40 ms sub-hop alone)"}
@@ -91,7 +98,8 @@ COUNTERS = ["early_verdicts", "early_unreached", "early_failures", "cache_hits",
             "cache_misses", "pipes_ok", "direct_probes", "direct_probes_connect",
             "syn_retransmits", "synack_waits", "synack_holds", "synack_failures"]
 # relay1's, the same way
-RELAY_COUNTERS = ["measure_connect", "measure_syn", "handovers", "handovers_unused"]
+RELAY_COUNTERS = ["measure_connect", "measure_syn", "handover_preconnects", "handovers",
+                  "handovers_unused"]
 WGET_METHODS = ["direct", "slot-cold", "slot-warm"]
 
 
@@ -118,6 +126,7 @@ class Bench:
         self.early = True               # cache_early: the default (on) or "no"
         self.hold = True                # synack_hold: the default (on) or "no"
         self.handover = True            # relay1's [probe] handover: default or off
+        self.rtt_cache = False          # relay1's RTT cache: off (ttl 0) or 5 min
         self.rctr = {}                  # method -> {relay counter: sum of deltas}
         self.cache_warm = False
         self.n = 0
@@ -232,8 +241,20 @@ class Bench:
             self.relay.reload({"probe": {"handover": "150ms" if on else "off"}})
             self.handover = on
 
+    def set_rtt_cache(self, on):
+        """relay1's RTT cache on (5 min) or off (0); switched on, a priming
+        download through slotd makes sure it holds the server."""
+        if on == self.rtt_cache:
+            return
+        self.relay.reload({"probe": {"rtt_cache_ttl": "5m" if on else "0"}})
+        self.rtt_cache = on
+        if on:
+            self.set_slotd(True, flush=True)
+            self.prime()
+
     def prepare(self, method):
         self.set_handover(method != "slot-cold-hoff")
+        self.set_rtt_cache(method == "slot-cold-rwarm")
         if method in COLD_METHODS:
             self.set_slotd(True, flush=True, hold=method != "slot-cold-syn")
         elif method in ("slot-warm", "slot-wait"):
@@ -382,6 +403,7 @@ class Bench:
         style = {"direct": ("k", "o", "-"), "slot-cold": ("tab:blue", "s", "--"),
                  "slot-cold-syn": ("tab:purple", "s", ":"),
                  "slot-cold-hoff": ("tab:brown", "P", ":"),
+                 "slot-cold-rwarm": ("tab:red", "X", "--"),
                  "slot-warm": ("tab:blue", "D", "-"), "slot-wait": ("tab:cyan", "^", "-"),
                  "haproxy": ("tab:orange", "v", "-."), "ideal": ("tab:green", "x", ":")}
         fig, ax = plt.subplots(figsize=(7.5, 5.2))
@@ -506,7 +528,11 @@ class Bench:
             "with the SYN itself held until PIPE_OK (the default before); `slot, cold, relay's "
             "handover = off`: the same as `slot cold` with relay1 reloaded with `[probe] "
             "handover = off` (a bare SYN measures, the pipe connects afresh: the relay's "
-            "default before); `slot warm`: slotd's "
+            "default before); `slot, cold, relay's RTT cache warm`: the same as `slot cold` "
+            "with relay1's RTT cache on (rtt_cache_ttl 5 min, its entry for the server made "
+            "by a priming download), so relay1 answers the probe from its cache and begins a "
+            "connect to the server for the pipe (`handover_preconnects`): a cold slotd behind "
+            "a warm relay, the usual case for a popular server; `slot warm`: slotd's "
             "decision cached by "
             "the connection before (default config: the relay reached port 80 in that "
             "connection, so this one goes early); `slot warm, cache_early = no`: the same "
@@ -578,8 +604,8 @@ class Bench:
                        "no early connection failed.\n")
         out.append("relay1's measurements and handovers, summed the same way (a measurement's "
                    "connection no pipe took is counted once its hold is over):\n")
-        out.append("| method | measure_connect | measure_syn | handovers | handovers_unused |")
-        out.append("|---|---|---|---|---|")
+        out.append("| method | " + " | ".join(RELAY_COUNTERS) + " |")
+        out.append("|---|" + "---|" * len(RELAY_COUNTERS))
         for m in SLOT_METHODS:
             c = self.rctr.get(m, {k: 0 for k in RELAY_COUNTERS})
             out.append("| %s | %s |" % (LABEL[m], " | ".join("%d" % c[k] for k in RELAY_COUNTERS)))
@@ -732,6 +758,18 @@ class Bench:
                con("slot-cold") / RTT_DIRECT, fb("slot-cold"), ddec("slot-cold-hoff"),
                con("slot-cold-hoff"), fb("slot-cold-hoff"), ddec("slot-cold-syn"), RTT_CR,
                con("slot-cold-syn"), fb("slot-cold-syn")))
+        text += (
+            " With the relay's RTT cache warm (`slot, cold, relay's RTT cache warm`: a cold "
+            "slotd behind a warm relay, the usual case for a popular server), the relay "
+            "answers from its cache at once, and slotd decides as soon as the direct answer, "
+            "still due, can no longer beat that path by min_gain (select_us %.0f ms); the "
+            "relay began a connect to the server with its answer, which the pipe takes "
+            "(PIPE_OK at once: decide_us %.0f ms): connect %.0f ms, first byte %.0f ms, "
+            "%.2fx direct on %s (%.2fx with the relay's cache off)."
+            % (dsel("slot-cold-rwarm"), ddec("slot-cold-rwarm"), con("slot-cold-rwarm"),
+               fb("slot-cold-rwarm"), spd("slot-cold-rwarm", "1M" if "1M" in names else big),
+               "1 MiB" if "1M" in names else bl,
+               spd("slot-cold", "1M" if "1M" in names else big)))
         if "1M" in names:
             mib = "1M"
             d = med("direct", mib)

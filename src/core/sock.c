@@ -144,6 +144,10 @@ sock_connect_unacked(const struct endpoint *dst, uint32_t mark)
 int
 sock_ack_now(int fd)
 {
+	/* Cleared, a SYN-ACK still to come is acknowledged at once; QUICKACK
+	 * sends the one already deferred (it does nothing while connecting). */
+	if (sock_setint(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, 0) == -1)
+		return -1;
 	return sock_setint(fd, IPPROTO_TCP, TCP_QUICKACK, 1);
 }
 

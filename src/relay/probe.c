@@ -50,7 +50,8 @@ struct job {
 	int fd;			/* ...the connect one (IPv6, no raw socket) */
 	bool inexact;		/* the RTT may hold a retransmission: a SYN sent again,
 				 * or a SYN-ACK that may be the server's own */
-	bool pre;		/* begun for handover on a cached answer */
+	bool pre;		/* begun for handover on a cached answer... */
+	uint32_t expect_us;	/* ...whose RTT it was */
 	uint64_t t_start;
 	ev_io io;
 	ev_timer timer;
@@ -235,16 +236,51 @@ handover_find(struct probe_srv *ps, const struct endpoint *target, uint64_t hv)
 	return found;
 }
 
+static struct job *job_find(struct probe_srv *ps, const struct endpoint *t, uint64_t h);
+static void job_finish(struct job *j, uint8_t status, uint32_t rtt_us);
+
+/* A pipe that comes while the connect begun for it on a cached answer is
+ * still under way takes that socket, instead of a connect of its own that
+ * would start a relay-server round trip later; not one whose SYN looks
+ * lost (older than its cached RTT and half again: a fresh SYN is then
+ * sooner than the kernel's second at 1 s), nor one requesters wait on. */
+static int
+preconnect_take(struct probe_srv *ps, const struct endpoint *target, uint64_t hv)
+{
+	struct job *j = job_find(ps, target, hv);
+	uint64_t age, slack;
+	int fd;
+
+	if (j == NULL || !j->pre || j->nw > 0 || j->fd < 0)
+		return -1;
+	age = clock_mono_us() - j->t_start;
+	slack = j->expect_us / 2 > 10000 ? j->expect_us / 2 : 10000;
+	if (age > j->expect_us + slack)
+		return -1;
+	fd = j->fd;
+	j->fd = -1;
+	job_finish(j, PROBE_ST_BUSY, 0);	/* no waiter, nothing cached */
+	if (sock_ack_now(fd) == -1) {
+		sock_close_rst(fd);
+		return -1;
+	}
+	ps->r->ctr.handovers++;
+	ps->r->ctr.handovers_connecting++;
+	return fd;
+}
+
 int
 probe_take(struct probe_srv *ps, const struct endpoint *target)
 {
 	struct handover *found;
+	uint64_t hv;
 	int fd;
 
-	if (ps == NULL || ps->nho == 0)
+	if (ps == NULL || (ps->nho == 0 && ps->njobs == 0))
 		return -1;
-	if ((found = handover_find(ps, target, ep_hash(target, ps->r->hkey))) == NULL)
-		return -1;
+	hv = ep_hash(target, ps->r->hkey);
+	if (ps->nho == 0 || (found = handover_find(ps, target, hv)) == NULL)
+		return ps->njobs > 0 ? preconnect_take(ps, target, hv) : -1;
 	fd = found->fd;
 	handover_drop(ps, found);
 	handover_arm(ps);
@@ -390,7 +426,7 @@ job_find(struct probe_srv *ps, const struct endpoint *t, uint64_t h)
 }
 
 static void job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h,
-    const struct waiter *w);
+    const struct waiter *w, uint32_t expect_us);
 
 /* A cached answer left no connection to hand over: a connect begins for
  * the pipe that may follow it, as a fresh measurement's would (the cache
@@ -398,7 +434,7 @@ static void job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h
  * held, and only from the tokens of destination_rate above half its burst,
  * which stay for measurements the cache cannot answer. */
 static void
-preconnect(struct probe_srv *ps, const struct endpoint *t, uint64_t now)
+preconnect(struct probe_srv *ps, const struct endpoint *t, uint32_t rtt_us, uint64_t now)
 {
 	struct relay *r = ps->r;
 	uint64_t h = ep_hash(t, r->hkey);
@@ -408,7 +444,7 @@ preconnect(struct probe_srv *ps, const struct endpoint *t, uint64_t now)
 	    !rl_allow_keep(ps->rl_dst, &t->addr, now, r->conf.destination_burst / 2))
 		return;
 	r->ctr.handover_preconnects++;
-	job_begin(ps, t, h, NULL);
+	job_begin(ps, t, h, NULL, rtt_us);
 }
 
 static void
@@ -440,7 +476,7 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 		if (measured || rttc_get(ps->cache, t, now, fail_ttl, &rtt, &st)) {
 			probe_reply(ps, w, t, st, PROBE_FLAG_CACHED, rtt);
 			if (st == PROBE_ST_OK)
-				preconnect(ps, t, now);
+				preconnect(ps, t, rtt, now);
 			return;
 		}
 	}
@@ -461,12 +497,14 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 		probe_reply(ps, w, t, PROBE_ST_RATE_LIMITED, 0, 0);
 		return;
 	}
-	job_begin(ps, t, h, w);
+	job_begin(ps, t, h, w, 0);
 }
 
-/* Measures t for the requester w, or with none (NULL: a pre-connect). */
+/* Measures t for the requester w, or with none (NULL: a pre-connect on a
+ * cached answer of expect_us). */
 static void
-job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h, const struct waiter *w)
+job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h, const struct waiter *w,
+    uint32_t expect_us)
 {
 	struct relay *r = ps->r;
 	struct job *j;
@@ -482,8 +520,10 @@ job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h, const stru
 	if (w) {
 		j->w[0] = *w;
 		j->nw = 1;
-	} else
+	} else {
 		j->pre = true;
+		j->expect_us = expect_us;
+	}
 	j->t_start = clock_mono_us();
 	htab_insert(&ps->jobs, &j->hn, h);
 	ps->njobs++;

@@ -42,6 +42,7 @@ struct relay_counters {
 	unsigned long long handovers;		/* measurements' connections taken by pipes */
 	unsigned long long handovers_unused;	/* ... reset unused: hold over, or pushed out */
 	unsigned long long handover_preconnects;	/* connects begun on a cache hit */
+	unsigned long long handovers_connecting;	/* ...taken by a pipe still connecting */
 	unsigned long long control_conns;	/* gauge */
 	unsigned long long control_errors;	/* ERROR messages sent */
 	unsigned long long control_refused;	/* connections over a cap, closed at once */

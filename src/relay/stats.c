@@ -61,6 +61,8 @@ counters(void *user, struct ctl_counters *cs)
 	    "Measurements' connections reset unused: handover's hold over, or pushed out.");
 	C("handover_preconnects", c->handover_preconnects, CTL_COUNTER,
 	    "Connects begun for handover on an answer from the RTT cache.");
+	C("handovers_connecting", c->handovers_connecting, CTL_COUNTER,
+	    "Handovers of a connect still under way: the pipe took its socket.");
 	C("handovers_held", probe_handovers_held(r->probe), CTL_GAUGE,
 	    "Measurements' connections held for a pipe now.");
 	C("handover_kernel", probe_ack_state(r->probe), CTL_GAUGE,

@@ -285,6 +285,39 @@ test_connect_unacked(void **state)
 	close(l);
 }
 
+/* sock_ack_now on a socket still connecting: its handshake completes as a
+ * plain connect's does, the ACK not deferred. A full accept queue holds
+ * its SYN back (dropped; the kernel sends it again after 1 s). */
+static void
+test_ack_now_connecting(void **state)
+{
+	struct endpoint ep = any_port("127.0.0.1:1");
+	struct pollfd p;
+	int l, c1, c2, s;
+
+	(void)state;
+	assert_true((l = sock_listen_tcp(&ep, 0)) >= 0);
+	assert_int_equal(sock_local_ep(l, &ep), 0);
+	p.fd = l;
+	p.events = POLLIN;
+	assert_true((c1 = sock_connect_nb(&ep, 0)) >= 0);
+	assert_true(wait_fd(l, POLLIN) & POLLIN);	/* the queue is full */
+	assert_true((c2 = sock_connect_unacked(&ep, 0)) >= 0);
+	assert_int_equal(poll(&(struct pollfd){ .fd = c2, .events = POLLOUT }, 1, 100), 0);
+	assert_int_equal(sock_ack_now(c2), 0);
+	assert_true((s = accept4(l, NULL, NULL, SOCK_NONBLOCK)) >= 0);
+	close(s);
+	assert_true(wait_fd(c2, POLLOUT) & POLLOUT);
+	assert_int_equal(sock_connect_result(c2), 0);
+	/* Acknowledged with the SYN-ACK: accepted at once, not 200 ms on. */
+	assert_int_equal(poll(&p, 1, 50), 1);
+	assert_true((s = accept4(l, NULL, NULL, SOCK_NONBLOCK)) >= 0);
+	close(s);
+	close(c1);
+	close(c2);
+	close(l);
+}
+
 /* The start-up check of that deferral: deferred when ended at its bound;
  * early when the ACK went before (here sent by hand, as a kernel without
  * the deferral would); unsure when ended before the bound or after the
@@ -837,6 +870,7 @@ main(void)
 		cmocka_unit_test(test_connect_refused),
 		cmocka_unit_test(test_connect_unacked),
 		cmocka_unit_test(test_ackcheck),
+		cmocka_unit_test(test_ack_now_connecting),
 		cmocka_unit_test(test_close_rst),
 		cmocka_unit_test(test_options),
 		cmocka_unit_test(test_leg_inherited),
