@@ -439,6 +439,9 @@ def test_kernel_pipe_refused_by_kernel_pauses_and_resumes(net, relays, key, serv
     # Left root: without CAP_SYS_RESOURCE (as in a container) only a process
     # of our own uid may have its limit changed.
     relay = relays({"relay": {"user": "root"}, "limits": {"pipe_size": "64k"}})
+    # the start-up check of the kernel's ACK deferral holds two descriptors
+    # for 180 ms: over before they are counted below
+    relay.wait_counter("handover_kernel", lambda v: v >= 2)
     client = make_client(net, relay, key)
     path, digest = random_file(net, "kpw", 8 * MiB)
     go = threading.Event()

@@ -13,16 +13,26 @@ from conftest import make_client
 PROBE_FLAG_CACHED = 1             # include/slot/proto.h
 
 
-def probe_a_server(net, relay, key, servers, port):
-    """One probe of a listening server through relay, answered ok; no pipe
-    follows. Returns (the server, the relay's counters before)."""
-    p = port()
-    srv = servers(p, lambda c: None)
-    before = relay.counters()
+def probe(net, relay, key, p):
+    """One probe of the server on port p through relay, answered ok."""
     r = make_client(net, relay, key).run(p, "--probe", "--probe-port", relay.probe_port,
                                          timeout=10)
     assert r.line("probe status")["status"] == "ok", r
-    return srv, before
+    return r
+
+
+def probe_a_server(net, relay, key, servers, port):
+    """One probe of a listening server through relay, answered ok; no pipe
+    follows. Returns (the server, its port, the relay's counters before)."""
+    p = port()
+    srv = servers(p, lambda c: None)
+    before = relay.counters()
+    probe(net, relay, key, p)
+    return srv, p, before
+
+
+def deltas(before, after):
+    return {k: after[k] - before[k] for k in after if isinstance(after[k], int)}
 
 
 def test_an_unused_measurement_is_never_accepted(net, relays, key, servers, port):
@@ -30,10 +40,9 @@ def test_an_unused_measurement_is_never_accepted(net, relays, key, servers, port
     # the start-up check found this kernel deferring the ACK (2), as
     # handover needs; 1 while it runs, 180 ms from the start
     relay.wait_counter("handover_kernel", lambda v: v == 2)
-    srv, before = probe_a_server(net, relay, key, servers, port)
+    srv, _, before = probe_a_server(net, relay, key, servers, port)
     relay.wait_counter("handovers_held", lambda v: v == 0)
-    after = relay.counters()
-    d = {k: after[k] - before[k] for k in after if isinstance(after[k], int)}
+    d = deltas(before, relay.counters())
     assert d["measure_connect"] == 1 and d["measure_syn"] == 0, d
     assert d["handovers_unused"] == 1 and d["handovers"] == 0, d
     # past the kernel's 200 ms bound on the deferred ACK: the reset came
@@ -47,23 +56,14 @@ def test_a_cached_answer_preconnects(net, relays, key, servers, port):
     same (the first measurement's connection has gone unused by then); it
     too is reset unused, never accepted."""
     relay = relays()
-    p = port()
-    srv = servers(p, lambda c: None)
-    client = make_client(net, relay, key)
-
-    def probe():
-        r = client.run(p, "--probe", "--probe-port", relay.probe_port, timeout=10)
-        assert r.line("probe status")["status"] == "ok", r
-        return r
-
-    probe()
+    srv, p, _ = probe_a_server(net, relay, key, servers, port)
     relay.wait_counter("handovers_held", lambda v: v == 0)
     before = relay.counters()
-    r = probe()
+    r = probe(net, relay, key, p)
     assert int(r.line("probe status")["flags"]) & PROBE_FLAG_CACHED, r
     relay.wait_counter("handovers_unused", lambda v: v == before["handovers_unused"] + 1)
     after = relay.counters()
-    d = {k: after[k] - before[k] for k in after if isinstance(after[k], int)}
+    d = deltas(before, after)
     # not a measurement: the cache keeps its entry
     assert d["handover_preconnects"] == 1 and d["measure_connect"] == 0, d
     assert d["handovers"] == 0 and after["handovers_held"] == 0, d
@@ -75,7 +75,7 @@ def test_off_measures_with_a_bare_syn(net, relays, key, servers, port):
     relay = relays({"probe": {"handover": "off"}})
     # checked all the same, for a reload that turns handover on
     relay.wait_counter("handover_kernel", lambda v: v == 2)
-    srv, before = probe_a_server(net, relay, key, servers, port)
+    srv, _, before = probe_a_server(net, relay, key, servers, port)
     after = relay.counters()
     assert after["measure_syn"] == before["measure_syn"] + 1, (before, after)
     assert after["measure_connect"] == before["measure_connect"], (before, after)
