@@ -38,6 +38,8 @@ order in every repetition, for every size:
               the server made by a priming download): the relay answers from
               its cache and begins a connect for the pipe (a cold slotd
               behind a warm relay, the usual case for a popular server)
+  slot-cold-rwarm-nopre the same with relay1's [probe] preconnect = no: the
+              cached answer begins no connect, the pipe connects afresh
   slot-warm   curl server:80 with slotd's cached decision from the connection
               before, default config (cache_early on: the relay has reached
               port 80 under the entry, so the SYN goes to the relay together
@@ -82,14 +84,17 @@ RATE = 100
 RMEM = "4096 131072 262144"
 HAPROXY_PORT = 8081
 METHODS = ["direct", "slot-cold", "slot-cold-syn", "slot-cold-hoff", "slot-cold-rwarm",
-           "slot-warm", "slot-wait", "haproxy", "ideal"]
-SLOT_METHODS = ["slot-cold", "slot-cold-syn", "slot-cold-hoff", "slot-cold-rwarm", "slot-warm",
-                "slot-wait"]
-COLD_METHODS = ["slot-cold", "slot-cold-syn", "slot-cold-hoff", "slot-cold-rwarm"]
+           "slot-cold-rwarm-nopre", "slot-warm", "slot-wait", "haproxy", "ideal"]
+SLOT_METHODS = ["slot-cold", "slot-cold-syn", "slot-cold-hoff", "slot-cold-rwarm",
+                "slot-cold-rwarm-nopre", "slot-warm", "slot-wait"]
+COLD_METHODS = ["slot-cold", "slot-cold-syn", "slot-cold-hoff", "slot-cold-rwarm",
+                "slot-cold-rwarm-nopre"]
+RWARM_METHODS = ["slot-cold-rwarm", "slot-cold-rwarm-nopre"]
 LABEL = {"direct": "direct", "slot-cold": "slot, cold cache",
          "slot-cold-syn": "slot, cold, synack_hold = no",
          "slot-cold-hoff": "slot, cold, relay's handover = off",
          "slot-cold-rwarm": "slot, cold, relay's RTT cache warm",
+         "slot-cold-rwarm-nopre": "slot, cold, relay's RTT cache warm, preconnect = no",
          "slot-warm": "slot, warm cache (default: early)",
          "slot-wait": "slot, warm, cache_early = no", "haproxy": "HAProxy (static relay)",
          "ideal": "ideal (40 ms sub-hop alone)"}
@@ -99,7 +104,7 @@ COUNTERS = ["early_verdicts", "early_unreached", "early_failures", "cache_hits",
             "syn_retransmits", "synack_waits", "synack_holds", "synack_failures"]
 # relay1's, the same way
 RELAY_COUNTERS = ["measure_connect", "measure_syn", "handover_preconnects", "handovers",
-                  "handovers_unused"]
+                  "handovers_connecting", "handovers_unused"]
 WGET_METHODS = ["direct", "slot-cold", "slot-warm"]
 
 
@@ -127,6 +132,7 @@ class Bench:
         self.hold = True                # synack_hold: the default (on) or "no"
         self.handover = True            # relay1's [probe] handover: default or off
         self.rtt_cache = False          # relay1's RTT cache: off (ttl 0) or 5 min
+        self.preconnect = True          # relay1's [probe] preconnect
         self.rctr = {}                  # method -> {relay counter: sum of deltas}
         self.cache_warm = False
         self.n = 0
@@ -252,9 +258,15 @@ class Bench:
             self.set_slotd(True, flush=True)
             self.prime()
 
+    def set_preconnect(self, on):
+        if on != self.preconnect:
+            self.relay.reload({"probe": {"preconnect": "yes" if on else "no"}})
+            self.preconnect = on
+
     def prepare(self, method):
         self.set_handover(method != "slot-cold-hoff")
-        self.set_rtt_cache(method == "slot-cold-rwarm")
+        self.set_preconnect(method != "slot-cold-rwarm-nopre")
+        self.set_rtt_cache(method in RWARM_METHODS)
         if method in COLD_METHODS:
             self.set_slotd(True, flush=True, hold=method != "slot-cold-syn")
         elif method in ("slot-warm", "slot-wait"):
@@ -404,6 +416,7 @@ class Bench:
                  "slot-cold-syn": ("tab:purple", "s", ":"),
                  "slot-cold-hoff": ("tab:brown", "P", ":"),
                  "slot-cold-rwarm": ("tab:red", "X", "--"),
+                 "slot-cold-rwarm-nopre": ("tab:pink", "X", ":"),
                  "slot-warm": ("tab:blue", "D", "-"), "slot-wait": ("tab:cyan", "^", "-"),
                  "haproxy": ("tab:orange", "v", "-."), "ideal": ("tab:green", "x", ":")}
         fig, ax = plt.subplots(figsize=(7.5, 5.2))
@@ -532,7 +545,10 @@ class Bench:
             "with relay1's RTT cache on (rtt_cache_ttl 5 min, its entry for the server made "
             "by a priming download), so relay1 answers the probe from its cache and begins a "
             "connect to the server for the pipe (`handover_preconnects`): a cold slotd behind "
-            "a warm relay, the usual case for a popular server; `slot warm`: slotd's "
+            "a warm relay, the usual case for a popular server; `slot, cold, relay's RTT cache "
+            "warm, preconnect = no`: the same with relay1's `[probe] preconnect = no`, so the "
+            "cached answer begins no connect and the pipe connects afresh (the relay's "
+            "behaviour before pre-connects); `slot warm`: slotd's "
             "decision cached by "
             "the connection before (default config: the relay reached port 80 in that "
             "connection, so this one goes early); `slot warm, cache_early = no`: the same "
@@ -765,11 +781,16 @@ class Bench:
             "still due, can no longer beat that path by min_gain (select_us %.0f ms); the "
             "relay began a connect to the server with its answer, which the pipe takes "
             "(PIPE_OK at once: decide_us %.0f ms): connect %.0f ms, first byte %.0f ms, "
-            "%.2fx direct on %s (%.2fx with the relay's cache off)."
+            "%.2fx direct on %s (%.2fx with the relay's cache off). With `preconnect = no` "
+            "the pipe connects afresh and PIPE_OK waits for it (decide_us %.0f ms): connect "
+            "%.0f ms, first byte %.0f ms, %.2fx, a warm relay then slower than a cold one."
             % (dsel("slot-cold-rwarm"), ddec("slot-cold-rwarm"), con("slot-cold-rwarm"),
                fb("slot-cold-rwarm"), spd("slot-cold-rwarm", "1M" if "1M" in names else big),
                "1 MiB" if "1M" in names else bl,
-               spd("slot-cold", "1M" if "1M" in names else big)))
+               spd("slot-cold", "1M" if "1M" in names else big),
+               ddec("slot-cold-rwarm-nopre"), con("slot-cold-rwarm-nopre"),
+               fb("slot-cold-rwarm-nopre"),
+               spd("slot-cold-rwarm-nopre", "1M" if "1M" in names else big)))
         if "1M" in names:
             mib = "1M"
             d = med("direct", mib)

@@ -439,8 +439,8 @@ preconnect(struct probe_srv *ps, const struct endpoint *t, uint32_t rtt_us, uint
 	struct relay *r = ps->r;
 	uint64_t h = ep_hash(t, r->hkey);
 
-	if (!handover_on(ps) || job_find(ps, t, h) || handover_find(ps, t, h) ||
-	    ps->njobs >= r->conf.max_inflight ||
+	if (!r->conf.preconnect || !handover_on(ps) || job_find(ps, t, h) ||
+	    handover_find(ps, t, h) || ps->njobs >= r->conf.max_inflight ||
 	    !rl_allow_keep(ps->rl_dst, &t->addr, now, r->conf.destination_burst / 2))
 		return;
 	r->ctr.handover_preconnects++;

@@ -69,6 +69,7 @@ rconf_defaults(struct rconf *c)
 	c->rtt_cache_ttl_ms = 5 * 60 * 1000;
 	c->probe_timeout_ms = 2000;
 	c->handover_ms = 150;
+	c->preconnect = true;
 	c->requester_rate = 50;
 	c->requester_burst = 100;
 	c->destination_rate = 5;
@@ -187,6 +188,7 @@ static const struct conf_key keys[] = {
 	{ F("probe", "probe_timeout", CK_MS, probe_timeout_ms), .min = 10, .max = 60000 },
 	{ F("probe", "handover", CK_MS_OFF, handover_ms), .min = 1,
 	    .max = SOCK_ACK_HOLD_MAX_MS },
+	{ F("probe", "preconnect", CK_BOOL, preconnect) },
 	{ F("probe", "requester_rate", CK_DOUBLE, requester_rate), .dmin = 0.001, .dmax = 1e6 },
 	{ F("probe", "requester_burst", CK_DOUBLE, requester_burst), .dmin = 0.001, .dmax = 1e6 },
 	{ F("probe", "destination_rate", CK_DOUBLE, destination_rate), .dmin = 0.001, .dmax = 1e6 },

@@ -79,6 +79,7 @@ struct rconf {
 	uint64_t rtt_cache_ttl_ms;
 	uint64_t probe_timeout_ms;
 	uint64_t handover_ms;		/* a measurement's connection kept for a pipe; 0: off */
+	bool preconnect;		/* with handover: a cached answer begins a connect */
 	double requester_rate, requester_burst;
 	double destination_rate, destination_burst;
 	uint64_t max_inflight;

@@ -71,6 +71,20 @@ def test_a_cached_answer_preconnects(net, relays, key, servers, port):
     assert srv.accepted == 0
 
 
+def test_preconnect_no(net, relays, key, servers, port):
+    """[probe] preconnect = no: a cached answer begins no connect; a
+    measurement's connection is still held for handover."""
+    relay = relays({"probe": {"preconnect": "no"}})
+    _, p, before = probe_a_server(net, relay, key, servers, port)
+    relay.wait_counter("handovers_held", lambda v: v == 0)
+    r = probe(net, relay, key, p)
+    assert int(r.line("probe status")["flags"]) & PROBE_FLAG_CACHED, r
+    time.sleep(0.2)
+    d = deltas(before, relay.counters())
+    assert d["measure_connect"] == 1 and d["handovers_unused"] == 1, d
+    assert d["handover_preconnects"] == 0, d
+
+
 def test_off_measures_with_a_bare_syn(net, relays, key, servers, port):
     relay = relays({"probe": {"handover": "off"}})
     # checked all the same, for a reload that turns handover on
@@ -82,11 +96,12 @@ def test_off_measures_with_a_bare_syn(net, relays, key, servers, port):
     assert after["handovers_held"] == 0 and srv.accepted == 0
 
 
-@pytest.mark.parametrize("value,want", [
-    ("250ms", "[probe] handover = 250ms: must be 0 (off) or between 1 ms and 180 ms"),
-    ("soon", "[probe] handover = soon:"),
+@pytest.mark.parametrize("key_,value,want", [
+    ("handover", "250ms", "[probe] handover = 250ms: must be 0 (off) or between 1 ms and 180 ms"),
+    ("handover", "soon", "[probe] handover = soon:"),
+    ("preconnect", "maybe", "[probe] preconnect = maybe:"),
 ])
-def test_bad_values_refused(net, relays, value, want):
-    relay = relays({"probe": {"handover": value}}, start=False)
+def test_bad_values_refused(net, relays, key_, value, want):
+    relay = relays({"probe": {key_: value}}, start=False)
     rc, err = relay.check_config()
     assert rc != 0 and want in err, err
