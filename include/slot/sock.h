@@ -57,6 +57,12 @@ enum sock_ackcheck_result sock_ackcheck_end(struct sock_ackcheck *c, uint64_t *h
  * here on. Returns 0 or -1. */
 int sock_ack_now(int fd);
 
+/* A connecting socket's retransmission timeout for its SYN: the kernel's
+ * 1 s, or what a BPF program (BPF_SOCK_OPS_TIMEOUT_INIT) set; the default
+ * if it cannot be read. */
+#define SOCK_SYN_RTO_DEFAULT_US 1000000U
+uint32_t sock_syn_rto_us(int fd);
+
 /* Result of a finished non-blocking connect: 0, or the errno it failed with. */
 int sock_connect_result(int fd);
 

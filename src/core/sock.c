@@ -233,6 +233,18 @@ sock_ackcheck_end(struct sock_ackcheck *c, uint64_t *held_us)
 	return res;
 }
 
+uint32_t
+sock_syn_rto_us(int fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	memset(&ti, 0, sizeof(ti));
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_rto > 0)
+		return ti.tcpi_rto;
+	return SOCK_SYN_RTO_DEFAULT_US;
+}
+
 int
 sock_connect_result(int fd)
 {

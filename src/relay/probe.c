@@ -22,10 +22,11 @@
 #define PROBE_MAX_WAITERS 64	/* requesters sharing one measurement */
 #define PROBE_BATCH 64		/* datagrams read per wake-up */
 #define PROBE_FAIL_TTL_MS 30000	/* failures are re-measured sooner */
-/* A handover connect unanswered this long gives way to a bare SYN before
- * the kernel sends its SYN again (1 s): a SYN-ACK to that second SYN could
+/* A handover connect unanswered for this share of its SYN's retransmission
+ * timeout (1 s, unless a BPF program set another) gives way to a bare SYN
+ * before the kernel sends its SYN again: a SYN-ACK to that second SYN could
  * meet the connection already up and draw an ACK that completes it. */
-#define PROBE_CONNECT_ALONE_MS 900
+#define PROBE_CONNECT_ALONE_SHARE 0.9
 /* The kernel's ACK deferral is checked at start; a check that cannot tell
  * is tried again this often, this many times. */
 #define PROBE_ACKCHECK_RETRY_S 1.0
@@ -531,7 +532,7 @@ job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h, const stru
 	j->io.data = j;
 	ev_timer_init(&j->timer, job_timer_cb, (double)r->conf.probe_timeout_ms / 1000.0, 0.);
 	j->timer.data = j;
-	ev_timer_init(&j->alone, job_alone_cb, PROBE_CONNECT_ALONE_MS / 1000.0, 0.);
+	ev_init(&j->alone, job_alone_cb);
 	j->alone.data = j;
 	/* A bare SYN whose SYN-ACK the kernel resets, or a connect whose
 	 * handshake stays unacknowledged until a pipe takes it or it is reset:
@@ -555,8 +556,11 @@ job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h, const stru
 	ev_timer_start(r->loop, &j->timer);
 	/* Without a raw socket the kernel's own SYN retransmissions go on:
 	 * such a connection is then reset at once, never held. */
-	if (handover_on(ps) && synp_has_family(ps->synp, t->addr.family))
+	if (handover_on(ps) && synp_has_family(ps->synp, t->addr.family)) {
+		ev_timer_set(&j->alone, PROBE_CONNECT_ALONE_SHARE * sock_syn_rto_us(j->fd) / 1e6,
+		    0.);
 		ev_timer_start(r->loop, &j->alone);
+	}
 }
 
 /*

@@ -304,6 +304,9 @@ test_ack_now_connecting(void **state)
 	assert_true(wait_fd(l, POLLIN) & POLLIN);	/* the queue is full */
 	assert_true((c2 = sock_connect_unacked(&ep, 0)) >= 0);
 	assert_int_equal(poll(&(struct pollfd){ .fd = c2, .events = POLLOUT }, 1, 100), 0);
+	/* Still connecting, its SYN not yet sent again: the kernel's initial
+	 * 1 s (no BPF program here). */
+	assert_int_equal(sock_syn_rto_us(c2), SOCK_SYN_RTO_DEFAULT_US);
 	assert_int_equal(sock_ack_now(c2), 0);
 	assert_true((s = accept4(l, NULL, NULL, SOCK_NONBLOCK)) >= 0);
 	close(s);
