@@ -52,10 +52,12 @@ int sock_ackcheck_begin(struct sock_ackcheck *c);
  * at least SOCK_ACK_HOLD_MAX_MS of it. */
 enum sock_ackcheck_result sock_ackcheck_end(struct sock_ackcheck *c, uint64_t *held_us);
 
-/* Sends a deferred handshake ACK now, or, on a socket still connecting,
- * as soon as the SYN-ACK comes: the server's application may accept from
- * here on. Returns 0 or -1. */
+/* Sends a deferred handshake ACK now (TCP_QUICKACK): the server's
+ * application may accept from here on. Returns 0 or -1. */
 int sock_ack_now(int fd);
+/* The same for a socket that may still be connecting: a SYN-ACK still to
+ * come is acknowledged at once, no longer deferred. Returns 0 or -1. */
+int sock_ack_from_now(int fd);
 
 /* A connecting socket's retransmission timeout for its SYN: the kernel's
  * 1 s, or what a BPF program (BPF_SOCK_OPS_TIMEOUT_INIT) set; the default

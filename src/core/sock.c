@@ -144,11 +144,17 @@ sock_connect_unacked(const struct endpoint *dst, uint32_t mark)
 int
 sock_ack_now(int fd)
 {
+	return sock_setint(fd, IPPROTO_TCP, TCP_QUICKACK, 1);
+}
+
+int
+sock_ack_from_now(int fd)
+{
 	/* Cleared, a SYN-ACK still to come is acknowledged at once; QUICKACK
 	 * sends the one already deferred (it does nothing while connecting). */
 	if (sock_setint(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, 0) == -1)
 		return -1;
-	return sock_setint(fd, IPPROTO_TCP, TCP_QUICKACK, 1);
+	return sock_ack_now(fd);
 }
 
 /* Loopback, v4 first: a host with IPv6 off has 127.0.0.1 all the same. */
@@ -159,8 +165,6 @@ ackcheck_listen(struct endpoint *at)
 	int e = EADDRNOTAVAIL;
 
 	for (size_t i = 0; i < sizeof(lo) / sizeof(lo[0]); i++) {
-		struct sockaddr_storage ss;
-		socklen_t len = sizeof(ss);
 		int fd;
 
 		if (addr_parse(lo[i], &at->addr) == -1)
@@ -170,8 +174,7 @@ ackcheck_listen(struct endpoint *at)
 			e = errno;
 			continue;
 		}
-		if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
-		    ep_from_sockaddr((struct sockaddr *)&ss, len, at) == 0)
+		if (sock_local_ep(fd, at) == 0)
 			return fd;
 		e = errno;
 		close(fd);

@@ -237,63 +237,6 @@ handover_find(struct probe_srv *ps, const struct endpoint *target, uint64_t hv)
 	return found;
 }
 
-static struct job *job_find(struct probe_srv *ps, const struct endpoint *t, uint64_t h);
-static void job_finish(struct job *j, uint8_t status, uint32_t rtt_us);
-
-/* A pipe that comes while the connect begun for it on a cached answer is
- * still under way takes that socket, instead of a connect of its own that
- * would start a relay-server round trip later; not one whose SYN looks
- * lost (older than its cached RTT and half again: a fresh SYN is then
- * sooner than the kernel's second at 1 s), nor one requesters wait on. */
-static int
-preconnect_take(struct probe_srv *ps, const struct endpoint *target, uint64_t hv)
-{
-	struct job *j = job_find(ps, target, hv);
-	uint64_t age, slack;
-	int fd;
-
-	if (j == NULL || !j->pre || j->nw > 0 || j->fd < 0)
-		return -1;
-	age = clock_mono_us() - j->t_start;
-	slack = j->expect_us / 2 > 10000 ? j->expect_us / 2 : 10000;
-	if (age > j->expect_us + slack)
-		return -1;
-	fd = j->fd;
-	j->fd = -1;
-	job_finish(j, PROBE_ST_BUSY, 0);	/* no waiter, nothing cached */
-	if (sock_ack_now(fd) == -1) {
-		sock_close_rst(fd);
-		return -1;
-	}
-	ps->r->ctr.handovers++;
-	ps->r->ctr.handovers_connecting++;
-	return fd;
-}
-
-int
-probe_take(struct probe_srv *ps, const struct endpoint *target)
-{
-	struct handover *found;
-	uint64_t hv;
-	int fd;
-
-	if (ps == NULL || (ps->nho == 0 && ps->njobs == 0))
-		return -1;
-	hv = ep_hash(target, ps->r->hkey);
-	if (ps->nho == 0 || (found = handover_find(ps, target, hv)) == NULL)
-		return ps->njobs > 0 ? preconnect_take(ps, target, hv) : -1;
-	fd = found->fd;
-	handover_drop(ps, found);
-	handover_arm(ps);
-	/* The server's application sees the connection from here on. */
-	if (sock_ack_now(fd) == -1) {
-		sock_close_rst(fd);
-		return -1;
-	}
-	ps->r->ctr.handovers++;
-	return fd;
-}
-
 static void
 job_finish(struct job *j, uint8_t status, uint32_t rtt_us)
 {
@@ -426,8 +369,121 @@ job_find(struct probe_srv *ps, const struct endpoint *t, uint64_t h)
 	return NULL;
 }
 
-static void job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h,
-    const struct waiter *w, uint32_t expect_us);
+/* A pipe that comes while the connect begun for it on a cached answer is
+ * still under way takes that socket, instead of a connect of its own that
+ * would start a relay-server round trip later; not one whose SYN looks
+ * lost (older than its cached RTT and half again: a fresh SYN is then
+ * sooner than the kernel's second at 1 s), nor one requesters wait on. */
+static int
+preconnect_take(struct probe_srv *ps, const struct endpoint *target, uint64_t hv)
+{
+	struct job *j = job_find(ps, target, hv);
+	uint64_t age, slack;
+	int fd;
+
+	if (j == NULL || !j->pre || j->nw > 0 || j->fd < 0)
+		return -1;
+	age = clock_mono_us() - j->t_start;
+	slack = j->expect_us / 2 > 10000 ? j->expect_us / 2 : 10000;
+	if (age > j->expect_us + slack)
+		return -1;
+	fd = j->fd;
+	j->fd = -1;
+	job_finish(j, PROBE_ST_BUSY, 0);	/* no waiter, nothing cached */
+	if (sock_ack_from_now(fd) == -1) {
+		sock_close_rst(fd);
+		return -1;
+	}
+	ps->r->ctr.handovers++;
+	ps->r->ctr.handovers_connecting++;
+	return fd;
+}
+
+int
+probe_take(struct probe_srv *ps, const struct endpoint *target)
+{
+	struct handover *found;
+	uint64_t hv;
+	int fd;
+
+	if (ps == NULL || (ps->nho == 0 && ps->njobs == 0))
+		return -1;
+	hv = ep_hash(target, ps->r->hkey);
+	if (ps->nho == 0 || (found = handover_find(ps, target, hv)) == NULL)
+		return ps->njobs > 0 ? preconnect_take(ps, target, hv) : -1;
+	fd = found->fd;
+	handover_drop(ps, found);
+	handover_arm(ps);
+	/* The server's application sees the connection from here on. */
+	if (sock_ack_now(fd) == -1) {
+		sock_close_rst(fd);
+		return -1;
+	}
+	ps->r->ctr.handovers++;
+	return fd;
+}
+
+/* Measures t for the requester w, or with none (NULL: a pre-connect on a
+ * cached answer of expect_us). */
+static void
+job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h, const struct waiter *w,
+    uint32_t expect_us)
+{
+	struct relay *r = ps->r;
+	struct job *j;
+
+	if ((j = calloc(1, sizeof(*j))) == NULL) {
+		if (w)
+			probe_reply(ps, w, t, PROBE_ST_BUSY, 0, 0);
+		return;
+	}
+	j->ps = ps;
+	j->fd = -1;
+	j->target = *t;
+	if (w) {
+		j->w[0] = *w;
+		j->nw = 1;
+	} else {
+		j->pre = true;
+		j->expect_us = expect_us;
+	}
+	j->t_start = clock_mono_us();
+	htab_insert(&ps->jobs, &j->hn, h);
+	ps->njobs++;
+	ev_init(&j->io, job_io_cb);
+	j->io.data = j;
+	ev_timer_init(&j->timer, job_timer_cb, (double)r->conf.probe_timeout_ms / 1000.0, 0.);
+	j->timer.data = j;
+	ev_init(&j->alone, job_alone_cb);
+	j->alone.data = j;
+	/* A bare SYN whose SYN-ACK the kernel resets, or a connect whose
+	 * handshake stays unacknowledged until a pipe takes it or it is reset:
+	 * either way the server's application never sees the measurement
+	 * (docs/relay.md). Handover needs the connect. */
+	if (!handover_on(ps) && synp_has_family(ps->synp, t->addr.family)) {
+		if (job_syn_start(j) == 0)
+			ev_timer_start(r->loop, &j->timer);
+		return;
+	}
+	if (!j->pre)
+		r->ctr.measure_connect++;
+	if ((j->fd = sock_connect_unacked(t, 0)) == -1) {
+		int e = errno;
+		job_finish(j, e == EMFILE || e == ENFILE || e == ENOBUFS ? PROBE_ST_BUSY :
+		    PROBE_ST_UNREACHABLE, 0);
+		return;
+	}
+	ev_io_set(&j->io, j->fd, EV_WRITE);
+	ev_io_start(r->loop, &j->io);
+	ev_timer_start(r->loop, &j->timer);
+	/* Without a raw socket the kernel's own SYN retransmissions go on:
+	 * such a connection is then reset at once, never held. */
+	if (handover_on(ps) && synp_has_family(ps->synp, t->addr.family)) {
+		ev_timer_set(&j->alone, PROBE_CONNECT_ALONE_SHARE * sock_syn_rto_us(j->fd) / 1e6,
+		    0.);
+		ev_timer_start(r->loop, &j->alone);
+	}
+}
 
 /* A cached answer left no connection to hand over: a connect begins for
  * the pipe that may follow it, as a fresh measurement's would (the cache
@@ -501,67 +557,6 @@ probe_handle(struct probe_srv *ps, const struct proto_msg *m, const struct waite
 	job_begin(ps, t, h, w, 0);
 }
 
-/* Measures t for the requester w, or with none (NULL: a pre-connect on a
- * cached answer of expect_us). */
-static void
-job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h, const struct waiter *w,
-    uint32_t expect_us)
-{
-	struct relay *r = ps->r;
-	struct job *j;
-
-	if ((j = calloc(1, sizeof(*j))) == NULL) {
-		if (w)
-			probe_reply(ps, w, t, PROBE_ST_BUSY, 0, 0);
-		return;
-	}
-	j->ps = ps;
-	j->fd = -1;
-	j->target = *t;
-	if (w) {
-		j->w[0] = *w;
-		j->nw = 1;
-	} else {
-		j->pre = true;
-		j->expect_us = expect_us;
-	}
-	j->t_start = clock_mono_us();
-	htab_insert(&ps->jobs, &j->hn, h);
-	ps->njobs++;
-	ev_init(&j->io, job_io_cb);
-	j->io.data = j;
-	ev_timer_init(&j->timer, job_timer_cb, (double)r->conf.probe_timeout_ms / 1000.0, 0.);
-	j->timer.data = j;
-	ev_init(&j->alone, job_alone_cb);
-	j->alone.data = j;
-	/* A bare SYN whose SYN-ACK the kernel resets, or a connect whose
-	 * handshake stays unacknowledged until a pipe takes it or it is reset:
-	 * either way the server's application never sees the measurement
-	 * (docs/relay.md). Handover needs the connect. */
-	if (!handover_on(ps) && synp_has_family(ps->synp, t->addr.family)) {
-		if (job_syn_start(j) == 0)
-			ev_timer_start(r->loop, &j->timer);
-		return;
-	}
-	if (!j->pre)
-		r->ctr.measure_connect++;
-	if ((j->fd = sock_connect_unacked(t, 0)) == -1) {
-		int e = errno;
-		job_finish(j, e == EMFILE || e == ENFILE || e == ENOBUFS ? PROBE_ST_BUSY :
-		    PROBE_ST_UNREACHABLE, 0);
-		return;
-	}
-	ev_io_set(&j->io, j->fd, EV_WRITE);
-	ev_io_start(r->loop, &j->io);
-	ev_timer_start(r->loop, &j->timer);
-	/* Without a raw socket the kernel's own SYN retransmissions go on:
-	 * such a connection is then reset at once, never held. */
-	if (handover_on(ps) && synp_has_family(ps->synp, t->addr.family)) {
-		ev_timer_set(&j->alone, PROBE_CONNECT_ALONE_SHARE * sock_syn_rto_us(j->fd) / 1e6,
-		    0.);
-		ev_timer_start(r->loop, &j->alone);
-	}
-}
 
 /*
  * Identity mode: another relay introduces itself before probing us

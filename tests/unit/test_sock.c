@@ -285,9 +285,9 @@ test_connect_unacked(void **state)
 	close(l);
 }
 
-/* sock_ack_now on a socket still connecting: its handshake completes as a
- * plain connect's does, the ACK not deferred. A full accept queue holds
- * its SYN back (dropped; the kernel sends it again after 1 s). */
+/* sock_ack_from_now on a socket still connecting: its handshake completes
+ * as a plain connect's does, the ACK not deferred. A full accept queue
+ * holds its SYN back (dropped; the kernel sends it again after 1 s). */
 static void
 test_ack_now_connecting(void **state)
 {
@@ -307,7 +307,7 @@ test_ack_now_connecting(void **state)
 	/* Still connecting, its SYN not yet sent again: the kernel's initial
 	 * 1 s (no BPF program here). */
 	assert_int_equal(sock_syn_rto_us(c2), SOCK_SYN_RTO_DEFAULT_US);
-	assert_int_equal(sock_ack_now(c2), 0);
+	assert_int_equal(sock_ack_from_now(c2), 0);
 	assert_true((s = accept4(l, NULL, NULL, SOCK_NONBLOCK)) >= 0);
 	close(s);
 	assert_true(wait_fd(c2, POLLOUT) & POLLOUT);
