@@ -9,6 +9,7 @@ import time
 import pytest
 
 from conftest import make_client
+from earlyack import EarlyAcker
 
 PROBE_FLAG_CACHED = 1             # include/slot/proto.h
 
@@ -105,3 +106,25 @@ def test_bad_values_refused(net, relays, key_, value, want):
     relay = relays({"probe": {key_: value}}, start=False)
     rc, err = relay.check_config()
     assert rc != 0 and want in err, err
+
+
+def test_a_kernel_that_acks_early_turns_handover_off(net, relays, key, servers, port):
+    """The start-up check on a kernel that sends a connect's last ACK at
+    once (emulated on the relay's loopback by EarlyAcker): handover goes
+    off for the process's lifetime, with a warning; measurements are bare
+    SYNs, cached answers begin no connect, and the server accepts nothing."""
+    relay = relays(start=False)
+    with EarlyAcker(net, "relay") as acker:
+        relay.start()
+        relay.wait_counter("handover_kernel", lambda v: v == 3)
+    assert acker.sent >= 1
+    assert "handover off: this kernel completed a connect's deferred handshake" in relay.log()
+    srv, p, before = probe_a_server(net, relay, key, servers, port)
+    r = probe(net, relay, key, p)
+    assert int(r.line("probe status")["flags"]) & PROBE_FLAG_CACHED, r
+    time.sleep(0.3)
+    after = relay.counters()
+    d = deltas(before, after)
+    assert d["measure_syn"] == 1 and d["measure_connect"] == 0, d
+    assert d["handover_preconnects"] == 0 and after["handovers_held"] == 0, d
+    assert after["handover_kernel"] == 3 and srv.accepted == 0
