@@ -53,6 +53,7 @@ struct job {
 				 * or a SYN-ACK that may be the server's own */
 	bool pre;		/* begun for handover on a cached answer... */
 	uint32_t expect_us;	/* ...whose RTT it was */
+	uint32_t alone_us;	/* the connect's time alone: 0.9 x its SYN's timeout */
 	uint64_t t_start;
 	ev_io io;
 	ev_timer timer;
@@ -342,6 +343,12 @@ job_alone_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	ev_io_stop(loop, &j->io);
 	sock_close_rst(j->fd);
 	j->fd = -1;
+	if (log_get_level() >= SLOG_DEBUG) {
+		char b[EP_STRLEN];
+		log_debug("measuring %s: no SYN-ACK to the connect within %u ms (0.9 of its SYN's "
+		    "timeout): %s", ep_fmt(&j->target, b), j->alone_us / 1000,
+		    j->pre && j->nw == 0 ? "reset, nobody waits" : "a bare SYN goes on");
+	}
 	/* A pre-connect nobody waits for has nothing to measure. */
 	if (j->pre && j->nw == 0) {
 		job_finish(j, PROBE_ST_BUSY, 0);
@@ -479,8 +486,8 @@ job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h, const stru
 	/* Without a raw socket the kernel's own SYN retransmissions go on:
 	 * such a connection is then reset at once, never held. */
 	if (handover_on(ps) && synp_has_family(ps->synp, t->addr.family)) {
-		ev_timer_set(&j->alone, PROBE_CONNECT_ALONE_SHARE * sock_syn_rto_us(j->fd) / 1e6,
-		    0.);
+		j->alone_us = (uint32_t)(PROBE_CONNECT_ALONE_SHARE * sock_syn_rto_us(j->fd));
+		ev_timer_set(&j->alone, j->alone_us / 1e6, 0.);
 		ev_timer_start(r->loop, &j->alone);
 	}
 }

@@ -4,12 +4,15 @@ connect whose handshake's last ACK the relay defers, held for handover and
 then reset, so the server's application accepts nothing; bad values are
 refused."""
 
+import contextlib
+import re
 import time
 
 import pytest
 
 from conftest import make_client
 from earlyack import EarlyAcker
+from synrto import SynTimeoutCgroup
 
 PROBE_FLAG_CACHED = 1             # include/slot/proto.h
 
@@ -128,3 +131,35 @@ def test_a_kernel_that_acks_early_turns_handover_off(net, relays, key, servers, 
     assert d["measure_syn"] == 1 and d["measure_connect"] == 0, d
     assert d["handover_preconnects"] == 0 and after["handovers_held"] == 0, d
     assert after["handover_kernel"] == 3 and srv.accepted == 0
+
+
+@pytest.mark.parametrize("jiffies", [None, 50])
+def test_bare_syn_at_the_syns_own_timeout(net, relays, key, port, jiffies):
+    """An unanswered measurement's connect gives way to a bare SYN at 0.9
+    of that SYN's own timeout, read from the socket: the kernel's 1 s, or
+    what the host's sock_ops program set (BPF_SOCK_OPS_TIMEOUT_INIT, here
+    50 jiffies for the relay's cgroup), so that the kernel's own second SYN
+    never comes first."""
+    p = port()
+    silent = "10.%d.2.99" % net.x      # no host there: no SYN-ACK, ever
+    cg = SynTimeoutCgroup(jiffies) if jiffies else contextlib.nullcontext()
+    with cg:
+        relay = relays(wrapper=cg.wrapper if jiffies else None)
+        try:
+            relay.wait_counter("handover_kernel", lambda v: v == 2)
+            before = relay.counters()
+            make_client(net, relay, key).run(p, "--probe", "--probe-port", relay.probe_port,
+                                             server_ip=silent, timeout=10)
+            after = relay.counters()
+        finally:
+            relay.stop()        # out of the cgroup before it goes
+    m = re.search(r"measuring %s:%d: no SYN-ACK to the connect within (\d+) ms \(0\.9 of "
+                  r"its SYN's timeout\): a bare SYN goes on" % (re.escape(silent), p), relay.log())
+    assert m, relay.log()[-3000:]
+    assert after["measure_connect"] - before["measure_connect"] == 1
+    assert after["measure_syn"] - before["measure_syn"] == 1
+    if jiffies:
+        # 500 ms a jiffy at HZ=100, 200 ms at HZ=250: well below the kernel's 1 s
+        assert int(m.group(1)) <= 0.9 * jiffies * 10, m.group(0)
+    else:
+        assert int(m.group(1)) == 900, m.group(0)
