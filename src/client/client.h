@@ -136,7 +136,7 @@ struct slotd {
 
 	struct synq *q;
 	ev_io q_io;
-	struct ctdel *ct;		/* synack_hold's way back to direct; NULL:
+	struct conntrack *ct;		/* synack_hold's way back to direct; NULL:
 					 * unavailable */
 
 	struct crelay **relays;		/* the set: static relays in config order,

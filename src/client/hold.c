@@ -14,7 +14,7 @@
 #include "slot/sock.h"
 #include "slot/synprobe.h"
 #include "slot/syntok.h"
-#include "ctdel.h"
+#include "conntrack.h"
 #include "hold.h"
 #include "libsrv.h"
 #include "relays.h"
@@ -239,7 +239,7 @@ forget_ct(struct slotd *d, const struct endpoint *client, const struct endpoint 
 {
 	char cb[EP_STRLEN], sb[EP_STRLEN];
 
-	if (d->ct != NULL && (ctdel_tcp(d->ct, client, server) == 0 || errno == ENOENT))
+	if (d->ct != NULL && (conntrack_delete(d->ct, client, server) == 0 || errno == ENOENT))
 		return true;
 	d->ctr.ct_delete_errors++;
 	log_warnx("%s -> %s: cannot forget the connection's conntrack entry (%s): %s",
@@ -1439,7 +1439,7 @@ reused_entry_nat(struct slotd *d, const struct syn_info *si, enum nlq_ct ct, uin
 
 	if (ct == NLQ_CT_ENTRY)
 		return (ct_status & IPS_DST_NAT) != 0;
-	if (d->ct == NULL || ctdel_status(d->ct, &si->src, &si->dst, &st) == -1)
+	if (d->ct == NULL || conntrack_status(d->ct, &si->src, &si->dst, &st) == -1)
 		return true;
 	return (st & IPS_DST_NAT) != 0;
 }

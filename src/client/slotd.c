@@ -26,7 +26,7 @@
 #include "slot/synprobe.h"
 #include "slot/caps.h"
 #include "cstats.h"
-#include "ctdel.h"
+#include "conntrack.h"
 #include "dirsync.h"
 #include "hold.h"
 #include "libsrv.h"
@@ -472,7 +472,7 @@ main(int argc, char **argv)
 	}
 	/* Before the rules: they queue the relays' SYN-ACKs only with it.
 	 * Opened whatever synack_hold says, so that a reload may turn it on. */
-	if ((d->ct = ctdel_open(err, sizeof(err))) == NULL)
+	if ((d->ct = conntrack_open(err, sizeof(err))) == NULL)
 		log_warnx("synack_hold unavailable, connections wait for PIPE_OK at their "
 		    "SYN: %s", err);
 	/* The raw socket needs CAP_NET_RAW, which slotd does not keep. */
@@ -543,7 +543,7 @@ main(int argc, char **argv)
 	rank_stop(d);
 	dirsync_stop(d);
 	hold_fini(d);
-	ctdel_close(d->ct);
+	conntrack_close(d->ct);
 	d->ct = NULL;
 	synp_close(d->synp);
 	d->synp = NULL;

@@ -10,26 +10,26 @@
 #include <linux/netfilter/nfnetlink_conntrack.h>
 
 #include "slot/errbuf.h"
-#include "ctdel.h"
+#include "conntrack.h"
 
 /* A request is ~100 bytes; an error answer echoes it. */
-#define CTDEL_BUF 8192
+#define CONNTRACK_BUF 8192
 
 struct status_ans {
 	bool found;
 	uint32_t status;
 };
 
-struct ctdel {
+struct conntrack {
 	struct mnl_socket *nl;
 	uint32_t portid;
 	uint32_t seq;
 };
 
-struct ctdel *
-ctdel_open(char *err, size_t errlen)
+struct conntrack *
+conntrack_open(char *err, size_t errlen)
 {
-	struct ctdel *c = calloc(1, sizeof(*c));
+	struct conntrack *c = calloc(1, sizeof(*c));
 
 	if (c == NULL) {
 		errbuf_set(err, errlen, "out of memory");
@@ -38,7 +38,7 @@ ctdel_open(char *err, size_t errlen)
 	if ((c->nl = mnl_socket_open(NETLINK_NETFILTER)) == NULL ||
 	    mnl_socket_bind(c->nl, 0, MNL_SOCKET_AUTOPID) == -1) {
 		errbuf_set(err, errlen, "conntrack netlink socket: %s", strerror(errno));
-		ctdel_close(c);
+		conntrack_close(c);
 		return NULL;
 	}
 	c->portid = mnl_socket_get_portid(c->nl);
@@ -47,7 +47,7 @@ ctdel_open(char *err, size_t errlen)
 }
 
 void
-ctdel_close(struct ctdel *c)
+conntrack_close(struct conntrack *c)
 {
 	if (c == NULL)
 		return;
@@ -57,7 +57,7 @@ ctdel_close(struct ctdel *c)
 }
 
 size_t
-ctdel_build(void *buf, size_t cap, uint32_t seq, bool get, const struct endpoint *client,
+conntrack_build(void *buf, size_t cap, uint32_t seq, bool get, const struct endpoint *client,
     const struct endpoint *server)
 {
 	int fam = client->addr.family;
@@ -120,14 +120,14 @@ status_cb(const struct nlmsghdr *nlh, void *data)
 /* One request, its answer: 0, or -1 with errno. With ans, a get whose
  * entry is parsed into it. */
 static int
-request(struct ctdel *c, const struct endpoint *client, const struct endpoint *server,
+request(struct conntrack *c, const struct endpoint *client, const struct endpoint *server,
     struct status_ans *ans)
 {
 	/* Zeroed: valgrind found uninitialised bytes sent in the request (the
 	 * nests' padding, whatever libmnl's version leaves). */
-	char buf[CTDEL_BUF] = { 0 };
+	char buf[CONNTRACK_BUF] = { 0 };
 	uint32_t seq = ++c->seq;
-	size_t len = ctdel_build(buf, sizeof(buf), seq, ans != NULL, client, server);
+	size_t len = conntrack_build(buf, sizeof(buf), seq, ans != NULL, client, server);
 	ssize_t n;
 
 	if (len == 0) {
@@ -157,14 +157,15 @@ request(struct ctdel *c, const struct endpoint *client, const struct endpoint *s
 }
 
 int
-ctdel_tcp(struct ctdel *c, const struct endpoint *client, const struct endpoint *server)
+conntrack_delete(struct conntrack *c, const struct endpoint *client,
+    const struct endpoint *server)
 {
 	return request(c, client, server, NULL);
 }
 
 int
-ctdel_status(struct ctdel *c, const struct endpoint *client, const struct endpoint *server,
-    uint32_t *status)
+conntrack_status(struct conntrack *c, const struct endpoint *client,
+    const struct endpoint *server, uint32_t *status)
 {
 	struct status_ans a = { false, 0 };
 

@@ -1,4 +1,4 @@
-/* The conntrack requests of ctdel.c (synack_hold's failure path deletes,
+/* The conntrack requests of conntrack.c (synack_hold's failure path deletes,
  * a reused entry's status is read): read back with libmnl as the kernel
  * would, both families. */
 #include <arpa/inet.h>
@@ -15,7 +15,7 @@
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/nfnetlink_conntrack.h>
 
-#include "../../src/client/ctdel.h"
+#include "../../src/client/conntrack.h"
 
 struct seen {
 	const struct nlattr *a[CTA_MAX + 1];
@@ -44,7 +44,7 @@ check(const char *cs, uint16_t cport, const char *ss, uint16_t sport, int family
 	assert_int_equal(addr_parse(ss, &s.addr), 0);
 	c.port = cport;
 	s.port = sport;
-	len = ctdel_build(buf, sizeof(buf), 42, get, &c, &s);
+	len = conntrack_build(buf, sizeof(buf), 42, get, &c, &s);
 	assert_true(len > 0);
 	const struct nlmsghdr *nlh = (const struct nlmsghdr *)buf;
 	assert_int_equal(nlh->nlmsg_len, len);
@@ -89,10 +89,10 @@ test_refuses_mixed_families_and_small_buffers(void **state)
 
 	assert_int_equal(ep_parse("192.0.2.10:1", 0, &c), 0);
 	assert_int_equal(ep_parse("[2001:db8::1]:2", 0, &s), 0);
-	assert_int_equal(ctdel_build(buf, sizeof(buf), 1, false, &c, &s), 0);
+	assert_int_equal(conntrack_build(buf, sizeof(buf), 1, false, &c, &s), 0);
 	assert_int_equal(ep_parse("192.0.2.11:2", 0, &s), 0);
-	assert_int_equal(ctdel_build(buf, 100, 1, true, &c, &s), 0);
-	assert_true(ctdel_build(buf, sizeof(buf), 1, false, &c, &s) > 0);
+	assert_int_equal(conntrack_build(buf, 100, 1, true, &c, &s), 0);
+	assert_true(conntrack_build(buf, sizeof(buf), 1, false, &c, &s) > 0);
 }
 
 int
@@ -103,5 +103,5 @@ main(void)
 		cmocka_unit_test(test_refuses_mixed_families_and_small_buffers),
 	};
 
-	return cmocka_run_group_tests_name("ctdel", tests, NULL, NULL);
+	return cmocka_run_group_tests_name("conntrack", tests, NULL, NULL);
 }
