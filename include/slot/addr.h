@@ -35,6 +35,8 @@ const char *addr_fmt(const struct addr *a, char *buf);
 const char *ep_fmt(const struct endpoint *e, char *buf);
 
 bool addr_eq(const struct addr *a, const struct addr *b);
+/* How many leading bits a and b share: 0 when their families differ. */
+unsigned addr_common_bits(const struct addr *a, const struct addr *b);
 bool ep_eq(const struct endpoint *a, const struct endpoint *b);
 /* A total order (family, address bytes, port), for sorting and searching. */
 int ep_cmp(const struct endpoint *a, const struct endpoint *b);

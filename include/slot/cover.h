@@ -57,6 +57,15 @@ struct cover_input {
 int cover_rank(const struct cover_input *in, size_t max, uint32_t *out, size_t *nout,
     size_t *ngreedy);
 
+/* The probes for one server that shares its address prefix with relay
+ * `beside` (docs/evaluation.md, "A relay beside the server"): the landmark
+ * nearest that relay stands for the server, which no landmark row knows,
+ * and the relays of the shortest path to it, max(RTT(c,r), RTT(r,l)) (or
+ * the chain ending at r, as cover_rank counts it), go first. Writes up to
+ * max relay indices into out, best first, and returns how many: none when
+ * beside's landmark row is unknown. Ties: the lower index. */
+size_t cover_beside(const struct cover_input *in, size_t beside, size_t max, uint32_t *out);
+
 /* RTT between nodes i and j of an overlay; COVER_NONE: not measured. */
 typedef uint32_t (*cover_rtt_fn)(void *arg, size_t i, size_t j);
 

@@ -64,6 +64,9 @@ cconf_defaults(struct cconf *c)
 	c->synack_hold = true;
 	c->max_held = 4096;
 	c->seed = 0;
+	/* An institution's network: a relay there is near its servers. */
+	c->server_prefix = 24;
+	c->server_prefix6 = 48;
 
 	c->keepalive_interval_ms = 30000;
 	c->keepalive_timeout_ms = 10000;
@@ -265,6 +268,8 @@ static const struct conf_key keys[] = {
 	{ F("select", "synack_hold", CK_BOOL, synack_hold) },
 	{ F("select", "max_held", CK_UINT, max_held), .min = 1, .max = 1000000 },
 	{ F("select", "seed", CK_UINT, seed), .min = 0, .max = UINT64_MAX },
+	{ F("select", "server_prefix", CK_UINT, server_prefix), .min = 0, .max = 32 },
+	{ F("select", "server_prefix6", CK_UINT, server_prefix6), .min = 0, .max = 128 },
 	{ F("relays", "keepalive_interval", CK_MS, keepalive_interval_ms), .min = 1000, .max = HOUR_MS },
 	{ F("relays", "keepalive_timeout", CK_MS, keepalive_timeout_ms), .min = 100, .max = HOUR_MS },
 	{ F("relays", "reconnect_min", CK_MS, reconnect_min_ms), .min = 10, .max = HOUR_MS },

@@ -89,6 +89,10 @@ struct cconf {
 					 * SYN-ACK instead */
 	uint64_t max_held;		/* connections held at once; more go direct */
 	uint64_t seed;			/* 0: from the system's random source */
+	/* A relay whose address shares this many leading bits with the
+	 * server's stands for the server's place (cover: half the probes go
+	 * by it); 0: never. */
+	uint64_t server_prefix, server_prefix6;
 
 	/* [relays] */
 	uint64_t keepalive_interval_ms;

@@ -38,6 +38,7 @@ struct client_counters {
 							 * family (IPv6 through v4-only relays) */
 	unsigned long long repairs;		/* relay taken: direct failed or silent past repair_timeout */
 	unsigned long long relay_before_direct;	/* relay won before the direct probe answered */
+	unsigned long long probes_beside;	/* probe sets led by a relay beside the server */
 	unsigned long long pipes_ok, pipes_failed, pipes_timeout;
 	unsigned long long early_verdicts;	/* cache_early: released before PIPE_OK */
 	unsigned long long early_failures;	/* ...and the pipe then failed */
@@ -174,6 +175,10 @@ struct slotd {
 	ev_timer rank_timer;		/* rank.h */
 	size_t ranked, rank_greedy;	/* relays ranked; of them by the landmarks */
 	size_t chain_ends;		/* relays with a lead-in (rank.c) */
+	/* The last ranking's inputs, for rank_beside: over rank_n relays in
+	 * d->relays' order then (every change of the set ranks again). */
+	size_t rank_n, rank_nland;
+	uint32_t *rank_cr, *rank_lr, *rank_rl;
 };
 
 #endif

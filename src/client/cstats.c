@@ -69,6 +69,8 @@ counters(void *user, struct ctl_counters *cs)
 	    "Relay taken because the direct probe failed or stayed silent.");
 	C("relay_before_direct", c->relay_before_direct, CTL_COUNTER,
 	    "Relay taken before the direct probe answered.");
+	C("probes_beside", c->probes_beside, CTL_COUNTER,
+	    "New servers probed first by the landmark of a relay in their prefix.");
 	C("pipes_ok", c->pipes_ok, CTL_COUNTER, "PIPE_ESTABLISH answered PIPE_OK.");
 	C("pipes_failed", c->pipes_failed, CTL_COUNTER,
 	    "PIPE_ESTABLISH answered PIPE_FAIL or ERROR, or the link went down.");

@@ -15,6 +15,7 @@
 #include "slot/synprobe.h"
 #include "slot/syntok.h"
 #include "conntrack.h"
+#include "rank.h"
 #include "hold.h"
 #include "libsrv.h"
 #include "relays.h"
@@ -946,6 +947,27 @@ probe_send(struct slotd *d, struct hconn *c, size_t i)
 	}
 }
 
+/* A server in a relay's prefix: the first half of the probes go by that
+ * relay's landmark (rank_beside), then the ranking as usual. */
+static void
+beside_first(struct slotd *d, struct hconn *c, struct sel_candidate *cands)
+{
+	size_t h = ((size_t)d->conf.sel.k + 1) / 2, nb;
+	uint32_t *first = calloc(h, sizeof(*first));
+
+	if (first == NULL || (nb = rank_beside(d, &c->server.addr, h, first)) == 0) {
+		free(first);
+		return;
+	}
+	for (size_t i = 0; i < d->nrelays; i++)
+		if (cands[i].rank != SEL_NO_RANK)
+			cands[i].rank += (uint32_t)nb;
+	for (size_t x = 0; x < nb; x++)
+		cands[first[x]].rank = (uint32_t)x;
+	d->ctr.probes_beside++;
+	free(first);
+}
+
 /* Probes all at once: the direct path, and one relay per sampled group. */
 static void
 start_probing(struct slotd *d, struct hconn *c)
@@ -969,6 +991,8 @@ start_probing(struct slotd *d, struct hconn *c)
 			cands[i].family = d->relays[i]->conf.control.addr.family;
 		}
 		same = sel_keep_family(cands, n, c->server.addr.family);
+		if (d->conf.sel.strategy == SEL_COVER)
+			beside_first(d, c, cands);
 		if (sel_sample(&d->conf.sel, cands, n, &d->rng, idx, &k) == -1)
 			goto oom;
 	}

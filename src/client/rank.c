@@ -1,5 +1,7 @@
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "slot/chain.h"
 #include "slot/clock.h"
@@ -33,6 +35,16 @@ estimate(const struct crelay *r)
 	return v ? v : COVER_NONE;
 }
 
+static void
+view_free(struct slotd *d)
+{
+	free(d->rank_cr);
+	free(d->rank_lr);
+	free(d->rank_rl);
+	d->rank_cr = d->rank_lr = d->rank_rl = NULL;
+	d->rank_n = d->rank_nland = 0;
+}
+
 void
 rank_update(struct slotd *d)
 {
@@ -48,6 +60,7 @@ rank_update(struct slotd *d)
 	bool cover = d->conf.sel.strategy == SEL_COVER, chains = d->conf.sel.max_chain > 1;
 	uint64_t now = clock_mono_us();
 
+	view_free(d);
 	for (size_t i = 0; i < n; i++) {
 		struct crelay *r = d->relays[i];
 
@@ -170,6 +183,15 @@ rank_update(struct slotd *d)
 	d->rank_greedy = ngreedy;
 	log_debug("relay ranking: %zu relays, %zu landmarks, %zu ranked, %zu of them by "
 	    "the landmarks, %zu with a lead-in", n, L, nout, ngreedy, nchain);
+	if (L > 0) {
+		/* Kept for rank_beside until the next ranking. */
+		d->rank_n = n;
+		d->rank_nland = L;
+		d->rank_cr = cr;
+		d->rank_lr = lr;
+		d->rank_rl = rl;
+		cr = lr = rl = NULL;
+	}
 out:
 	free(cr);
 	free(row_of);
@@ -214,4 +236,30 @@ void
 rank_stop(struct slotd *d)
 {
 	ev_timer_stop(d->loop, &d->rank_timer);
+	view_free(d);
+}
+
+size_t
+rank_beside(struct slotd *d, const struct addr *server, size_t max, uint32_t *out)
+{
+	unsigned want = server->family == AF_INET ? (unsigned)d->conf.server_prefix :
+	    (unsigned)d->conf.server_prefix6, best = 0;
+	size_t b = SIZE_MAX;
+
+	if (want == 0 || d->rank_n != d->nrelays || d->rank_nland == 0)
+		return 0;
+	/* The longest match; of equals, the first relay. */
+	for (size_t i = 0; i < d->nrelays; i++) {
+		unsigned bits = addr_common_bits(&d->relays[i]->conf.control.addr, server);
+
+		if (bits >= want && bits > best)
+			best = bits, b = i;
+	}
+	if (b == SIZE_MAX)
+		return 0;
+	struct cover_input in = {
+		.nrelay = d->rank_n, .cr_us = d->rank_cr, .nland = d->rank_nland,
+		.land_relay = d->rank_lr, .rl_us = d->rank_rl,
+	};
+	return cover_beside(&in, b, max, out);
 }

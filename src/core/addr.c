@@ -316,6 +316,24 @@ ep_from_sockaddr(const struct sockaddr *sa, socklen_t len, struct endpoint *out)
 	return -1;
 }
 
+unsigned
+addr_common_bits(const struct addr *a, const struct addr *b)
+{
+	size_t len = a->family == AF_INET ? 4 : 16;
+	unsigned bits = 0;
+
+	if (a->family != b->family)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		uint8_t x = a->bytes[i] ^ b->bytes[i];
+
+		if (x != 0)
+			return bits + (unsigned)__builtin_clz(x) - 24;
+		bits += 8;
+	}
+	return bits;
+}
+
 /* True if the first plen bits of a and p are equal. */
 static bool
 prefix_eq(const uint8_t *a, const uint8_t *p, unsigned plen)

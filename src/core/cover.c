@@ -133,6 +133,52 @@ out:
  * over all, so that the cost is O(n) per node whatever the overlay. */
 #define SAMPLE 64
 
+size_t
+cover_beside(const struct cover_input *in, size_t beside, size_t max, uint32_t *out)
+{
+	size_t n = in->nrelay, L = in->nland, lb = SIZE_MAX, k = 0;
+	uint32_t best = COVER_NONE;
+	float direct = INFINITY;
+
+	if (beside >= n || max == 0)
+		return 0;
+	for (size_t l = 0; l < L; l++) {
+		uint32_t v = in->land_relay[l] == beside ? 0 : in->rl_us[beside * L + l];
+
+		if (v < best)
+			best = v, lb = l;
+	}
+	if (lb == SIZE_MAX)
+		return 0;
+	if (in->land_relay[lb] != COVER_NONE && in->land_relay[lb] < n &&
+	    in->cr_us[in->land_relay[lb]] != COVER_NONE)
+		direct = (float)in->cr_us[in->land_relay[lb]];
+	/* A partial selection: max is a few probes, n a few thousand relays. */
+	float *score = malloc((max ? max : 1) * sizeof(*score));
+
+	if (score == NULL)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (in->cr_us[i] == COVER_NONE)
+			continue;
+		float p = via(in, i, in->land_relay[lb] == i ? 0 : in->rl_us[i * L + lb], direct);
+		size_t at = k;
+
+		if (!isfinite(p) || (k == max && !(p < score[k - 1])))
+			continue;
+		while (at > 0 && p < score[at - 1])
+			at--;
+		if (k < max)
+			k++;
+		memmove(score + at + 1, score + at, (k - 1 - at) * sizeof(*score));
+		memmove(out + at + 1, out + at, (k - 1 - at) * sizeof(*out));
+		score[at] = p;
+		out[at] = (uint32_t)i;
+	}
+	free(score);
+	return k;
+}
+
 int
 cover_landmarks(size_t n, cover_rtt_fn rtt, void *arg, size_t max, const bool *prefer,
     uint32_t *out, float *weight, size_t *nout)

@@ -261,6 +261,41 @@ cover_sim_rank(const struct eval_ctx *ctx, struct cover_sim *cs, uint32_t c, uns
 	return 0;
 }
 
+/* The relay column that stands for a relay sharing server s's prefix: s
+ * itself when it is a relay, else the nearest within beside_us; -1: none. */
+static long
+beside_of(const struct eval_ctx *ctx, uint32_t s, long js)
+{
+	const float *rs = simmat_row(ctx->dr, s);
+	long best = -1;
+
+	if (js >= 0)
+		return js;
+	for (size_t j = 0; j < ctx->roles->nrelay; j++)
+		if (rs[j] < ctx->beside_us && (best < 0 || rs[j] < rs[best]))
+			best = (long)j;
+	return best;
+}
+
+/* Cover-k's ranks for one pair into cand: with a relay beside the server,
+ * the first half of k by its landmark, then the client's ranking. */
+static void
+cover_pair_ranks(const struct eval_ctx *ctx, const struct cover_sim *cs, uint32_t s,
+    long js, unsigned k, struct sel_candidate *cand, uint32_t *beside, size_t *nbeside)
+{
+	long b = ctx->beside_us > 0 ? beside_of(ctx, s, js) : -1;
+	struct cover_input in = {
+		.nrelay = ctx->roles->nrelay, .cr_us = cs->cr, .nland = cs->nland,
+		.land_relay = cs->land, .land_weight = cs->weight, .rl_us = cs->rl,
+	};
+
+	*nbeside = b >= 0 ? cover_beside(&in, (size_t)b, (k + 1) / 2, beside) : 0;
+	for (size_t x = 0; x < cs->nrank; x++)
+		cand[cs->rank[x]].rank = (uint32_t)(x + *nbeside);
+	for (size_t x = 0; x < *nbeside; x++)
+		cand[beside[x]].rank = (uint32_t)x;
+}
+
 /* Relay j's lead-in for the pair whose endpoints are relay columns jc and
  * js (-1: not relays): none if it passes through either (a lead-in is
  * computed once per client, and through the server it would not be a
@@ -319,7 +354,8 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 	struct decide_model model = ctx->model;
 	struct sel_candidate *cand = NULL;
 	struct decide_scratch sc;
-	uint32_t *idx = NULL;
+	uint32_t *idx = NULL, *beside = NULL;
+	size_t nbeside = 0;
 	float *cr = NULL, *rs = NULL, *lead = NULL, *lead1 = NULL;
 	struct rng rng;
 	struct cover_sim cs;
@@ -337,9 +373,10 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 	rng_seed(&rng, run_seed(ctx->seed, kind, k));
 	cand = calloc(nrel > 0 ? nrel : 1, sizeof(*cand));
 	idx = calloc(nrel > 0 ? nrel : 1, sizeof(*idx));
+	beside = calloc(k / 2 + 1, sizeof(*beside));
 	cr = malloc(cap * sizeof(*cr));
 	rs = malloc(cap * sizeof(*rs));
-	if (cand == NULL || idx == NULL || cr == NULL || rs == NULL) {
+	if (cand == NULL || idx == NULL || beside == NULL || cr == NULL || rs == NULL) {
 		errbuf_set(err, errlen, "out of memory");
 		goto out;
 	}
@@ -399,8 +436,11 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 				probe.lead1 = lead1;
 			}
 		} else {
-			for (size_t x = 0; x < cs.nrank; x++)
-				cand[cs.rank[x]].rank = (uint32_t)x;
+			if (kind == EVAL_COVER)
+				cover_pair_ranks(ctx, &cs, s, js, k, cand, beside, &nbeside);
+			else
+				for (size_t x = 0; x < cs.nrank; x++)
+					cand[cs.rank[x]].rank = (uint32_t)x;
 			/* A pair's endpoints are not its relays. */
 			if (jc >= 0)
 				cand[jc].usable = false;
@@ -416,6 +456,8 @@ eval_strategy(const struct eval_ctx *ctx, enum eval_kind kind, unsigned k,
 				cand[js].usable = true;
 			for (size_t x = 0; x < cs.nrank; x++)
 				cand[cs.rank[x]].rank = SEL_NO_RANK;
+			for (size_t x = 0; x < nbeside; x++)
+				cand[beside[x]].rank = SEL_NO_RANK;
 			const float *rc_ = simmat_row(ctx->dr, c), *rs_ = simmat_row(ctx->dr, s);
 
 			for (size_t x = 0; x < m; x++) {
@@ -471,6 +513,7 @@ out:
 	cover_sim_free(&cs);
 	free(cand);
 	free(idx);
+	free(beside);
 	free(cr);
 	free(rs);
 	free(lead);

@@ -45,6 +45,11 @@ struct eval_ctx {
 	/* Chains (model.sel.max_chain > 1): Cover-k ranks with the lead-ins
 	 * (cover_input.lead_us) unless plain_rank. */
 	bool plain_rank;
+	/* EVAL_COVER: a relay within this RTT of the server (or the server
+	 * itself, when it is a relay) stands for one that shares the server's
+	 * address prefix, as slotd's [select] server_prefix finds them: half
+	 * the probes go by that relay's landmark (cover_beside); 0: never. */
+	float beside_us;
 };
 
 struct eval_stats {

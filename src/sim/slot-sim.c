@@ -55,6 +55,7 @@ struct opts {
 	bool per_pair;
 	bool verbose;
 	bool plain_rank;		/* chains: Cover-k ranks without lead-ins */
+	double beside_ms;		/* --beside-rtt */
 };
 
 static void
@@ -140,6 +141,11 @@ usage(FILE *f)
 "    --chain-gain X             take a chain only if its path * X <= the best\n"
 "                               single relay's (default 1.1, as slotd)\n"
 "    --plain-rank               with chains, Cover-k ranks as without them\n"
+"    --beside-rtt MS            a relay within MS of the server shares its\n"
+"                               address prefix (slotd's [select]\n"
+"                               server_prefix): Cover-k's first k/2 probes\n"
+"                               go by that relay's landmark (default 1; 0:\n"
+"                               never)\n"
 "    --inflation X              MCL inflation (default 2.0, as slot-dird)\n"
 "    --max-intra-rtt MS         split groups wider than MS (default 50, as\n"
 "                               slot-dird; 0: no bound)\n"
@@ -309,7 +315,7 @@ enum {
 	O_SYNTH = 256, O_SYNTH_STRETCH, O_SYNTH_MISSING, O_SAVE, O_CLIENTS,
 	O_RELAYS, O_SERVERS, O_SPLIT, O_SWEEP, O_LANDMARKS, O_CWAIT, O_MINGAIN, O_REPAIR,
 	O_RELAYTO, O_WARM, O_SILENT, O_EXACT, O_INFLATION, O_MAXINTRA, O_SAMPLE,
-	O_SEED, O_PERPAIR, O_SYNTH_SITES, O_MAXCHAIN, O_CHAINGAIN, O_PLAINRANK,
+	O_SEED, O_PERPAIR, O_SYNTH_SITES, O_MAXCHAIN, O_CHAINGAIN, O_PLAINRANK, O_BESIDE,
 };
 
 static const struct option longopts[] = {
@@ -338,6 +344,7 @@ static const struct option longopts[] = {
 	{ "max-chain", required_argument, NULL, O_MAXCHAIN },
 	{ "chain-gain", required_argument, NULL, O_CHAINGAIN },
 	{ "plain-rank", no_argument, NULL, O_PLAINRANK },
+	{ "beside-rtt", required_argument, NULL, O_BESIDE },
 	{ "inflation", required_argument, NULL, O_INFLATION },
 	{ "max-intra-rtt", required_argument, NULL, O_MAXINTRA },
 	{ "hops", required_argument, NULL, 'H' },
@@ -365,6 +372,7 @@ parse_args(int argc, char **argv, struct opts *o)
 	synth_params_default(&o->synth);
 	o->run[0] = o->run[1] = o->run[2] = o->run[3] = true;
 	o->landmarks = 256;
+	o->beside_ms = 1;
 	o->k = 20;
 	decide_model_default(&o->model);
 	mcl_params_default(&o->mcl);
@@ -480,6 +488,10 @@ parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case O_PLAINRANK:
 			o->plain_rank = true;
+			break;
+		case O_BESIDE:
+			if (parse_double("--beside-rtt", optarg, 0, 1000, &o->beside_ms) < 0)
+				return -1;
 			break;
 		case O_INFLATION:
 			if (parse_double("--inflation", optarg, 1.05, 10, &o->mcl.inflation) < 0)
@@ -1031,6 +1043,7 @@ run(struct opts *o)
 		.d = &r->d, .dr = r->dr, .roles = &r->roles, .pairs = &r->pairs,
 		.relay_pos = r->relay_pos, .group = r->group, .model = o->model,
 		.seed = o->seed, .nlandmarks = o->landmarks, .plain_rank = o->plain_rank,
+		.beside_us = (float)(o->beside_ms * 1000),
 	};
 	if (o->hops > 0) {
 		if (eval_optimal(&ctx, o->hops, o->per_pair, r->opt, r->phi, err,

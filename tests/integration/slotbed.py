@@ -89,6 +89,17 @@ def unix_request(path, request, timeout=5):
     return b"".join(chunks).decode(errors="replace")
 
 
+def relays_table(s):
+    """slotd s's "relays" command in JSON: {control endpoint: row}."""
+    t = json.loads(unix_request(s.sock, b"relays json\n"))
+    return {x["relay"]: x for x in t["relays"]}
+
+
+def relays_ranks(s):
+    """{control endpoint: its rank in slotd s's ranking, or None}."""
+    return {c: x.get("rank") for c, x in relays_table(s).items()}
+
+
 def parse_counters(text):
     out = {}
     for line in text.splitlines():

@@ -15,8 +15,6 @@ to where servers are (site B stands for them): RandGroup-k draws either
 member, nearest-first takes relay-a2, cover must take relay-a1.
 """
 
-import json
-
 import pytest
 
 import slotbed
@@ -55,14 +53,7 @@ def start_slotd(bed, tag, **select):
     return bed.cover_slotd(bed.cover_dird, tag, **select)
 
 
-def relays_table(s):
-    """slotd's "relays" command in JSON: {control endpoint: row}."""
-    t = json.loads(slotbed.unix_request(s.sock, b"relays json\n"))
-    return {x["relay"]: x for x in t["relays"]}
-
-
-def ranks(s):
-    return {c: x.get("rank") for c, x in relays_table(s).items()}
+relays_table, ranks = slotbed.relays_table, slotbed.relays_ranks
 
 
 def test_cover_takes_the_member_on_the_way(bed):

@@ -70,6 +70,21 @@ test_addr_parse_v6(void **state)
 }
 
 static void
+test_addr_common_bits(void **state)
+{
+	struct addr a = A("192.0.2.7"), b = A("192.0.2.200"), c = A("192.0.3.7");
+	struct addr d = A("2001:db8::1"), e = A("2001:db8:0:1::1");
+	(void)state;
+
+	assert_int_equal(addr_common_bits(&a, &a), 32);
+	assert_int_equal(addr_common_bits(&a, &b), 24);	/* 7 = 00000111, 200 = 11001000 */
+	assert_int_equal(addr_common_bits(&a, &c), 23);	/* 2 = 00000010, 3 = 00000011 */
+	assert_int_equal(addr_common_bits(&d, &d), 128);
+	assert_int_equal(addr_common_bits(&d, &e), 63);
+	assert_int_equal(addr_common_bits(&a, &d), 0);		/* families differ */
+}
+
+static void
 test_addr_parse_mapped(void **state)
 {
 	struct addr a, b;
@@ -758,6 +773,7 @@ main(void)
 		cmocka_unit_test(test_addr_parse_v4),
 		cmocka_unit_test(test_addr_parse_v6),
 		cmocka_unit_test(test_addr_parse_mapped),
+		cmocka_unit_test(test_addr_common_bits),
 		cmocka_unit_test(test_addr_parse_bad),
 		cmocka_unit_test(test_ep_parse_good),
 		cmocka_unit_test(test_ep_parse_bad),

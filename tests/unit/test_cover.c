@@ -52,6 +52,65 @@ test_rank_prefers_the_relay_on_the_way(void **state)
 	assert_int_equal(out[1], 0);
 }
 
+/* A server beside relay 3: landmark 5 is the nearest to relay 3 (2 ms), so
+ * its row stands for the server, whatever landmark 4's says; the order is
+ * by max(RTT(c,r), RTT(r, landmark 5)). */
+static const uint32_t cr6[6] = { 10, 50, 100, 60, 150, 120 };
+static const uint32_t land6[2] = { 4, 5 };
+static const uint32_t rl6[6 * 2] = {
+	20, 300,	/* 0: near landmark 4 */
+	300, 40,	/* 1 */
+	250, 20,	/* 2 */
+	200, 2,		/* 3: beside the server */
+	0, 250,		/* 4: landmark 4 */
+	230, 0,		/* 5: landmark 5 */
+};
+
+static void
+test_beside(void **state)
+{
+	struct cover_input in = { 6, cr6, 2, land6, NULL, rl6, NULL, 0, 0 };
+	uint32_t out[6], cr[6], rl[6 * 2];
+	(void)state;
+
+	assert_int_equal(cover_beside(&in, 3, 6, out), 6);
+	assert_int_equal(out[0], 1);	/* 50 */
+	assert_int_equal(out[1], 3);	/* 60 */
+	assert_int_equal(out[2], 2);	/* 100 */
+	assert_int_equal(out[3], 5);	/* 120: the landmark itself, 0 from it */
+	assert_int_equal(out[4], 4);	/* 250 */
+	assert_int_equal(out[5], 0);	/* 300 */
+	/* max: the best few only */
+	assert_int_equal(cover_beside(&in, 3, 2, out), 2);
+	assert_int_equal(out[0], 1);
+	assert_int_equal(out[1], 3);
+	assert_int_equal(cover_beside(&in, 3, 0, out), 0);
+	/* Beside a landmark: its own row (relay 4 is landmark 4). */
+	assert_int_equal(cover_beside(&in, 4, 1, out), 1);
+	assert_int_equal(out[0], 0);	/* max(10, 20) */
+	/* Unknown RTTs: a relay slotd has no RTT for is left out, and a
+	 * relay beside the server whose row is unknown gives nothing. */
+	memcpy(cr, cr6, sizeof(cr));
+	cr[1] = N;
+	in.cr_us = cr;
+	assert_int_equal(cover_beside(&in, 3, 1, out), 1);
+	assert_int_equal(out[0], 3);
+	memcpy(rl, rl6, sizeof(rl));
+	rl[3 * 2] = rl[3 * 2 + 1] = N;
+	in.rl_us = rl;
+	assert_int_equal(cover_beside(&in, 3, 6, out), 0);
+	assert_int_equal(cover_beside(&in, 6, 6, out), 0);	/* no such relay */
+	/* Ties: the lower index first. */
+	memcpy(cr, cr6, sizeof(cr));
+	memcpy(rl, rl6, sizeof(rl));
+	cr[2] = 50;
+	rl[2 * 2 + 1] = 40;
+	in.cr_us = cr;
+	assert_int_equal(cover_beside(&in, 3, 2, out), 2);
+	assert_int_equal(out[0], 1);
+	assert_int_equal(out[1], 2);
+}
+
 static void
 test_rank_skips_unknown(void **state)
 {
@@ -261,6 +320,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rank_prefers_the_relay_on_the_way),
 		cmocka_unit_test(test_rank_skips_unknown),
+		cmocka_unit_test(test_beside),
 		cmocka_unit_test(test_rank_with_lead_ins),
 		cmocka_unit_test(test_rank_weighs_landmarks),
 		cmocka_unit_test(test_rank_greedy_on_random_overlays),
