@@ -63,8 +63,11 @@ int cover_rank(const struct cover_input *in, size_t max, uint32_t *out, size_t *
  * and the relays of the shortest path to it, max(RTT(c,r), RTT(r,l)) (or
  * the chain ending at r, as cover_rank counts it), go first. Writes up to
  * max relay indices into out, best first, and returns how many: none when
- * beside's landmark row is unknown. Ties: the lower index. */
-size_t cover_beside(const struct cover_input *in, size_t beside, size_t max, uint32_t *out);
+ * beside's landmark row is unknown. Ties: the lower index. A landmark that
+ * is relay not_land is passed over (COVER_NONE: none), so that slot-sim can
+ * keep a server that is also a relay from standing for itself. */
+size_t cover_beside(const struct cover_input *in, size_t beside, uint32_t not_land, size_t max,
+    uint32_t *out);
 
 /* RTT between nodes i and j of an overlay; COVER_NONE: not measured. */
 typedef uint32_t (*cover_rtt_fn)(void *arg, size_t i, size_t j);

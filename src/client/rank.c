@@ -261,5 +261,5 @@ rank_beside(struct slotd *d, const struct addr *server, size_t max, uint32_t *ou
 		.nrelay = d->rank_n, .cr_us = d->rank_cr, .nland = d->rank_nland,
 		.land_relay = d->rank_lr, .rl_us = d->rank_rl,
 	};
-	return cover_beside(&in, b, max, out);
+	return cover_beside(&in, b, COVER_NONE, max, out);
 }

@@ -134,7 +134,8 @@ out:
 #define SAMPLE 64
 
 size_t
-cover_beside(const struct cover_input *in, size_t beside, size_t max, uint32_t *out)
+cover_beside(const struct cover_input *in, size_t beside, uint32_t not_land, size_t max,
+    uint32_t *out)
 {
 	size_t n = in->nrelay, L = in->nland, lb = SIZE_MAX, k = 0;
 	uint32_t best = COVER_NONE;
@@ -145,6 +146,8 @@ cover_beside(const struct cover_input *in, size_t beside, size_t max, uint32_t *
 	for (size_t l = 0; l < L; l++) {
 		uint32_t v = in->land_relay[l] == beside ? 0 : in->rl_us[beside * L + l];
 
+		if (not_land != COVER_NONE && in->land_relay[l] == not_land)
+			continue;
 		if (v < best)
 			best = v, lb = l;
 	}

@@ -261,18 +261,18 @@ cover_sim_rank(const struct eval_ctx *ctx, struct cover_sim *cs, uint32_t c, uns
 	return 0;
 }
 
-/* The relay column that stands for a relay sharing server s's prefix: s
- * itself when it is a relay, else the nearest within beside_us; -1: none. */
+/* The relay column that stands for a relay sharing server s's prefix: the
+ * nearest within beside_us, not s itself (js) when it is a relay: servers
+ * that are relays are rare outside a simulation, and slotd would know
+ * their place exactly; -1: none. */
 static long
 beside_of(const struct eval_ctx *ctx, uint32_t s, long js)
 {
 	const float *rs = simmat_row(ctx->dr, s);
 	long best = -1;
 
-	if (js >= 0)
-		return js;
 	for (size_t j = 0; j < ctx->roles->nrelay; j++)
-		if (rs[j] < ctx->beside_us && (best < 0 || rs[j] < rs[best]))
+		if ((long)j != js && rs[j] < ctx->beside_us && (best < 0 || rs[j] < rs[best]))
 			best = (long)j;
 	return best;
 }
@@ -289,7 +289,8 @@ cover_pair_ranks(const struct eval_ctx *ctx, const struct cover_sim *cs, uint32_
 		.land_relay = cs->land, .land_weight = cs->weight, .rl_us = cs->rl,
 	};
 
-	*nbeside = b >= 0 ? cover_beside(&in, (size_t)b, (k + 1) / 2, beside) : 0;
+	*nbeside = b >= 0 ? cover_beside(&in, (size_t)b, js >= 0 ? (uint32_t)js : COVER_NONE,
+	    (k + 1) / 2, beside) : 0;
 	for (size_t x = 0; x < cs->nrank; x++)
 		cand[cs->rank[x]].rank = (uint32_t)(x + *nbeside);
 	for (size_t x = 0; x < *nbeside; x++)

@@ -73,7 +73,7 @@ test_beside(void **state)
 	uint32_t out[6], cr[6], rl[6 * 2];
 	(void)state;
 
-	assert_int_equal(cover_beside(&in, 3, 6, out), 6);
+	assert_int_equal(cover_beside(&in, 3, N, 6, out), 6);
 	assert_int_equal(out[0], 1);	/* 50 */
 	assert_int_equal(out[1], 3);	/* 60 */
 	assert_int_equal(out[2], 2);	/* 100 */
@@ -81,32 +81,36 @@ test_beside(void **state)
 	assert_int_equal(out[4], 4);	/* 250 */
 	assert_int_equal(out[5], 0);	/* 300 */
 	/* max: the best few only */
-	assert_int_equal(cover_beside(&in, 3, 2, out), 2);
+	assert_int_equal(cover_beside(&in, 3, N, 2, out), 2);
 	assert_int_equal(out[0], 1);
 	assert_int_equal(out[1], 3);
-	assert_int_equal(cover_beside(&in, 3, 0, out), 0);
+	assert_int_equal(cover_beside(&in, 3, N, 0, out), 0);
+	/* Landmark 5 passed over (not_land): landmark 4, at 200 ms from
+	 * relay 3, stands for the server instead. */
+	assert_int_equal(cover_beside(&in, 3, 5, 1, out), 1);
+	assert_int_equal(out[0], 0);	/* max(10, 20) */
 	/* Beside a landmark: its own row (relay 4 is landmark 4). */
-	assert_int_equal(cover_beside(&in, 4, 1, out), 1);
+	assert_int_equal(cover_beside(&in, 4, N, 1, out), 1);
 	assert_int_equal(out[0], 0);	/* max(10, 20) */
 	/* Unknown RTTs: a relay slotd has no RTT for is left out, and a
 	 * relay beside the server whose row is unknown gives nothing. */
 	memcpy(cr, cr6, sizeof(cr));
 	cr[1] = N;
 	in.cr_us = cr;
-	assert_int_equal(cover_beside(&in, 3, 1, out), 1);
+	assert_int_equal(cover_beside(&in, 3, N, 1, out), 1);
 	assert_int_equal(out[0], 3);
 	memcpy(rl, rl6, sizeof(rl));
 	rl[3 * 2] = rl[3 * 2 + 1] = N;
 	in.rl_us = rl;
-	assert_int_equal(cover_beside(&in, 3, 6, out), 0);
-	assert_int_equal(cover_beside(&in, 6, 6, out), 0);	/* no such relay */
+	assert_int_equal(cover_beside(&in, 3, N, 6, out), 0);
+	assert_int_equal(cover_beside(&in, 6, N, 6, out), 0);	/* no such relay */
 	/* Ties: the lower index first. */
 	memcpy(cr, cr6, sizeof(cr));
 	memcpy(rl, rl6, sizeof(rl));
 	cr[2] = 50;
 	rl[2 * 2 + 1] = 40;
 	in.cr_us = cr;
-	assert_int_equal(cover_beside(&in, 3, 2, out), 2);
+	assert_int_equal(cover_beside(&in, 3, N, 2, out), 2);
 	assert_int_equal(out[0], 1);
 	assert_int_equal(out[1], 2);
 }
