@@ -601,7 +601,7 @@ struct world {
 };
 
 static void
-world_synthetic(struct world *w, size_t n, uint64_t seed)
+world_sites(struct world *w, size_t n, uint64_t seed, size_t sites)
 {
 	struct synth_params sp;
 	struct mcl_params mp;
@@ -612,6 +612,7 @@ world_synthetic(struct world *w, size_t n, uint64_t seed)
 	synth_params_default(&sp);
 	sp.n = n;
 	sp.seed = seed;
+	sp.sites = sites;
 	sp.missing = 0.02;
 	assert_int_equal(synth_matrix(&sp, &w->m, err, sizeof(err)), 0);
 	assert_int_equal(simmat_from_rttmat(&w->m, "synthetic", &w->d, err,
@@ -636,6 +637,12 @@ world_synthetic(struct world *w, size_t n, uint64_t seed)
 	w->ctx.group = w->group;
 	decide_model_default(&w->ctx.model);
 	w->ctx.seed = 42;
+}
+
+static void
+world_synthetic(struct world *w, size_t n, uint64_t seed)
+{
+	world_sites(w, n, seed, 0);
 }
 
 static void
@@ -735,6 +742,43 @@ test_table2_chains(void **state)
 	eval_stats_free(&one);
 	eval_stats_free(&all);
 	eval_stats_free(&cov);
+	world_free(&w);
+}
+
+/* Cover-k with a relay beside the server (ctx.beside_us): on an overlay of
+ * sites, the first k/2 probes go by the landmark nearest a site-mate of
+ * the server; no pair is made worse, no more than k probes go out, a pair's
+ * endpoints are never its relays, and on this seeded overlay the choice
+ * gets better than the ranking's alone. */
+static void
+test_cover_beside(void **state)
+{
+	struct world w;
+	struct eval_stats off, on;
+	char err[256];
+	size_t changed = 0;
+	(void)state;
+
+	world_sites(&w, 80, 7, 25);
+	w.ctx.model.sel.max_chain = 1;
+	w.ctx.nlandmarks = 0;
+	assert_int_equal(eval_strategy(&w.ctx, EVAL_COVER, 4, true, &off, err,
+	    sizeof(err)), 0);
+	w.ctx.beside_us = 1000;
+	assert_int_equal(eval_strategy(&w.ctx, EVAL_COVER, 4, true, &on, err,
+	    sizeof(err)), 0);
+	assert_int_equal(on.nworse, 0);
+	assert_int_equal(on.ndecided, on.npairs);
+	assert_true(on.sum_probes <= 4.0 * (double)on.npairs);
+	for (size_t i = 0; i < on.npairs; i++) {
+		if (on.via[i] != UINT32_MAX)
+			assert_true(on.via[i] != w.pr.c[i] && on.via[i] != w.pr.s[i]);
+		changed += on.via[i] != off.via[i];
+	}
+	assert_true(changed > 0);
+	assert_true(on.sum_reduction > off.sum_reduction);
+	eval_stats_free(&off);
+	eval_stats_free(&on);
 	world_free(&w);
 }
 
@@ -1099,6 +1143,7 @@ main(void)
 		cmocka_unit_test(test_multihop_matches_brute_force),
 		cmocka_unit_test(test_table2_sums),
 		cmocka_unit_test(test_table2_chains),
+		cmocka_unit_test(test_cover_beside),
 		cmocka_unit_test(test_chain_settled_matches_full_wait),
 		cmocka_unit_test(test_determinism),
 		cmocka_unit_test(test_random_k_all_when_few),
