@@ -89,6 +89,22 @@ def unix_request(path, request, timeout=5):
     return b"".join(chunks).decode(errors="replace")
 
 
+def directory_bed(paths, pairs, direct_rtt, other_rtt, file_size=256 << 10):
+    """A SlotBed of these relays (and a host "dir") serving file "f" from
+    nginx, with a slot-dird every relay registers with and measures the
+    others through (bed.dird_measuring); a generator for a module fixture:
+    yields the bed, then takes it down."""
+    b = SlotBed(paths, direct_rtt=direct_rtt, other_rtt=other_rtt, extra_hosts=["dir"],
+                extra_pairs=pairs).up()
+    try:
+        b.nginx.add_file("f", file_size)
+        b.nginx.start()
+        b.dird_measuring = b.measuring_dird()
+        yield b
+    finally:
+        b.down()
+
+
 def relays_table(s):
     """slotd s's "relays" command in JSON: {control endpoint: row}."""
     t = json.loads(unix_request(s.sock, b"relays json\n"))

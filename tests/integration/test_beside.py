@@ -42,15 +42,7 @@ def common_bits(a, b):
 
 @pytest.fixture(scope="module")
 def bed():
-    b = slotbed.SlotBed(PATHS, direct_rtt=100, other_rtt=90, extra_hosts=["dir"],
-                        extra_pairs=PAIRS).up()
-    try:
-        b.nginx.add_file("f", 256 << 10)
-        b.nginx.start()
-        b.beside_dird = b.measuring_dird()
-        yield b
-    finally:
-        b.down()
+    yield from slotbed.directory_bed(PATHS, PAIRS, direct_rtt=100, other_rtt=90)
 
 
 def prefix_of_near(bed):
@@ -73,7 +65,7 @@ def transfer(bed, tag):
 
 @pytest.mark.parametrize("on", [True, False])
 def test_the_probe_goes_by_the_relay_beside_the_server(bed, on):
-    d = bed.beside_dird
+    d = bed.dird_measuring
     wait_for(lambda: bed.relays_measured(d), 40, "every relay measuring the others")
     bits = prefix_of_near(bed)
     s = bed.cover_slotd(d, "beside%d" % on, server_prefix=bits if on else 0)

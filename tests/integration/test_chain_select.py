@@ -42,24 +42,15 @@ def wait_for(pred, timeout, what):
 
 @pytest.fixture(scope="module")
 def bed():
-    b = slotbed.SlotBed(PATHS, direct_rtt=200, other_rtt=100, extra_hosts=["dir"],
-                        extra_pairs=PAIRS).up()
-    try:
-        b.nginx.add_file("f", 256 << 10)
-        b.nginx.start()
-        d = b.measuring_dird()
-        b.chain_dird = d
-        yield b
-    finally:
-        b.down()
+    yield from slotbed.directory_bed(PATHS, PAIRS, direct_rtt=200, other_rtt=100)
 
 
 def measured(bed):
-    return bed.relays_measured(bed.chain_dird)
+    return bed.relays_measured(bed.dird_measuring)
 
 
 def start_slotd(bed, tag, **select):
-    return bed.cover_slotd(bed.chain_dird, tag, **select)
+    return bed.cover_slotd(bed.dird_measuring, tag, **select)
 
 
 def ranks(s):
@@ -82,7 +73,7 @@ def test_chain_chosen_through_the_lead_in(bed):
         except AssertionError as e:
             raise AssertionError("%s: %s; landmarks %s" % (
                 e, slotbed.unix_request(s.sock, b"relays json\n"),
-                bed.chain_dird.listing()))
+                bed.dird_measuring.listing()))
         res = bed.curl(bed.nginx.url("f", query="id=firstchain"), timeout=60)
         assert res.rc == 0 and res.sha == sha, res
         c = s.counters()

@@ -33,24 +33,15 @@ def wait_for(pred, timeout, what):
 
 @pytest.fixture(scope="module")
 def bed():
-    b = slotbed.SlotBed(PATHS, direct_rtt=100, other_rtt=90, extra_hosts=["dir"],
-                        extra_pairs=PAIRS).up()
-    try:
-        b.nginx.add_file("f", 256 << 10)
-        b.nginx.start()
-        d = b.measuring_dird()
-        b.cover_dird = d
-        yield b
-    finally:
-        b.down()
+    yield from slotbed.directory_bed(PATHS, PAIRS, direct_rtt=100, other_rtt=90)
 
 
 def measured(bed):
-    return bed.relays_measured(bed.cover_dird)
+    return bed.relays_measured(bed.dird_measuring)
 
 
 def start_slotd(bed, tag, **select):
-    return bed.cover_slotd(bed.cover_dird, tag, **select)
+    return bed.cover_slotd(bed.dird_measuring, tag, **select)
 
 
 relays_table, ranks = slotbed.relays_table, slotbed.relays_ranks
