@@ -3,7 +3,7 @@ the whole deployment (relays measuring each other through slot-dird, the
 landmark rows in slotd's listing), cover with k = 1:
 
     client -- server 100 ms direct
-    relay-x:    20 ms from the client, 90 from the server: path 90; the way
+    relay-x:    20 ms from the client, 80 from the server: path 80; the way
                 to site C (20 ms), where most landmarks are
     site C:     relay-c1, relay-c2, 100 ms from the client
     relay-y:    30 ms from the client and from the server: path 30
@@ -14,7 +14,7 @@ paths to both landmarks of site C. For this server, though, relay-y is the
 way. slotd does not know the server's place, but it knows that the server
 shares its address prefix with relay-near, a landmark: so its one probe goes
 by relay-near's row, to relay-y. With server_prefix = 0 it goes to relay-x,
-which still beats the direct path by min_gain (100 / 90)."""
+which still beats the direct path by min_gain (100 / 80)."""
 
 import ipaddress
 
@@ -22,11 +22,11 @@ import pytest
 
 import slotbed
 
-PATHS = {"relay-x": (20, 90), "relay-y": (30, 30), "relay-c1": (100, 100),
+PATHS = {"relay-x": (20, 80), "relay-y": (30, 30), "relay-c1": (100, 100),
          "relay-c2": (100, 100), "relay-near": (100, 2)}
 PAIRS = [("relay-x", "relay-c1", 20), ("relay-x", "relay-c2", 20),
          ("relay-c1", "relay-c2", 2), ("relay-y", "relay-near", 30),
-         ("relay-x", "relay-near", 90), ("relay-x", "relay-y", 50),
+         ("relay-x", "relay-near", 80), ("relay-x", "relay-y", 50),
          ("relay-y", "relay-c1", 90), ("relay-y", "relay-c2", 90),
          ("relay-near", "relay-c1", 100), ("relay-near", "relay-c2", 100)]
 
