@@ -111,6 +111,8 @@ struct decision {
 	uint32_t probes;
 	bool cached;
 	bool early;			/* released before PIPE_OK (a warm hit) */
+	struct endpoint beside;		/* the relay in the server's prefix that led
+					 * the probes; family 0: none */
 };
 
 struct hconn;

@@ -219,9 +219,12 @@ json(void *user, const struct ctl_req *q, struct ctl_out *o)
 		size_t k = (d->recent_next + RECENT_MAX - d->nrecent + i) % RECENT_MAX;
 		const struct decision *x = &d->recent[k];
 		char relay[EP_STRLEN + 2] = "null", chain[SEL_MAX_CHAIN * (EP_STRLEN + 3)];
+		char beside[EP_STRLEN + 2] = "null";
 		size_t cl = 0;
 		if (x->relayed)
 			snprintf(relay, sizeof(relay), "\"%s\"", ep_fmt(&x->relay, r));
+		if (x->beside.addr.family != 0)
+			snprintf(beside, sizeof(beside), "\"%s\"", ep_fmt(&x->beside, r));
 		/* The relays after "relay" on a chain, in path order. */
 		chain[cl++] = '[';
 		for (unsigned j = 0; j < x->nnext; j++)
@@ -230,13 +233,13 @@ json(void *user, const struct ctl_req *q, struct ctl_out *o)
 		snprintf(chain + cl, sizeof(chain) - cl, "]");
 		ctl_printf(o, "%s{\"client\":\"%s\",\"server\":\"%s\",\"verdict\":\"%s\","
 		    "\"relay\":%s,\"chain\":%s,\"why\":\"%s\",\"rtt_direct_us\":%u,\"path_rtt_us\":%u,"
-		    "\"select_us\":%llu,\"decide_us\":%llu,\"probes\":%u,\"cached\":%s,"
-		    "\"early\":%s}",
+		    "\"select_us\":%llu,\"decide_us\":%llu,\"probes\":%u,\"beside\":%s,"
+		    "\"cached\":%s,\"early\":%s}",
 		    i ? "," : "",
 		    ep_fmt(&x->client, a), ep_fmt(&x->server, b),
 		    x->relayed ? "relay" : "direct", relay, chain, x->why, x->rtt_direct_us,
 		    x->path_rtt_us, (unsigned long long)x->select_us,
-		    (unsigned long long)x->decide_us, x->probes,
+		    (unsigned long long)x->decide_us, x->probes, beside,
 		    x->cached ? "true" : "false", x->early ? "true" : "false");
 	}
 	ctl_printf(o, "]}\n");

@@ -71,6 +71,8 @@ struct hconn {
 	struct sel_due *due;		/* room for ncand: replies due with a lead-in */
 	uint32_t nprobes;		/* relay probes sent */
 	uint64_t selected_us;		/* when the path was chosen, monotonic */
+	struct endpoint beside;		/* the relay in the server's prefix whose
+					 * landmark led the probes; family 0: none */
 
 	/* establishing */
 	struct crelay *via;
@@ -202,6 +204,7 @@ record(struct slotd *d, const struct hconn *c, uint64_t now)
 	x->probes = c->nprobes;
 	x->cached = c->cached;
 	x->early = c->early;
+	x->beside = c->beside;
 	d->recent_next = (d->recent_next + 1) % RECENT_MAX;
 	if (d->nrecent < RECENT_MAX)
 		d->nrecent++;
@@ -952,10 +955,10 @@ probe_send(struct slotd *d, struct hconn *c, size_t i)
 static void
 beside_first(struct slotd *d, struct hconn *c, struct sel_candidate *cands)
 {
-	size_t h = ((size_t)d->conf.sel.k + 1) / 2, nb;
+	size_t h = ((size_t)d->conf.sel.k + 1) / 2, nb, b;
 	uint32_t *first = calloc(h, sizeof(*first));
 
-	if (first == NULL || (nb = rank_beside(d, &c->server.addr, h, first)) == 0) {
+	if (first == NULL || (nb = rank_beside(d, &c->server.addr, h, first, &b)) == 0) {
 		free(first);
 		return;
 	}
@@ -964,6 +967,7 @@ beside_first(struct slotd *d, struct hconn *c, struct sel_candidate *cands)
 			cands[i].rank += (uint32_t)nb;
 	for (size_t x = 0; x < nb; x++)
 		cands[first[x]].rank = (uint32_t)x;
+	c->beside = d->relays[b]->conf.control;
 	d->ctr.probes_beside++;
 	free(first);
 }

@@ -240,7 +240,8 @@ rank_stop(struct slotd *d)
 }
 
 size_t
-rank_beside(struct slotd *d, const struct addr *server, size_t max, uint32_t *out)
+rank_beside(struct slotd *d, const struct addr *server, size_t max, uint32_t *out,
+    size_t *beside)
 {
 	unsigned want = server->family == AF_INET ? (unsigned)d->conf.server_prefix :
 	    (unsigned)d->conf.server_prefix6, best = 0;
@@ -261,5 +262,6 @@ rank_beside(struct slotd *d, const struct addr *server, size_t max, uint32_t *ou
 		.nrelay = d->rank_n, .cr_us = d->rank_cr, .nland = d->rank_nland,
 		.land_relay = d->rank_lr, .rl_us = d->rank_rl,
 	};
+	*beside = b;
 	return cover_beside(&in, b, COVER_NONE, max, out);
 }

@@ -26,8 +26,10 @@ void rank_stop(struct slotd *d);
 /* For a server that shares its address prefix ([select] server_prefix,
  * server_prefix6) with one of the relays: up to max relays (indices in
  * d->relays) to probe first, by cover_beside over the last ranking's
- * inputs and that relay (the longest match). Returns how many; 0 without
- * such a relay, landmarks, or a ranking of the current set. */
-size_t rank_beside(struct slotd *d, const struct addr *server, size_t max, uint32_t *out);
+ * inputs and that relay (the longest match; its index into *beside).
+ * Returns how many; 0 without such a relay, landmarks, or a ranking of the
+ * current set. */
+size_t rank_beside(struct slotd *d, const struct addr *server, size_t max, uint32_t *out,
+    size_t *beside);
 
 #endif

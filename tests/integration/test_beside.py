@@ -77,12 +77,16 @@ def test_the_probe_goes_by_the_relay_beside_the_server(bed, on):
         wait_for(lambda: slotbed.relays_ranks(s).get(x) == 0, 30, "relay-x ranked first")
         peer = transfer(bed, "beside%d" % on)
         c = s.counters()
+        last = s.json()["recent"][-1]
+        assert last["verdict"] == "relay", last
         assert c["probes_sent"] == 1 and c["decisions_relay"] == 1, c
         if on:
             assert c["probes_beside"] == 1, c
+            assert last["beside"] == bed.relay("relay-near").control, last
             assert peer == bed.ip("relay-y")
         else:
             assert c["probes_beside"] == 0, c
+            assert last["beside"] is None, last
             assert peer == bed.ip("relay-x")
     finally:
         s.stop()
