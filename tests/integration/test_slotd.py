@@ -45,7 +45,7 @@ COUNTERS = ("syn_received syn_retransmits_dropped syn_malformed conns_held cache
             "held_overflow relays_up relays_configured reloads reload_failures "
             "rules_applied").split()
 DECISION_KEYS = {"client", "server", "verdict", "relay", "why", "rtt_direct_us", "path_rtt_us",
-                 "decide_us", "probes", "cached", "early"}
+                 "decide_us", "probes", "beside", "cached", "early"}
 RELAY_KEYS = {"control", "data_port", "group", "mark", "state", "quarantined"}
 
 
