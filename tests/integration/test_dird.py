@@ -426,7 +426,9 @@ def test_hostile_http(dirds):
     still_serving(d)
     # Other HTTP methods and paths.
     assert post(d.port, None, method="GET")[0] == 405
-    assert post(d.port, b"<x/>", path="/")[0] == 404
+    # Without a body: the 404 does not read one, and closing on an unread
+    # body resets the connection, which may reach us before the answer.
+    assert post(d.port, None, path="/", method="GET")[0] == 404
     # No content length (chunked): refused.
     s = socket.create_connection(("127.0.0.1", d.port), 5)
     s.sendall(b"POST /RPC2 HTTP/1.1\r\nHost: x\r\nContent-Type: text/xml\r\n"
@@ -823,9 +825,12 @@ def slow_clients(port):
 
 @pytest.mark.serial     # under valgrind: alone (run.sh)
 def test_dird_under_valgrind(dirds):
+    # 3 s: under valgrind the first request alone can take over a second
+    # to read (408 at 1 s, seen once in CI); slow_clients still trickles
+    # past it.
     d = dirds({"relays": {"heartbeat_interval": "1s", "expire_after": "2s"},
                "groups": {"regroup_interval": "0"},
-               "limits": {"request_timeout": "1s"}}, valgrind=True)
+               "limits": {"request_timeout": "3s"}}, valgrind=True)
     for r in SITE_A + SITE_B:
         d.register(r)
     report_sites(d)
