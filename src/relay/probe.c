@@ -53,7 +53,7 @@ struct job {
 				 * or a SYN-ACK that may be the server's own */
 	bool pre;		/* begun for handover on a cached answer... */
 	uint32_t expect_us;	/* ...whose RTT it was */
-	uint32_t alone_us;	/* the connect's time alone: 0.9 x its SYN's timeout */
+	uint32_t alone_us;	/* the connect's time before a bare SYN takes over */
 	uint64_t t_start;
 	ev_io io;
 	ev_timer timer;
@@ -437,6 +437,7 @@ job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h, const stru
     uint32_t expect_us)
 {
 	struct relay *r = ps->r;
+	bool raw = synp_has_family(ps->synp, t->addr.family);
 	struct job *j;
 
 	if ((j = calloc(1, sizeof(*j))) == NULL) {
@@ -467,7 +468,7 @@ job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h, const stru
 	 * handshake stays unacknowledged until a pipe takes it or it is reset:
 	 * either way the server's application never sees the measurement
 	 * (docs/relay.md). Handover needs the connect. */
-	if (!handover_on(ps) && synp_has_family(ps->synp, t->addr.family)) {
+	if (!handover_on(ps) && raw) {
 		if (job_syn_start(j) == 0)
 			ev_timer_start(r->loop, &j->timer);
 		return;
@@ -485,7 +486,7 @@ job_begin(struct probe_srv *ps, const struct endpoint *t, uint64_t h, const stru
 	ev_timer_start(r->loop, &j->timer);
 	/* Without a raw socket the kernel's own SYN retransmissions go on:
 	 * such a connection is then reset at once, never held. */
-	if (handover_on(ps) && synp_has_family(ps->synp, t->addr.family)) {
+	if (handover_on(ps) && raw) {
 		j->alone_us = (uint32_t)(PROBE_CONNECT_ALONE_SHARE * sock_syn_rto_us(j->fd));
 		ev_timer_set(&j->alone, j->alone_us / 1e6, 0.);
 		ev_timer_start(r->loop, &j->alone);

@@ -216,6 +216,16 @@ fail:
 	return -1;
 }
 
+/* The client's view as cover.h takes it (the client's row in cs->cr). */
+static struct cover_input
+cover_sim_input(const struct eval_ctx *ctx, const struct cover_sim *cs)
+{
+	return (struct cover_input){
+		.nrelay = ctx->roles->nrelay, .cr_us = cs->cr, .nland = cs->nland,
+		.land_relay = cs->land, .land_weight = cs->weight, .rl_us = cs->rl,
+	};
+}
+
 /* Ranks for client c (node), ranking k + 2 relays: the pair's endpoints may
  * be relays, and are then skipped. */
 static int
@@ -223,17 +233,14 @@ cover_sim_rank(const struct eval_ctx *ctx, struct cover_sim *cs, uint32_t c, uns
 {
 	size_t n = ctx->roles->nrelay;
 	const float *row = simmat_row(ctx->dr, c);
-	struct cover_input in = {
-		.nrelay = n, .cr_us = cs->cr, .nland = cs->nland, .land_relay = cs->land,
-		.land_weight = cs->weight, .rl_us = cs->rl,
-		.chain_gain = ctx->model.sel.chain_gain,
-		.c_wait = ctx->model.warm ? 0 : ctx->model.sel.c_wait,
-	};
+	struct cover_input in = cover_sim_input(ctx, cs);
 	struct chain_input ch = {
 		.nrelay = n, .cr_us = cs->cr, .nland = cs->nland, .land_relay = cs->land,
 		.rl_us = cs->rl, .max_chain = ctx->model.sel.max_chain,
 	};
 
+	in.chain_gain = ctx->model.sel.chain_gain;
+	in.c_wait = ctx->model.warm ? 0 : ctx->model.sel.c_wait;
 	if (cs->client == c)
 		return 0;
 	for (size_t j = 0; j < n; j++)
@@ -284,10 +291,7 @@ cover_pair_ranks(const struct eval_ctx *ctx, const struct cover_sim *cs, uint32_
     long js, unsigned k, struct sel_candidate *cand, uint32_t *beside, size_t *nbeside)
 {
 	long b = ctx->beside_us > 0 ? beside_of(ctx, s, js) : -1;
-	struct cover_input in = {
-		.nrelay = ctx->roles->nrelay, .cr_us = cs->cr, .nland = cs->nland,
-		.land_relay = cs->land, .land_weight = cs->weight, .rl_us = cs->rl,
-	};
+	struct cover_input in = cover_sim_input(ctx, cs);
 
 	*nbeside = b >= 0 ? cover_beside(&in, (size_t)b, js >= 0 ? (uint32_t)js : COVER_NONE,
 	    (k + 1) / 2, beside) : 0;

@@ -46,6 +46,15 @@ def cgroup2_mounts():
     return out
 
 
+def cgroup_join_argv(name):
+    """The argv prefix that moves a process into cgroup v2 directory name
+    (at the hierarchy's root) before it execs the rest: ip netns exec mounts
+    a sysfs of the namespace's, without the cgroup hierarchy, so it is
+    mounted again in ip's private mount namespace."""
+    return ["sh", "-c", 'mount -t cgroup2 none /sys/fs/cgroup && '
+            'echo $$ > "/sys/fs/cgroup/$0/cgroup.procs" && exec "$@"', name]
+
+
 def sweep():
     """Removes namespaces, root-namespace links and run directories of earlier
     runs whose process is gone. Only names of our own pattern are touched."""

@@ -319,11 +319,7 @@ class Relay:
         name = "sltit%d-relay-%s" % (os.getpid(), self.host)
         self.cgroup = os.path.join(netns.cgroup2_mounts()[0], name)
         os.makedirs(self.cgroup, exist_ok=True)
-        # ip netns exec mounts a sysfs of the namespace's, without the cgroup
-        # hierarchy: mount it again, in ip's private mount namespace.
-        self.wrapper = ["sh", "-c", 'mount -t cgroup2 none /sys/fs/cgroup && '
-                        'echo $$ > "/sys/fs/cgroup/$0/cgroup.procs" && exec "$@"',
-                        name] + list(self.wrapper)
+        self.wrapper = netns.cgroup_join_argv(name) + list(self.wrapper)
         return self
 
     def _rm_cgroup(self):

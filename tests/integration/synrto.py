@@ -54,10 +54,7 @@ class SynTimeoutCgroup:
         self.jiffies = jiffies
         self.name = "%s%d-synrto" % (netns.PREFIX, os.getpid())
         self.path = os.path.join(netns.cgroup2_mounts()[0], self.name)
-        # ip netns exec gives the namespace a sysfs without the cgroup
-        # hierarchy: mount it again in ip's private mount namespace
-        self.wrapper = ["sh", "-c", 'mount -t cgroup2 none /sys/fs/cgroup && '
-                        'echo $$ > "/sys/fs/cgroup/$0/cgroup.procs" && exec "$@"', self.name]
+        self.wrapper = netns.cgroup_join_argv(self.name)
 
     def __enter__(self):
         os.makedirs(self.path, exist_ok=True)
