@@ -45,7 +45,12 @@
 void xmlrpc_strfree(const char *s);
 
 /* What a connection is doing; the watchdog's deadline depends on it. */
-enum conn_phase { PH_HEADERS, PH_BODY, PH_PROCESS, PH_ANSWER };
+enum conn_phase { PH_HEADERS, PH_BODY, PH_PROCESS, PH_ANSWER, PH_LINGER };
+
+/* How long a connection's close waits for the peer's own, and how much it
+ * reads meanwhile (linger): a misdirected request's body, not a flood. */
+#define DHTTP_LINGER_MS 2000
+#define DHTTP_LINGER_BYTES ((size_t)256 << 10)
 
 struct conn {
 	struct dhttp *h;
@@ -221,7 +226,8 @@ answer(int fd, const char *status)
  * timeout on half-received headers reads uninitialised memory and leaks the
  * headers read so far (xmlrpc-c 1.33); a slow sender never gets there.
  * SO_RCVLOWAT makes poll wait for more than what was seen already. Returns
- * 0, or -1 when the connection is to be closed (answered if useful).
+ * 0, -1 when the connection is to be closed (answered if useful), or -2
+ * when it is closed for being too slow.
  */
 static int
 wait_headers(struct dhttp *h, int fd)
@@ -258,6 +264,7 @@ wait_headers(struct dhttp *h, int fd)
 		if (pr == 0) {
 			__atomic_add_fetch(&h->timed_out, 1, __ATOMIC_RELAXED);
 			answer(fd, "408 Request Timeout");
+			rc = -2;
 			break;
 		}
 		/* A peer gone half-way stays readable: do not spin on it. */
@@ -282,6 +289,44 @@ conn_unlink(struct dhttp *h, struct conn *c)
 		c->next->prev = c->prev;
 }
 
+/*
+ * Waits for the peer to stop sending before the close. An answer given
+ * before the request was read whole (404, "request too large", 431) leaves
+ * bytes unread, and a close on unread bytes sends a reset, which can
+ * overtake the answer and make the peer's kernel drop it. So the write side
+ * goes first (the peer gets the answer, then EOF), and what still comes is
+ * read and dropped until the peer closes, for at most DHTTP_LINGER_MS and
+ * DHTTP_LINGER_BYTES (HTTP's "lingering close"; a flood gets the reset).
+ * The connection keeps its slot meanwhile; the caller closes.
+ */
+static void
+linger(int fd)
+{
+	char b[4096];
+	uint64_t end = now_us() + (uint64_t)DHTTP_LINGER_MS * 1000;
+	size_t got = 0;
+
+	if (shutdown(fd, SHUT_WR) == 0) {
+		while (got < DHTTP_LINGER_BYTES) {
+			ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+
+			if (n > 0) {
+				got += (size_t)n;
+				continue;
+			}
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n == 0 || errno != EAGAIN)
+				break;
+			uint64_t now = now_us();
+			struct pollfd pf = { .fd = fd, .events = POLLIN | POLLRDHUP };
+
+			if (now >= end || poll(&pf, 1, (int)((end - now + 999) / 1000)) == 0)
+				break;
+		}
+	}
+}
+
 static void *
 conn_run(void *arg)
 {
@@ -292,7 +337,9 @@ conn_run(void *arg)
 	const char *e = NULL;
 
 	cur_conn = c;
-	if (wait_headers(h, c->fd) == 0) {
+	int waited = wait_headers(h, c->fd);
+
+	if (waited == 0) {
 		set_phase(c, PH_BODY, h->body_us);
 		/* The channel borrows the descriptor; we close it. */
 		ChannelUnixCreateFd(c->fd, &ch, &info, &e);
@@ -305,6 +352,14 @@ conn_run(void *arg)
 			xmlrpc_strfree(e);
 	}
 	cur_conn = NULL;
+	/* A peer cut off for being slow gets no more of our time. */
+	pthread_mutex_lock(&h->mu);
+	bool slow = waited == -2 || c->cut;
+	pthread_mutex_unlock(&h->mu);
+	if (!slow) {
+		set_phase(c, PH_LINGER, 0);
+		linger(c->fd);
+	}
 	/* Out of the list before the close: the watchdog only ever shuts
 	 * down descriptors that are still ours. */
 	pthread_mutex_lock(&h->mu);
