@@ -67,7 +67,9 @@ FDS_PER_PIPE = 6    # slot-relayd: two sockets, two kernel pipes accounted (docs
 # pooled kernel pipe (8 MiB / pipe_size of them) and a fixed margin.
 RELAY_CTRL_MAX = 16
 RELAY_INFLIGHT_MAX = 16
-RELAY_FDS_ASIDE = RELAY_CTRL_MAX + RELAY_INFLIGHT_MAX + 2 * (8 << 20) // (256 << 10) + 512
+RELAY_LINKS_MAX = 16
+RELAY_FDS_ASIDE = (RELAY_CTRL_MAX + RELAY_INFLIGHT_MAX + RELAY_LINKS_MAX +
+                   2 * (8 << 20) // (256 << 10) + 512)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SINK_PORT = 9000
 HAPROXY_PORT = 8000
@@ -219,7 +221,8 @@ class Bench:
                                  "pending_timeout": "10s", "connect_timeout": "5s",
                                  # one client asks for every pipe: its rate cap
                                  # (PIPE_FAIL CLIENT_LIMIT) is not what is measured
-                                 "control_rate": 1000000, "control_burst": 1000000}}
+                                 "control_rate": 1000000, "control_burst": 1000000},
+                      "chain": {"max_links": RELAY_LINKS_MAX}}
         # slot-bench-peer speaks the lab's shared key, not identities
         self.sb = slotbed.SlotBed({"relay": (0, 0)}, direct_rtt=0, other_rtt=0,
                                   host_sysctls=sysctls, relay_conf=relay_conf, spec_edit=edit,
@@ -528,9 +531,10 @@ def report(res, peers_busy, peers_idle, args, info, elapsed):
         "one epoll loop that discards everything (splice to /dev/null). slotd and NFQUEUE are "
         "left out on purpose: this measures the relay, and one slotd's SYN queue would bound "
         "the set-up rate first. slot-relayd runs as `nobody` with `[limits] max_pipes = 30000`, "
-        "`max_pending_per_client = 30000`, `max_control_connections` and `[probe] "
-        "max_inflight` 16 (one control connection, no probes: the descriptors the relay sets "
-        "aside for them go to pipes), `pipe_size` 256k (default), log level warn, and "
+        "`max_pending_per_client = 30000`, `max_control_connections`, `[probe] "
+        "max_inflight` and `[chain] max_links` 16 (one control connection, no probes, no "
+        "chains: the descriptors the relay sets aside for them go to pipes), `pipe_size` 256k "
+        "(default), log level warn, and "
         "RLIMIT_NOFILE %d%s. "
         "Since kernel pipes of an unprivileged user beyond `fs.pipe-user-pages-soft` get two "
         "pages, that global sysctl was raised from %s to %d pages for the run and restored "

@@ -401,6 +401,12 @@ rl_message(struct rlink *l, const struct proto_msg *m)
 		snprintf(b, sizeof(b), "stale message (clocks more than the allowed skew apart?)");
 		rl_down(l, b);
 		return -1;
+	case REPLAY_FULL:
+		/* It cannot be proven fresh, so it is not acted on; but the
+		 * relay did nothing wrong, and the cache is shared by every
+		 * link: the link stays (a lost answer times out). */
+		log_warnx("relay %s: a message dropped: the replay cache is full", l->name);
+		return 0;
 	default:
 		rl_down(l, "replayed message");
 		return -1;

@@ -24,7 +24,10 @@
 #define LINK_KEEPALIVE_MS 30000
 #define LINK_RECONNECT_MIN_MS 500
 #define LINK_RECONNECT_MAX_MS 30000
-#define LINK_REPLAY_CAPACITY 4096
+/* Every next relay's answers and keepalives share it for twice the clock
+ * skew: sized as the control connections' (relayd.c), for the thousands of
+ * chain answers a second that relay_control_rate lets next relays send. */
+#define LINK_REPLAY_CAPACITY ((size_t)1 << 18)
 
 struct chain_link;
 TAILQ_HEAD(chain_list, chain);
@@ -102,8 +105,11 @@ link_free(struct chain_link *lk)
 	free(lk);
 }
 
-/* Closes the links nobody used for link_idle_timeout. Never from within a
- * link's callback: only here and at exit are links freed. */
+/* Closes the links nobody used for link_idle_timeout, and those down with
+ * no chain on them: a link to an address that is no relay (or no longer
+ * answers) would otherwise retry until it idles out. Never from within a
+ * link's callback (sweep_soon): only here, in link_get and at exit are
+ * links freed. */
 static void
 sweep_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -115,14 +121,30 @@ sweep_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 	for (lk = TAILQ_FIRST(&cs->links); lk; lk = next) {
 		next = TAILQ_NEXT(lk, link);
-		if (lk->refs > 0 || ev_now(loop) - lk->idle_since < idle)
+		if (lk->refs > 0)
 			continue;
-		log_info("chain link to %s: unused for %.0f s, closed", ep_fmt(&lk->ctl, b),
-		    ev_now(loop) - lk->idle_since);
+		if (rlink_state(lk->l) == RL_DOWN) {
+			log_info("chain link to %s: down and unused, closed", ep_fmt(&lk->ctl, b));
+		} else if (ev_now(loop) - lk->idle_since >= idle) {
+			log_info("chain link to %s: unused for %.0f s, closed", ep_fmt(&lk->ctl, b),
+			    ev_now(loop) - lk->idle_since);
+		} else {
+			continue;
+		}
 		link_free(lk);
 	}
+	ev_timer_stop(loop, w);
 	ev_timer_set(w, idle / 4 < 1. ? 1. : idle / 4, 0.);
 	ev_timer_start(loop, w);
+}
+
+/* Has the sweep run on the next loop iteration. */
+static void
+sweep_soon(struct chains *cs)
+{
+	ev_timer_stop(cs->r->loop, &cs->sweep);
+	ev_timer_set(&cs->sweep, 0., 0.);
+	ev_timer_start(cs->r->loop, &cs->sweep);
 }
 
 int
@@ -161,6 +183,18 @@ chains_destroy(struct relay *r)
 	replay_free(cs->replay);
 	free(cs);
 	r->chains = NULL;
+}
+
+void
+chains_drop_all(struct relay *r, const char *why)
+{
+	struct chain_link *lk;
+
+	if (r->chains == NULL)
+		return;
+	TAILQ_FOREACH(lk, &r->chains->links, link)
+		rlink_drop(lk->l, why);
+	sweep_soon(r->chains);
 }
 
 void
@@ -208,6 +242,10 @@ chain_check(const struct relay *r, const struct chain_spec *s)
 		for (j = 0; j < i; j++)
 			if (addr_eq(&s->hops[i].control.addr, &s->hops[j].control.addr))
 				return EINVAL;
+		/* Where a server could not be, no next relay is either: a
+		 * chain must not reach the network behind this relay. */
+		if (policy_check_addr(&r->conf.policy, &s->hops[i].control.addr) != POLICY_OK)
+			return EACCES;
 	}
 	return 0;
 }
@@ -238,6 +276,8 @@ chain_establish(struct relay *r, struct ctrl_conn *c, const struct proto_msg *m)
 		log_info("chain %s -> %s via %s refused: %s", ep_fmt(&m->u.chain.client, cb),
 		    ep_fmt(&m->u.chain.server, b), chain_fmt(&tmp, hb, sizeof(hb)),
 		    err == EPERM ? "chains disabled ([chain] allow = no)" :
+		    err == EACCES ? "a next relay's address refused by [policy] (as a "
+		    "server's would be: allow_destinations, deny_destinations)" :
 		    "invalid hops (a data address not the control address, this relay, "
 		    "or a relay twice)");
 		ctrl_send_fail(c, m->id, FAIL_NEXT_HOP, (uint32_t)err);
@@ -312,6 +352,26 @@ link_state_cb(void *user, struct rlink *l, enum rlink_state st)
 		ch->state = CH_ASKED;	/* out of the waiting list, nothing to cancel */
 		chain_fail(ch, true, FAIL_NEXT_HOP, (uint32_t)(err ? err : ECONNREFUSED));
 	}
+	if (lk->refs == 0)
+		sweep_soon(lk->cs);
+}
+
+/* At [chain] max_links: closes the link unused the longest, if one is. */
+static int
+link_evict(struct chains *cs)
+{
+	struct chain_link *lk, *old = NULL;
+	char b[EP_STRLEN];
+
+	TAILQ_FOREACH(lk, &cs->links, link)
+		if (lk->refs == 0 && (old == NULL || lk->idle_since < old->idle_since))
+			old = lk;
+	if (old == NULL)
+		return -1;
+	log_info("chain link to %s: closed for a new one ([chain] max_links %zu)",
+	    ep_fmt(&old->ctl, b), (size_t)cs->r->conf.chain_max_links);
+	link_free(old);
+	return 0;
 }
 
 /* The link to ctl, up or coming up: an existing one, or a new one. A link
@@ -332,6 +392,10 @@ link_get(struct chains *cs, const struct endpoint *ctl, int *err)
 	}
 	if (lk)
 		return lk;
+	if (cs->nlinks >= cs->r->conf.chain_max_links && link_evict(cs) == -1) {
+		*err = EMFILE;
+		return NULL;
+	}
 	if ((lk = calloc(1, sizeof(*lk))) == NULL) {
 		*err = ENOMEM;
 		return NULL;

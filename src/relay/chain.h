@@ -34,6 +34,8 @@ int chains_init(struct relay *r);
 void chains_destroy(struct relay *r);
 /* The revocation list changed: links to revoked relays are dropped. */
 void chains_revoke(struct relay *r, const struct ident_revoked *rev);
+/* Our identity changed: every link reconnects (pair keys are the old key's). */
+void chains_drop_all(struct relay *r, const char *why);
 /* Control links to next relays (up or not). */
 size_t chains_links(const struct relay *r);
 

@@ -193,8 +193,8 @@ ctrl_send_error(struct ctrl_conn *c, uint32_t id, uint8_t code, int fatal_)
 		c->closing = 1;
 }
 
-/* The first message that passed its MAC: the peer holds the key, so the
- * first-message deadline is over and the idle limit applies. */
+/* The first message that passed its MAC and was fresh: the peer holds the
+ * key, so the first-message deadline is over and the idle limit applies. */
 static void
 ctrl_authenticated(struct ctrl_conn *c)
 {
@@ -268,7 +268,6 @@ ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
 		ctrl_hello(c, m);
 		return;
 	}
-	ctrl_authenticated(c);
 	/* A relay sends the chains of all its clients: its own rate. */
 	switch (admit_message(r->admit, c->relay_peer ? ADMIT_RELAY : ADMIT_CONTROL,
 	    &c->peer.addr, m->ts_us, m->nonce, clock_mono_us(), clock_real_us())) {
@@ -294,6 +293,10 @@ ctrl_handle(struct ctrl_conn *c, const struct proto_msg *m)
 		ctrl_send_error(c, m->id, ERR_REPLAY, 0);
 		return;
 	}
+	/* Only a fresh message proves the peer holds the key: a captured
+	 * one, replayed, would otherwise make a connection that cannot be
+	 * evicted at the cap (ctrls_new) out of each copy. */
+	ctrl_authenticated(c);
 	c->last_msg = ev_now(r->loop);
 	switch (m->type) {
 	case PROTO_PIPE_ESTABLISH:

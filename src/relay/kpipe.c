@@ -14,7 +14,7 @@ kpipe_limit(const struct kpipe_budget *b)
 	lim = b->max_kernel_pipes ? b->max_kernel_pipes : 2ull * b->max_pipes;
 	if (b->nofile) {
 		others = (unsigned long long)b->max_control + b->max_inflight +
-		    2ull * b->max_free + KPIPE_FD_MARGIN;
+		    b->max_links + 2ull * b->max_free + KPIPE_FD_MARGIN;
 		fit = b->nofile > others ? (b->nofile - others) / KPIPE_FDS_PER_PIPE : 0;
 		if (2 * fit < lim)
 			lim = 2 * fit;

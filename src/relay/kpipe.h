@@ -35,7 +35,7 @@ struct kpipe_pool {
 /* Descriptors each admitted pipe may hold: two sockets, two kernel pipes. */
 #define KPIPE_FDS_PER_PIPE 6
 /* Descriptors kept for users without a cap of their own: listeners, the
- * directory link, links to next relays, logs, and the data connections held
+ * directory link, logs, and the data connections held
  * before their pipe (at most DATAHOLD_MAX, 256: datahold.h). */
 #define KPIPE_FD_MARGIN 512
 
@@ -46,6 +46,7 @@ struct kpipe_budget {
 	size_t max_kernel_pipes;	/* 0: two per pipe */
 	size_t max_control;		/* control connections, one each */
 	size_t max_inflight;		/* probes by connect, one each */
+	size_t max_links;		/* links to next relays, one each */
 	size_t max_free;		/* pooled kernel pipes, two each */
 };
 

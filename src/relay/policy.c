@@ -70,17 +70,23 @@ policy_is_self(const struct policy *p, const struct addr *a)
 }
 
 enum policy_verdict
+policy_check_addr(const struct policy *p, const struct addr *a)
+{
+	if (cidr_list_match(&p->deny, a))
+		return POLICY_ADDR;
+	if (addr_classify(a) != 0 && !cidr_list_match(&p->allow, a))
+		return POLICY_ADDR;
+	/* Multicast and broadcast cannot carry TCP even when allowed. */
+	if (addr_classify(a) & (ADDR_C_MULTICAST | ADDR_C_BROADCAST | ADDR_C_UNSPECIFIED))
+		return POLICY_ADDR;
+	return POLICY_OK;
+}
+
+enum policy_verdict
 policy_check(const struct policy *p, const struct endpoint *dst)
 {
 	/* Relaying to itself would loop; no allow entry overrides that. */
-	if (policy_is_self(p, &dst->addr) || cidr_list_match(&p->deny, &dst->addr))
-		return POLICY_ADDR;
-	if (addr_classify(&dst->addr) != 0 &&
-	    !cidr_list_match(&p->allow, &dst->addr))
-		return POLICY_ADDR;
-	/* Multicast and broadcast cannot carry TCP even when allowed. */
-	if (addr_classify(&dst->addr) &
-	    (ADDR_C_MULTICAST | ADDR_C_BROADCAST | ADDR_C_UNSPECIFIED))
+	if (policy_is_self(p, &dst->addr) || policy_check_addr(p, &dst->addr) != POLICY_OK)
 		return POLICY_ADDR;
 	if (!portset_has(&p->ports, dst->port))
 		return POLICY_PORT;

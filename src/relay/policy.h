@@ -36,6 +36,10 @@ void policy_free(struct policy *p);
 int policy_load_self(struct policy *p);
 
 enum policy_verdict policy_check(const struct policy *p, const struct endpoint *dst);
+/* The address part alone, this host's own addresses aside (a next relay of a
+ * chain: its port is a relay's, not one of the servers' allowed ports, and
+ * another relay may run on this host). */
+enum policy_verdict policy_check_addr(const struct policy *p, const struct addr *a);
 
 /* Whether a is one of the host's own addresses. */
 bool policy_is_self(const struct policy *p, const struct addr *a);

@@ -20,6 +20,8 @@ rauth_load(struct relay *r, const struct rconf *c, char *err, size_t errlen)
 	bool same;
 
 	if (c->auth_mode == IDENT_MODE_SHARED) {
+		if (r->auth_mode == IDENT_MODE_IDENTITY)
+			chains_drop_all(r, "authentication mode changed to shared");
 		r->auth_mode = IDENT_MODE_SHARED;
 		return 0;
 	}
@@ -48,6 +50,10 @@ rauth_load(struct relay *r, const struct rconf *c, char *err, size_t errlen)
 		if (r->peers)
 			peers_forget_keys(r->peers);
 	}
+	/* Links to next relays hold pair keys of the old key, and certificates
+	 * checked against the old CA, whether or not anyone has called us. */
+	if (!same)
+		chains_drop_all(r, "our identity changed");
 	return 0;
 }
 

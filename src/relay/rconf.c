@@ -27,6 +27,7 @@ rconf_defaults(struct rconf *c)
 	c->idle_timeout_ms = 0;
 	c->chain_allow = true;
 	c->chain_link_idle_ms = 5 * 60 * 1000;
+	c->chain_max_links = 256;
 	c->half_closed_timeout_ms = 60 * 60 * 1000;
 	c->drain_timeout_ms = 30000;
 	c->control_idle_timeout_ms = 120000;
@@ -167,6 +168,7 @@ static const struct conf_key keys[] = {
 	{ F("limits", "user_timeout", CK_MS_OFF, user_timeout_ms), .min = 1000, .max = DAY_MS },
 	{ F("chain", "allow", CK_BOOL, chain_allow) },
 	{ F("chain", "link_idle_timeout", CK_MS, chain_link_idle_ms), .min = 1000, .max = DAY_MS },
+	{ F("chain", "max_links", CK_UINT, chain_max_links), .min = 1, .max = 65536 },
 	{ F("pipe", "congestion", CK_CUSTOM, congestion), .custom = K_CONGESTION },
 	{ F("pipe", "congestion_on_loss", CK_CUSTOM, congestion_on_loss),
 	    .custom = K_CONGESTION_ON_LOSS },

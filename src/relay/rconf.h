@@ -55,6 +55,7 @@ struct rconf {
 	/* [chain] */
 	bool chain_allow;		/* be the first or a middle relay of chains */
 	uint64_t chain_link_idle_ms;	/* an unused link to a next relay closes */
+	uint64_t chain_max_links;	/* links to next relays at once */
 	/* [pipe] */
 	char congestion[SOCK_CC_NAME_MAX];	/* of the legs the relay sends on;
 						 * "": the system's default */

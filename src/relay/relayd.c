@@ -167,6 +167,7 @@ relay_kpipe_limit(const struct rconf *c, size_t max_free)
 		.max_kernel_pipes = c->max_kernel_pipes,
 		.max_control = c->max_control_conns,
 		.max_inflight = c->max_inflight,
+		.max_links = c->chain_max_links,
 		.max_free = max_free,
 	};
 	struct rlimit rl;
@@ -190,8 +191,9 @@ relay_kpipe_conf(struct relay *r)
 	pp->limit = relay_kpipe_limit(c, pp->max_free);
 	if (pp->limit < cap)
 		log_warnx("descriptor limit: %zu pipes at most, not %llu (each may take %d "
-		    "descriptors, besides max_control_connections, max_inflight and %zu "
-		    "more); new pipes past it get PIPE_FAIL limit: raise LimitNOFILE",
+		    "descriptors, besides max_control_connections, max_inflight, [chain] "
+		    "max_links and %zu more); new pipes past it get PIPE_FAIL limit: raise "
+		    "LimitNOFILE",
 		    pp->limit / 2, (unsigned long long)(cap / 2), KPIPE_FDS_PER_PIPE,
 		    (size_t)KPIPE_FD_MARGIN + 2 * pp->max_free);
 }

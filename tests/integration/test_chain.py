@@ -24,6 +24,7 @@ received (sha256) and how its stream ended.
   both see a reset, not a clean EOF.
 """
 
+import errno
 import json
 import os
 import re
@@ -446,3 +447,76 @@ def test_a_relay_has_the_limits_of_a_relay(sb, slotd):
     finally:
         r2.reload({"limits": {"max_pending_per_client": "256"}})
 
+
+
+def chain_request(sb, relay, hop_ctl, hop_data, role="client"):
+    """One PIPE_ESTABLISH_CHAIN to relay with one next hop: its failure
+    detail (an errno), or None if it succeeded."""
+    rc, err = run_testclient(sb, relay, "--server", "%s:%d" % (sb.ip("server"), 9),
+                             "--hop", "%s=%s" % (hop_ctl, hop_data), "--no-connect", "0",
+                             role=role)
+    for l in err:
+        m = re.match(r"pipe fail next-hop detail=(\d+) ", l)
+        if m:
+            return int(m.group(1))
+    assert rc == 0, (rc, err)
+    return None
+
+
+def test_chain_hop_where_no_server_may_be(sb, slotd):
+    """A next relay must be where a server could be: a hop on loopback, at a
+    cloud's metadata address or in a network the destination policy does not
+    allow is refused (NEXT_HOP, EACCES) before any connection is tried, so
+    that a chain cannot reach, or scan, the network behind the relay."""
+    r1 = sb.relay("relay1")
+    # Something listens on relay1's loopback: it must hear nothing.
+    lst = sb.bed.popen("relay1", [PY, "-c", (
+        "import socket,select\n"
+        "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "s.bind(('127.0.0.1', 17600)); s.listen(8); print('listening', flush=True)\n"
+        "n=0\n"
+        "while select.select([s,0],[],[],30)[0] == [s]: s.accept(); n+=1\n"
+        "print(n, flush=True)\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert lst.stdout.readline().strip() == "listening"
+        c0 = r1.counters()
+        for ctl in ("127.0.0.1:17600", "169.254.169.254:80", "172.31.77.1:7600"):
+            data = ctl.rsplit(":", 1)[0] + ":17601"
+            assert chain_request(sb, r1, ctl, data) == errno.EACCES, ctl
+        d = deltas(c0, r1.counters())
+        assert d["chains_requested"] == 3 and d["chains_refused"] == 3, d
+        assert r1.counters()["chain_links"] == c0["chain_links"]
+        assert "a next relay's address refused by [policy]" in r1.log()
+    finally:
+        lst.stdin.write("\n")
+        lst.stdin.flush()
+        out, _ = lst.communicate(timeout=10)
+    assert out.strip() == "0", out
+
+
+def test_chain_links_down_or_beyond_max_links_close(sb, slotd):
+    """A link to an address where no relay answers closes once no chain
+    waits on it, not after link_idle_timeout (5 min), so that it does not
+    retry meanwhile; at [chain] max_links the link unused the longest
+    closes for the new one."""
+    r1, r2, r3 = (sb.relay(n) for n in RELAYS)
+    links = r1.counters()["chain_links"]
+    closed = "%s:7999" % sb.ip("server")         # allowed, nothing listens
+    assert chain_request(sb, r1, closed, closed) == errno.ECONNREFUSED
+    wait_for(lambda: r1.counters()["chain_links"] == links, 5,
+             "relay1 to close the link that is down")
+    assert "chain link to %s: down and unused, closed" % closed in r1.log()
+    # A chain through relay2, then one through relay3 with max_links 1.
+    dec, cli, srv = exchange(sb, slotd, "download", chain(sb, "relay1", "relay2"))
+    assert_relayed(sb, dec, srv, ("relay1", "relay2"))
+    assert cli["rsha"] == srv["sent"] and cli["rbytes"] == SIZE, (cli, srv)
+    r1.reload({"chain": {"max_links": "1"}})
+    try:
+        dec, cli, srv = exchange(sb, slotd, "download", chain(sb, "relay1", "relay3"))
+        assert_relayed(sb, dec, srv, ("relay1", "relay3"))
+        assert cli["rsha"] == srv["sent"] and cli["rbytes"] == SIZE, (cli, srv)
+        assert r1.counters()["chain_links"] == 1
+        assert re.search(r"chain link to \S+: closed for a new one \(\[chain\] max_links 1\)",
+                         r1.log()), r1.log()[-2000:]
+    finally:
+        r1.reload({"chain": {"max_links": "256"}})

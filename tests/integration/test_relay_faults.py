@@ -364,15 +364,64 @@ def test_control_flood_leaves_other_clients_alone(net, relays, key, servers, por
     os.unlink(out_path)
 
 
+
+def shared_keepalive(key_path, ts_us, mid=7):
+    """A KEEPALIVE MACed with the shared key (docs/protocol.md), with the
+    timestamp given: what a captured message carries."""
+    import hmac
+    import struct
+    key = bytes.fromhex(open(key_path).read().strip())
+    head = b"SL" + struct.pack("!BBHHQQI", 2, 0x13, 60 + 32, 0, ts_us,
+                               int.from_bytes(os.urandom(8), "big"), mid) + bytes(32)
+    return head + hmac.new(key, head, "sha256").digest()
+
+
+def test_stale_copies_hold_no_control_slot(net, relays, key, servers, port, data64):
+    """A message that passes its MAC but is not fresh (here an hour old: a
+    copy of one captured on the path) gets ERROR and proves nothing: its
+    connection stays one that has not shown it holds the key, which the
+    relay evicts, oldest first, at max_control_connections. Four such
+    connections fill the cap of four, and a client still gets in."""
+    relay = relays({"limits": {"max_control_connections": "4",
+                               "control_first_message_timeout": "20s"}})
+    old = shared_keepalive(key, int((time.time() - 3600) * 1e6))
+
+    def copies():
+        socks = []
+        for _ in range(4):
+            s = socket.create_connection((net.relay_cip, relay.ctl_port), 5)
+            s.sendall(old)
+            head = s.recv(4096)          # ERROR (STALE) for id 7
+            assert len(head) >= 60 and head[3] == 0x1f, head[:8]
+            socks.append(s)
+        return socks
+
+    socks = net.in_ns("server", copies)
+    try:
+        assert relay.counters()["control_conns"] == 4
+        client = make_client(net, relay, key)
+        p = port()
+        srv = servers(p, recv_all)
+        path, digest = data64
+        r = client.run(p, stdin=path, timeout=60)
+        assert r.rc == 0, r
+        assert srv.result() == (64 * MiB, digest)
+        c = relay.counters()
+        assert c["control_refused"] == 0 and c["control_evicted"] >= 1, c
+    finally:
+        for s in socks:
+            s.close()
+
+
 # Descriptors the relay sets aside besides its pipes (src/relay/kpipe.h):
 # KPIPE_FD_MARGIN (which covers the held data connections), plus
-# max_control_connections, max_inflight and two per pooled pipe (8 MiB /
-# pipe_size of them).
+# max_control_connections, max_inflight, [chain] max_links and two per
+# pooled pipe (8 MiB / pipe_size of them).
 FD_MARGIN = 512
 FDS_PER_PIPE = 6
 NOFILE_CONF = {"limits": {"max_control_connections": "4", "pipe_size": "256k"},
-               "probe": {"max_inflight": "1"}}
-NOFILE_OTHERS = FD_MARGIN + 4 + 1 + 2 * (8 * MiB // (256 * 1024))
+               "probe": {"max_inflight": "1"}, "chain": {"max_links": "2"}}
+NOFILE_OTHERS = FD_MARGIN + 4 + 1 + 2 + 2 * (8 * MiB // (256 * 1024))
 
 
 @pytest.mark.parametrize("bound", ["max_kernel_pipes", "nofile"])

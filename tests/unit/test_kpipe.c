@@ -177,6 +177,11 @@ test_limit_from_descriptors(void **state)
 	b.max_kernel_pipes = 4000;
 	assert_int_equal(kpipe_limit(&b), 1856);
 	b.max_kernel_pipes = 0;
+	/* Links to next relays are set aside as well. */
+	b.max_links = 256;
+	assert_int_equal(kpipe_limit(&b), 2 * ((8192 - 1024 - 1024 - 256 - 64 -
+	    KPIPE_FD_MARGIN) / KPIPE_FDS_PER_PIPE));
+	b.max_links = 0;
 	/* Exactly one pipe fits, then none; never an underflow. */
 	b.nofile = 1024 + 1024 + 64 + KPIPE_FD_MARGIN + KPIPE_FDS_PER_PIPE;
 	assert_int_equal(kpipe_limit(&b), 2);

@@ -1,6 +1,7 @@
 /* The relay's checks of a chain request (src/relay/chain.c, chain_check):
  * chains allowed, each hop's data address its control address, no hop that
- * is this relay, no address twice. The chain itself, end to end, is
+ * is this relay, no address twice, no address the destination policy
+ * refuses. The chain itself, end to end, is
  * tests/integration/test_chain.py's. */
 #include <errno.h>
 #include <setjmp.h>
@@ -52,6 +53,10 @@ setup(void **state)
 	self_addrs[1] = ep("[2001:db8::1]:1").addr;
 	R.conf.policy.self = self_addrs;
 	R.conf.policy.nself = 2;
+	/* The documentation ranges stand for public relays here. */
+	char err[128];
+	assert_int_equal(cidr_list_parse("192.0.2.0/24,198.51.100.0/24,203.0.113.0/24,"
+	    "2001:db8::/32", &R.conf.policy.allow, err, sizeof(err)), 0);
 	return 0;
 }
 
@@ -121,6 +126,40 @@ test_refused_chains(void **state)
 	assert_int_equal(chain_check(&R, &s), EPERM);
 }
 
+/* A next relay must be where a server could be: not loopback, private,
+ * link-local (a cloud's metadata service) or denied, unless allowed. */
+static void
+test_policy_refused_hops(void **state)
+{
+	static const char *const refused[] = {
+		"127.0.0.1:22", "10.1.2.3:6379", "169.254.169.254:80", "[::1]:7600",
+		"[fe80::1]:7600", "224.0.0.1:7600", "0.0.0.0:7600", "198.51.100.66:7600",
+	};
+	struct chain_spec s = { .nhops = 1 };
+	char err[128];
+	(void)state;
+
+	assert_int_equal(cidr_list_parse("198.51.100.64/28", &R.conf.policy.deny, err,
+	    sizeof(err)), 0);
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		s.nhops = 1;
+		s.hops[0] = hop(refused[i], refused[i]);
+		assert_int_equal(chain_check(&R, &s), EACCES);
+		/* as the second hop too */
+		s.nhops = 2;
+		s.hops[1] = s.hops[0];
+		s.hops[0] = hop("192.0.2.20:7600", "192.0.2.20:7601");
+		assert_int_equal(chain_check(&R, &s), EACCES);
+	}
+	/* An allow entry lets a relay in a private network be chained to. */
+	cidr_list_free(&R.conf.policy.allow);
+	assert_int_equal(cidr_list_parse("10.0.0.0/8", &R.conf.policy.allow, err,
+	    sizeof(err)), 0);
+	s.nhops = 1;
+	s.hops[0] = hop("10.1.2.3:7600", "10.1.2.3:7601");
+	assert_int_equal(chain_check(&R, &s), 0);
+}
+
 /* [policy] public_address is this relay too (1:1 NAT). */
 static void
 test_public_address_is_self(void **state)
@@ -142,6 +181,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_valid_chains, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_chains, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_public_address_is_self, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_policy_refused_hops, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("chain", tests, NULL, NULL);
