@@ -36,7 +36,7 @@ struct peers {
 	struct relay *r;
 	int fd[2];		/* IPv4, IPv6; -1 until needed */
 	ev_io io[2];
-	struct peer *v;
+	struct peer *v;		/* sorted by endpoint, each once */
 	size_t n;
 	struct endpoint self;
 	ev_timer tick, round, settle;
@@ -52,14 +52,20 @@ jitter(struct peers *p, double s, double spread)
 
 static void send_probe(struct peers *p, struct peer *x);
 
-/* The peer at endpoint from, if any. */
+static int
+peer_cmp(const void *a, const void *b)
+{
+	return ep_cmp(&((const struct peer *)a)->ep, &((const struct peer *)b)->ep);
+}
+
+/* The peer at endpoint from, if any: a binary search, as every reply and a
+ * listing of many thousand relays ask. */
 static struct peer *
 peer_at(struct peers *p, const struct endpoint *from)
 {
-	for (size_t j = 0; j < p->n; j++)
-		if (ep_eq(&p->v[j].ep, from))
-			return &p->v[j];
-	return NULL;
+	struct peer key = { .ep = *from };
+
+	return p->n ? bsearch(&key, p->v, p->n, sizeof(*p->v), peer_cmp) : NULL;
 }
 
 /* A peer's answer to our HELLO: a relay of our CA. Then the probe goes. */
@@ -333,24 +339,26 @@ peers_set(struct peers *p, const struct endpoint *self, const struct endpoint *e
 		return;
 	}
 	p->self = *self;
-	for (size_t i = 0; i < n; i++) {
-		bool dup = ep_eq(&eps[i], self);
-		for (size_t j = 0; j < k && !dup; j++)
-			dup = ep_eq(&v[j].ep, &eps[i]);
-		if (dup)
+	/* Sorted, duplicates and ourselves out, then each matched with what
+	 * we knew of it: O(n log n) for a listing of n relays. */
+	for (size_t i = 0; i < n; i++)
+		if (!ep_eq(&eps[i], self))
+			v[k++].ep = eps[i];
+	qsort(v, k, sizeof(*v), peer_cmp);
+	size_t w = 0;
+	for (size_t i = 0; i < k; i++) {
+		if (w > 0 && ep_eq(&v[w - 1].ep, &v[i].ep))
 			continue;
-		size_t j = 0;
-		while (j < p->n && !ep_eq(&p->v[j].ep, &eps[i]))
-			j++;
-		if (j < p->n)
-			v[k] = p->v[j];
-		else {
-			v[k].ep = eps[i];
-			v[k].due = true;
+		struct peer *old = peer_at(p, &v[i].ep);
+		if (old != NULL) {
+			v[w] = *old;
+		} else {
+			v[w] = (struct peer){ .ep = v[i].ep, .due = true };
 			fresh = true;
 		}
-		k++;
+		w++;
 	}
+	k = w;
 	free(p->v);
 	p->v = v;
 	p->n = k;
