@@ -10,6 +10,7 @@
 
 #include "slot/be.h"
 #include "slot/errbuf.h"
+#include "slot/log.h"
 #include "slot/nlq.h"
 #include "synq.h"
 
@@ -21,6 +22,8 @@ struct synq {
 	synq_packet_cb cb;
 	void *user;
 	bool in_read;		/* verdicts batch until the read is done */
+	bool binding;		/* in synq_open: the caller is not ready */
+	unsigned long long bind_accepted;	/* packets let through meanwhile */
 };
 
 enum syn_parse
@@ -137,6 +140,15 @@ synq_packet(void *user, const struct nlq_pkt *p)
 {
 	struct synq *q = user;
 
+	/* The queue is live from the bind on, and the bind reads until the
+	 * kernel's ack: a SYN queued by rules left from a previous run, or by
+	 * a sysadmin's, may come before the caller can hold it. It goes
+	 * direct, as the rule's queue-bypass sent it before the bind. */
+	if (q->binding) {
+		(void)nlq_verdict(q->nq, p->id, NF_ACCEPT);
+		q->bind_accepted++;
+		return;
+	}
 	q->cb(q->user, p->id, p->mark, p->data, p->caplen, p->wirelen, p->ct, p->ct_status);
 }
 
@@ -186,11 +198,15 @@ synq_open(uint16_t num, uint32_t maxlen, synq_packet_cb cb, void *user, char *er
 	q->user = user;
 	if ((q->nq = nlq_open(&p, synq_packet, q, err, errlen)) == NULL)
 		goto fail;
-	q->in_read = true;
+	q->in_read = q->binding = true;
 	rc = nlq_bind(q->nq, err, errlen);
-	q->in_read = false;
+	q->in_read = q->binding = false;
 	if (rc == -1)
 		goto fail;
+	synq_flush(q);
+	if (q->bind_accepted > 0)
+		log_info("NFQUEUE %u: %llu packets queued while binding went through unheld",
+		    num, q->bind_accepted);
 	return q;
 fail:
 	nlq_close(q->nq);
@@ -217,6 +233,7 @@ synq_stats(const struct synq *q, struct synq_stats *out)
 
 	nlq_stats(q->nq, &s);
 	out->packets = s.packets;
+	out->bind_accepted = q->bind_accepted;
 	out->verdict_errors = s.refused + s.send_errors;
 	out->overruns = s.overruns + s.truncated;
 }

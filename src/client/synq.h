@@ -51,7 +51,9 @@ typedef void (*synq_packet_cb)(void *user, uint32_t id, uint32_t mark,
 /* Binds queue num (maxlen packets at most in the kernel). The kernel accepts
  * packets itself when the queue is full (fail-open), as it does with
  * --queue-bypass while nobody listens, and attaches each packet's conntrack
- * entry where it can (synq_ct). NULL with a reason in err. */
+ * entry where it can (synq_ct). cb is never called before this returns:
+ * packets queued while it binds are accepted unheld (bind_accepted). NULL
+ * with a reason in err. */
 struct synq *synq_open(uint16_t num, uint32_t maxlen, synq_packet_cb cb, void *user,
     char *err, size_t errlen);
 int synq_fd(const struct synq *q);
@@ -76,6 +78,7 @@ void synq_flush(struct synq *q);
 /* Counters since open. */
 struct synq_stats {
 	unsigned long long packets, verdict_errors, overruns;
+	unsigned long long bind_accepted;	/* queued during synq_open */
 };
 void synq_stats(const struct synq *q, struct synq_stats *out);
 
