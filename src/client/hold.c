@@ -717,7 +717,9 @@ establish_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 static void decide_timer_cb(struct ev_loop *loop, ev_timer *w, int revents);
-static bool lead_usable(const struct slotd *d, const struct crelay *r, unsigned len,
+static bool lead_usable(const struct slotd *d, const struct hconn *c, const struct crelay *r,
+    unsigned len, uint64_t now);
+static void reply_leads(const struct slotd *d, const struct hconn *c, struct sel_reply *r,
     uint64_t now);
 
 /* Runs the selection on what has come in so far. */
@@ -736,6 +738,11 @@ evaluate(struct hconn *c)
 	uint64_t now = clock_mono_us();
 
 	s.now_us = now - c->t0_us;
+	/* The lead-ins as they are now: the ranking (every 10 s) may have
+	 * moved them, and a relay of one may have become unusable since its
+	 * reply, which must then be judged alone, against the direct path. */
+	for (size_t i = 0; i < c->nrep; i++)
+		reply_leads(d, c, &c->rep[i], now);
 	/* The relays still due that may end a chain, with the RTT the
 	 * ranking took for them: their chain is at least max(lead, t - cr). */
 	for (size_t i = 0; c->due && i < c->ncand; i++)
@@ -771,10 +778,11 @@ evaluate(struct hconn *c)
 		/* A chain: the client's SYN goes to the lead-in's first relay;
 		 * the one probed comes last. */
 		c->nnext = 0;
-		/* The ranking may have run since the reply (every 10 s): a
-		 * lead-in no longer there or usable leaves the relay alone. */
-		if (res.chain && !lead_usable(d, via, res.chain, now))
-			res.chain = 0;
+		/* The replies' lead-ins were checked just now (reply_leads). */
+		if (res.chain && !lead_usable(d, c, via, res.chain, now)) {
+			conn_release(c, NULL, "chosen chain's lead-in unusable");
+			return;
+		}
 		if (res.chain == 2) {
 			c->next[c->nnext++] = via;
 			via = via->lead1_via;
@@ -1051,29 +1059,44 @@ oom:
 /* A relay of r's lead-in, as it is now: usable, of r's family, and taking
  * chains (it forwards this one). */
 static bool
-via_usable(const struct slotd *d, const struct crelay *r, const struct crelay *x,
-    uint64_t now)
+via_usable(const struct slotd *d, const struct hconn *c, const struct crelay *r,
+    const struct crelay *x, uint64_t now)
 {
+	/* A program's avoid= holds for every relay of a chain, not only the
+	 * relays probed. */
 	return x != NULL && relay_usable(d, x, now) && relay_takes_chains(x) &&
-	    x->conf.control.addr.family == r->conf.control.addr.family;
+	    x->conf.control.addr.family == r->conf.control.addr.family &&
+	    !lib_opts_avoids(c->lib, &x->conf.control);
 }
 
 /* Whether r's lead-in (set by the ranking) can be taken now, every relay
  * on it usable: len 2, its lead-in through one relay (lead1); len 3, its
  * best (lead). */
 static bool
-lead_usable(const struct slotd *d, const struct crelay *r, unsigned len, uint64_t now)
+lead_usable(const struct slotd *d, const struct hconn *c, const struct crelay *r,
+    unsigned len, uint64_t now)
 {
 	if (d->conf.sel.max_chain < len)
 		return false;
 	if (len == 2)
-		return r->lead1_us != 0 && via_usable(d, r, r->lead1_via, now);
+		return r->lead1_us != 0 && via_usable(d, c, r, r->lead1_via, now);
 	if (r->lead_us == 0 || r->nlead == 0)
 		return false;
 	for (unsigned i = 0; i < r->nlead; i++)
-		if (!via_usable(d, r, r->lead_via[i], now))
+		if (!via_usable(d, c, r, r->lead_via[i], now))
 			return false;
 	return true;
+}
+
+/* A reply's lead-ins: the probed relay's, where every relay on them can be
+ * taken now by this connection; else none. */
+static void
+reply_leads(const struct slotd *d, const struct hconn *c, struct sel_reply *r, uint64_t now)
+{
+	const struct crelay *x = r->relay < c->ncand ? c->cand[r->relay] : NULL;
+
+	r->rtt_lead_us = x && lead_usable(d, c, x, 3, now) ? x->lead_us : SEL_NO_LEAD;
+	r->rtt_lead1_us = x && lead_usable(d, c, x, 2, now) ? x->lead1_us : SEL_NO_LEAD;
 }
 
 /* A reply counts only as the answer to a request still outstanding, once:
@@ -1188,10 +1211,7 @@ probe_read(struct slotd *d, int fd)
 		    (uint32_t)(elapsed - m.u.probe_reply.hold_us) : 1;
 		r->rtt_rs_us = m.u.probe_reply.rtt_us;
 		r->at_us = now > c->t0_us ? now - c->t0_us : 0;
-		r->rtt_lead_us = lead_usable(d, c->cand[p->idx], 3, now) ?
-		    c->cand[p->idx]->lead_us : SEL_NO_LEAD;
-		r->rtt_lead1_us = lead_usable(d, c->cand[p->idx], 2, now) ?
-		    c->cand[p->idx]->lead1_us : SEL_NO_LEAD;
+		reply_leads(d, c, r, now);
 		c->cand[p->idx]->rtt_us = r->rtt_cr_us;		/* for "slotctl relays" */
 		evaluate(c);
 	}

@@ -27,10 +27,14 @@ plain PIPE_ESTABLISH.
 """
 
 import json
+import os
 
 import pytest
 
 import slotbed
+from slotbed import BUILD
+
+LIBGET = os.path.join(BUILD, "tests", "slot-libget")
 
 PATHS = {"relay-a": (20, 200), "relay-b": (200, 5), "relay-c": (200, 5)}
 PAIRS = [("relay-a", "relay-b", 10), ("relay-b", "relay-c", 30), ("relay-a", "relay-c", 200)]
@@ -95,6 +99,35 @@ def test_chain_chosen_through_the_lead_in(bed):
         d = [x for x in s.recent() if x["verdict"] == "relay"][-1]
         assert d["cached"] and d["relay"] == a and d["chain"] == [b], d
         assert bed.nginx.peer_of("id=cachedchain") == bed.nginx.peer_of("id=firstchain")
+    finally:
+        s.stop()
+
+
+
+def test_avoided_relay_leads_no_chain(bed):
+    """A program's avoid= holds for a chain's lead-in too: with relay-a
+    avoided, relay-b (probed) cannot be reached through it, and alone its
+    200 ms loop does not beat the direct path: direct. Without the avoid,
+    the same program's connection takes the chain through relay-a."""
+    wait_for(lambda: measured(bed), 40, "every relay measuring the others")
+    size, sha = bed.nginx.files["f"]
+    s = start_slotd(bed, "avoidlead")
+    try:
+        a, b = bed.relay("relay-a").control, bed.relay("relay-b").control
+        wait_for(lambda: s.counters()["relays_with_lead_in"] >= 2, 30, "lead-ins")
+        wait_for(lambda: ranks(s).get(b) == 0, 30, "relay-b ranked first")
+        got = {}
+        for tag, opts in (("avoided", ["-a", a]), ("free", [])):
+            out = os.path.join(bed.dir, "libget-%s.out" % tag)
+            r = bed.run_client(LIBGET, *opts, "-s", s.lib_sock, bed.ip("server"), "80",
+                               "/f/f?id=" + tag, out, check=False, timeout=60)
+            res = json.loads(r.stdout.strip().splitlines()[-1])
+            assert r.returncode == 0 and slotbed.sha256_file(out) == sha, (r, res)
+            got[tag] = res
+        assert got["avoided"]["state"] == "direct", got
+        assert bed.nginx.peer_of("id=avoided") == bed.ip("client")
+        assert got["free"]["state"] == "relayed" and got["free"]["relay"] == a, got
+        assert s.counters()["decisions_chain"] == 1
     finally:
         s.stop()
 
