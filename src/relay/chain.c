@@ -300,8 +300,13 @@ chain_release_link(struct chain *ch)
 	if (ch->state == CH_ASKED && ch->req_id != 0)
 		rlink_cancel(lk->l, ch->req_id);
 	ch->req_id = 0;
-	if (--lk->refs == 0)
+	if (--lk->refs == 0) {
 		lk->idle_since = ev_now(ch->r->loop);
+		/* The link went down under asked chains, answered after it
+		 * said so (link_state_cb). */
+		if (rlink_state(lk->l) == RL_DOWN)
+			sweep_soon(lk->cs);
+	}
 	ch->lk = NULL;
 }
 
