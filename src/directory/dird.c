@@ -40,6 +40,10 @@
  * with the default 30 s window. */
 #define REPLAY_CAPACITY (1u << 17)
 #define TICK_S 0.5
+/* Every relay line and the rtt lines' budget fit in what the state file's
+ * reader takes (the header and end line are well within the slack). */
+_Static_assert(DSNAP_RTT_BUDGET + (size_t)DCONF_MAX_RELAYS * DSNAP_RELAY_LINE_MAX +
+    4096 <= DSNAP_MAX_BYTES, "a snapshot could exceed DSNAP_MAX_BYTES");
 /* Snapshots are written at most this often while things change. */
 #define SNAPSHOT_INTERVAL_US (5ull * 1000000)
 /* The clustering's input keeps each relay's nearest REGROUP_KEEP peers
@@ -94,6 +98,7 @@ static int
 snapshot(struct daemon *dm, bool clean)
 {
 	struct dird *d = &dm->d;
+	struct dsnap_stats st;
 	char *buf = NULL, err[512];
 	size_t len;
 	int rc;
@@ -101,15 +106,20 @@ snapshot(struct daemon *dm, bool clean)
 	if (d->conf.state_file[0] == '\0')
 		return 0;
 	pthread_mutex_lock(&d->mu);
-	rc = dsnap_format(d->state, clock_mono_us(), clock_real_us(), clean, &buf, &len);
+	rc = dsnap_format(d->state, clock_mono_us(), clock_real_us(), clean, DSNAP_RTT_BUDGET,
+	    &buf, &len, &st);
 	if (rc == 0)
 		dstate_mark_saved(d->state);
+	else
+		snprintf(err, sizeof(err), "%s", strerror(errno));
 	pthread_mutex_unlock(&d->mu);
 	dm->last_snapshot = clock_mono_us();
+	if (rc == 0 && st.rtts_left_out > 0)
+		log_info("state file: %zu of %zu RTT reports left out, over the %zu MiB for "
+		    "them (relays report them again)", st.rtts_left_out,
+		    st.rtts + st.rtts_left_out, DSNAP_RTT_BUDGET >> 20);
 	if (rc == 0 && dsnap_write_file(d->conf.state_file, buf, len, err, sizeof(err)) == -1)
 		rc = -1;
-	else if (rc == -1)
-		snprintf(err, sizeof(err), "out of memory");
 	free(buf);
 	pthread_mutex_lock(&d->mu);
 	if (rc == 0)
