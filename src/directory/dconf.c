@@ -70,7 +70,8 @@ static const struct conf_key keys[] = {
 	{ F("limits", "body_timeout", CK_MS, body_timeout_ms), .min = 100, .max = 3600000 },
 	/* The older name: both at once. */
 	{ F("limits", "request_timeout", CK_CUSTOM, header_timeout_ms), .custom = K_TIMEOUTS },
-	{ F("limits", "max_relays", CK_UINT, max_relays), .min = 1, .max = 65536 },
+	{ F("limits", "max_relays", CK_UINT, max_relays), .min = 1,
+	    .max = DCONF_MAX_RELAYS },
 	{ F("limits", "max_report_entries", CK_UINT, max_report_entries), .min = 1, .max = 65536 },
 	{ F("relays", "heartbeat_interval", CK_MS, heartbeat_interval_ms),
 	    .min = 1000, .max = DAY_MS },
@@ -78,7 +79,8 @@ static const struct conf_key keys[] = {
 	{ F("groups", "inflation", CK_DOUBLE, inflation), .dmin = 1.05, .dmax = 10.0 },
 	{ F("groups", "max_intra_rtt", CK_DOUBLE, max_intra_rtt_ms), .dmin = 0.0, .dmax = 1e6 },
 	{ F("groups", "regroup_interval", CK_MS, regroup_interval_ms), .min = 0, .max = DAY_MS },
-	{ F("groups", "landmarks", CK_UINT, landmarks), .min = 0, .max = 4096 },
+	{ F("groups", "landmarks", CK_UINT, landmarks), .min = 0,
+	    .max = DCONF_MAX_LANDMARKS },
 };
 #undef F
 

@@ -11,6 +11,9 @@
  * daemon; here only its path. */
 
 #define DCONF_PATH_MAX 256
+/* Upper bounds of [limits] max_relays and [groups] landmarks. */
+#define DCONF_MAX_RELAYS 65536
+#define DCONF_MAX_LANDMARKS 4096
 
 struct dconf {
 	/* [dird] */

@@ -40,6 +40,10 @@
  * with the default 30 s window. */
 #define REPLAY_CAPACITY (1u << 17)
 #define TICK_S 0.5
+/* Every relay line and the rtt lines' budget fit in what the state file's
+ * reader takes (the header and end line are well within the slack). */
+_Static_assert(DSNAP_RTT_BUDGET + (size_t)DCONF_MAX_RELAYS * DSNAP_RELAY_LINE_MAX +
+    4096 <= DSNAP_MAX_BYTES, "a snapshot could exceed DSNAP_MAX_BYTES");
 /* Snapshots are written at most this often while things change. */
 #define SNAPSHOT_INTERVAL_US (5ull * 1000000)
 /* The clustering's input keeps each relay's nearest REGROUP_KEEP peers
@@ -47,6 +51,33 @@
  * and time in n * neighbours (docs/directory.md, Sizing). */
 #define REGROUP_KEEP 32
 #define REGROUP_MAX_ENTRIES 64
+
+/* Which version of a file was read: a file rewritten within one tick of
+ * the clock keeps its mtime, but not its size, or its inode if renamed
+ * over, or (mostly) its ctime. */
+struct file_id {
+	bool known;
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtim, ctim;
+};
+
+static struct file_id
+file_id_of(const struct stat *st)
+{
+	return (struct file_id){ true, st->st_dev, st->st_ino, st->st_size, st->st_mtim,
+	    st->st_ctim };
+}
+
+static bool
+file_id_same(const struct file_id *a, const struct file_id *b)
+{
+	return a->known && b->known && a->dev == b->dev && a->ino == b->ino &&
+	    a->size == b->size && a->mtim.tv_sec == b->mtim.tv_sec &&
+	    a->mtim.tv_nsec == b->mtim.tv_nsec && a->ctim.tv_sec == b->ctim.tv_sec &&
+	    a->ctim.tv_nsec == b->ctim.tv_nsec;
+}
 
 struct daemon {
 	struct dird d;			/* shared with the RPC threads */
@@ -66,7 +97,7 @@ struct daemon {
 	uint64_t last_regroup, last_snapshot;	/* monotonic us */
 	bool snapshot_retry;		/* the last write failed */
 	bool snapshot_failing;		/* said so already */
-	struct timespec revoked_mtime;	/* of [auth] revoked when last read */
+	struct file_id revoked_id;	/* [auth] revoked as last loaded */
 	bool revoked_failing;		/* said so already */
 };
 
@@ -94,6 +125,7 @@ static int
 snapshot(struct daemon *dm, bool clean)
 {
 	struct dird *d = &dm->d;
+	struct dsnap_stats st;
 	char *buf = NULL, err[512];
 	size_t len;
 	int rc;
@@ -101,15 +133,20 @@ snapshot(struct daemon *dm, bool clean)
 	if (d->conf.state_file[0] == '\0')
 		return 0;
 	pthread_mutex_lock(&d->mu);
-	rc = dsnap_format(d->state, clock_mono_us(), clock_real_us(), clean, &buf, &len);
+	rc = dsnap_format(d->state, clock_mono_us(), clock_real_us(), clean, DSNAP_RTT_BUDGET,
+	    &buf, &len, &st);
 	if (rc == 0)
 		dstate_mark_saved(d->state);
+	else
+		snprintf(err, sizeof(err), "%s", strerror(errno));
 	pthread_mutex_unlock(&d->mu);
 	dm->last_snapshot = clock_mono_us();
+	if (rc == 0 && st.rtts_left_out > 0)
+		log_info("state file: %zu of %zu RTT reports left out, over the %zu MiB for "
+		    "them (relays report them again)", st.rtts_left_out,
+		    st.rtts + st.rtts_left_out, DSNAP_RTT_BUDGET >> 20);
 	if (rc == 0 && dsnap_write_file(d->conf.state_file, buf, len, err, sizeof(err)) == -1)
 		rc = -1;
-	else if (rc == -1)
-		snprintf(err, sizeof(err), "out of memory");
 	free(buf);
 	pthread_mutex_lock(&d->mu);
 	if (rc == 0)
@@ -307,10 +344,12 @@ sweep_relays(struct dird *d)
 		d->ctr.relays_revoked += dstate_remove_if(d->state, drop_relay, dropped, d);
 }
 
-/* Reads [auth] revoked when forced or when its mtime moved; a new list
- * takes effect at once: revoked relays leave the listing, the version moves
- * so that clients fetch the list, and their calls are refused. A file that
- * does not parse keeps the running list. */
+/* Reads [auth] revoked when forced or when the file is not the one last
+ * loaded (file_id); a new list takes effect at once: revoked relays leave
+ * the listing, the version moves so that clients fetch the list, and their
+ * calls are refused. A file that does not parse keeps the running list,
+ * and is read again at every tick until it does: it may have been caught
+ * half written, and the rest may land within the same mtime. */
 static void
 revoked_reload(struct daemon *dm, bool force)
 {
@@ -318,6 +357,7 @@ revoked_reload(struct daemon *dm, bool force)
 	struct ident_revoked rev = { 0 };
 	char path[DCONF_PATH_MAX], err[512];
 	struct stat st;
+	struct file_id id = { 0 };
 	bool same;
 
 	if (d->mode != IDENT_MODE_IDENTITY)
@@ -331,21 +371,25 @@ revoked_reload(struct daemon *dm, bool force)
 				log_warnx("revocation list %s: %s; the running list (%zu "
 				    "serials) stays", path, strerror(errno), d->revoked.n);
 			dm->revoked_failing = true;
+			dm->revoked_id.known = false;
 			return;
 		}
-		if (!force && st.st_mtim.tv_sec == dm->revoked_mtime.tv_sec &&
-		    st.st_mtim.tv_nsec == dm->revoked_mtime.tv_nsec)
+		/* Taken before the read: a change during it is seen next tick. */
+		id = file_id_of(&st);
+		if (!force && file_id_same(&id, &dm->revoked_id))
 			return;
 		if (ident_revoked_load(path, &rev, err, sizeof(err)) == -1) {
 			if (!dm->revoked_failing || force)
 				log_warnx("revocation list not loaded, the running list (%zu "
 				    "serials) stays: %s", d->revoked.n, err);
 			dm->revoked_failing = true;
-			dm->revoked_mtime = st.st_mtim;
+			dm->revoked_id.known = false;
 			return;
 		}
-		dm->revoked_mtime = st.st_mtim;
 	}
+	dm->revoked_id = id;
+	if (dm->revoked_failing && path[0] != '\0')
+		log_info("revocation list %s loaded again", path);
 	dm->revoked_failing = false;
 	pthread_mutex_lock(&d->mu);
 	same = ident_revoked_equal(&rev, &d->revoked);
@@ -522,6 +566,12 @@ main(int argc, char **argv)
 		if (ident_load(d->conf.id_key, d->conf.id_cert, d->conf.id_ca,
 		    IDENT_MASK(IDENT_ROLE_DIRECTORY), &d->id, err, sizeof(err)) == -1)
 			fatalx("identity: %s", err);
+		struct stat st;
+
+		/* The file's identity from before the read, as revoked_reload
+		 * takes it. */
+		if (d->conf.revoked[0] != '\0' && stat(d->conf.revoked, &st) == 0)
+			dm->revoked_id = file_id_of(&st);
 		if (d->conf.revoked[0] != '\0' && ident_revoked_load(d->conf.revoked,
 		    &d->revoked, err, sizeof(err)) == -1)
 			fatalx("%s", err);
@@ -562,14 +612,9 @@ main(int argc, char **argv)
 	}
 
 	d->state = restore(dm);
-	if (d->mode == IDENT_MODE_IDENTITY) {
-		struct stat st;
-
-		if (d->conf.revoked[0] != '\0' && stat(d->conf.revoked, &st) == 0)
-			dm->revoked_mtime = st.st_mtim;
-		/* A state saved in shared mode, or before a revocation. */
+	/* A state saved in shared mode, or before a revocation. */
+	if (d->mode == IDENT_MODE_IDENTITY)
 		sweep_relays(d);
-	}
 	/* A start that restored the version served last must not let a
 	 * crash hand the same version out again for other contents: mark
 	 * the file unclean before serving. Failing that, a new boot id. */

@@ -52,6 +52,7 @@ struct dird {
 	struct dland land;		/* the landmarks of the version in force (dland.h) */
 	char land_version[DSTATE_VERSION_LEN];	/* the version d->land was checked at */
 	uint64_t land_at_us;			/* when, monotonic */
+	uint64_t land_warned_us;		/* said that landmarks were cut; 0: never */
 };
 
 #endif

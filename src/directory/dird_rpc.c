@@ -17,6 +17,7 @@
 #include <xmlrpc-c/abyss.h>	/* and abyss_unixsock.h, which has no guard */
 
 #include "slot/clock.h"
+#include "slot/dirclient.h"
 #include "slot/dirproto.h"
 #include "slot/log.h"
 #include "dird_rpc.h"
@@ -709,6 +710,12 @@ out:
 
 /* How often slot.list computes the landmarks again while the version stays. */
 #define LAND_REFRESH_US (10ull * 1000000)
+/* dland_max leaves room under what clients take, for the revocation list
+ * and the rest of the answer. */
+_Static_assert(DLAND_ANSWER_MAX + ((size_t)4 << 20) <= DIRC_MAX_ANSWER,
+    "landmark rows sized for a larger answer than clients take");
+/* How often it says that it sends fewer landmarks than configured. */
+#define LAND_WARN_US (600ull * 1000000)
 
 /* The landmarks member of slot.list's answer (dland.h); rows are the
  * encoded RTTs (dland_encode). */
@@ -896,11 +903,21 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	 * landmarks of the version are served. */
 	dstate_version(d->state, cur);
 	uint64_t now = clock_mono_us();
-	if (d->conf.landmarks > 0 && (d->land.nrelay != dstate_count(d->state) ||
+	size_t nrelay = dstate_count(d->state), nland = 0;
+	bool warn = false;
+	if (d->conf.landmarks > 0 && (d->land.nrelay != nrelay ||
 	    strcmp(cur, d->land_version) != 0 || now - d->land_at_us >= LAND_REFRESH_US)) {
 		struct dland land = { 0 };
 
-		rc = dland_compute(d->state, d->conf.landmarks, &d->land, &land);
+		/* Fewer landmarks than configured rather than a listing that
+		 * every client refuses. */
+		nland = dland_max(nrelay, d->conf.landmarks);
+		if (nland < d->conf.landmarks && (d->land_warned_us == 0 ||
+		    now - d->land_warned_us >= LAND_WARN_US)) {
+			d->land_warned_us = now;
+			warn = true;
+		}
+		rc = dland_compute(d->state, nland, &d->land, &land);
 		if (rc == 0 && dland_moved(&d->land, &land)) {
 			if (d->land.nrelay > 0 && strcmp(cur, d->land_version) == 0)
 				dstate_bump(d->state);
@@ -927,7 +944,12 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		d->ctr.lists_full++;
 	else if (rc == 0)
 		d->ctr.lists_unchanged++;
+	uint64_t want = d->conf.landmarks;
 	pthread_mutex_unlock(&d->mu);
+	if (warn)
+		log_warnx("listing: %zu landmarks sent, not the %" PRIu64 " of [groups] "
+		    "landmarks: %zu relays with more would pass the %u MiB clients "
+		    "take (DIRC_MAX_ANSWER)", nland, want, nrelay, DIRC_MAX_ANSWER >> 20);
 	if (rc == 0 && o.land.nland > 0 && dland_encode(&o.land, &o.rows, &o.rows_len) < 0)
 		rc = -1;
 	if (rc == -1) {

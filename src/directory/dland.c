@@ -58,6 +58,26 @@ rtt_of(void *arg, size_t i, size_t j)
 }
 
 
+size_t
+dland_max(size_t nrelay, size_t want)
+{
+	size_t relays, rows, fit;
+
+	if (nrelay == 0)
+		return want;
+	/* Relays that fill the answer leave no room (and no overflow). */
+	if (nrelay >= DLAND_ANSWER_MAX / DLAND_RELAY_BYTES)
+		return 0;
+	relays = nrelay * DLAND_RELAY_BYTES;
+	rows = DLAND_ANSWER_MAX - relays;
+	if (rows > DLAND_ROWS_MAX)
+		rows = DLAND_ROWS_MAX;
+	/* Whole base64 lines of 57 bytes, 78 each; 2 bytes per relay and
+	 * landmark. */
+	fit = rows / 78 * 57 / (2 * nrelay);
+	return want < fit ? want : fit;
+}
+
 int
 dland_compute(const struct dstate *s, size_t max, const struct dland *prev,
     struct dland *out)

@@ -30,6 +30,24 @@ struct dland {
 	uint64_t digest;	/* of the relay count and the landmarks */
 };
 
+/*
+ * Clients refuse a listing over 32 MiB (DIRC_MAX_ANSWER), and the rows grow
+ * as relays times landmarks ([groups] landmarks allows 4,096, max_relays
+ * 65,536): a listing sends no more landmarks than keep the rows within
+ * DLAND_ROWS_MAX once in base64 (xmlrpc-c writes 78 bytes for every 57,
+ * line ends included), and within what DLAND_ANSWER_MAX leaves after
+ * DLAND_RELAY_BYTES per relay (a relay's struct in the answer, identity
+ * mode's certificate and the longest endpoint included, takes 690 bytes
+ * at most).
+ */
+#define DLAND_ROWS_MAX ((size_t)16 << 20)
+#define DLAND_ANSWER_MAX ((size_t)28 << 20)
+#define DLAND_RELAY_BYTES 720
+
+/* The most landmarks, up to want, that a listing of nrelay relays may
+ * carry (above). */
+size_t dland_max(size_t nrelay, size_t want);
+
 /* Computes the landmarks of s's relays (at most max), keeping those of prev
  * (NULL: none) where others are not clearly better (cover_landmarks).
  * RTT(i,j) is the mean of what i and j reported of each other, or the one

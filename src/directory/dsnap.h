@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "slot/addr.h"
+#include "slot/ident.h"
 #include "dstate.h"
 
 /*
@@ -30,10 +32,36 @@
 /* Largest file dsnap_read_file accepts. */
 #define DSNAP_MAX_BYTES ((size_t)256 << 20)
 
-/* Formats s into *buf (malloc'ed, *len bytes, NUL-terminated). Returns 0 or
- * -1 (out of memory). */
+/* Bytes of rtt lines the daemon writes at most. Relays report every peer
+ * they probe, so rtt lines grow as n^2 (256 MiB at ~2,500 relays in a full
+ * mesh) while relay lines grow as n (DSNAP_RELAY_LINE_MAX each: 27 MB for
+ * 65,536 relays): a quarter of the read limit leaves room for every relay
+ * line. The RTTs left out come back with the relays' next reports. */
+#define DSNAP_RTT_BUDGET ((size_t)64 << 20)
+
+/* Longest relay line: "relay", endpoint, data port, group, last seen and
+ * the certificate in hex, with their separators. */
+#define DSNAP_RELAY_LINE_MAX (6 + EP_STRLEN + 6 + 11 + 21 + 2 * IDENT_CERT_LEN + 1)
+
+struct dsnap_stats {
+	size_t relays;		/* relay lines written: every relay */
+	size_t rtts;		/* rtt lines written */
+	size_t rtts_left_out;	/* report entries not written (the budget) */
+};
+
+/*
+ * Formats s into *buf (malloc'ed, *len bytes, NUL-terminated), with at most
+ * rtt_budget bytes of rtt lines and never more than DSNAP_MAX_BYTES in all,
+ * so that dsnap_read_file takes back whatever is written. Every relay line
+ * is written; when the reports do not fit, each relay keeps its k nearest
+ * peers (lowest RTT; ties in peer order), k the largest that fits, since
+ * the nearest are what grouping uses. The end line counts what was written.
+ * st (may be NULL) says what was written and left out. Returns 0, or -1
+ * with errno ENOMEM, or EFBIG when the relay lines alone would pass
+ * DSNAP_MAX_BYTES (more relays than max_relays allows).
+ */
 int dsnap_format(const struct dstate *s, uint64_t now_mono, uint64_t now_wall, bool clean,
-    char **buf, size_t *len);
+    size_t rtt_budget, char **buf, size_t *len, struct dsnap_stats *st);
 
 struct dsnap_info {
 	size_t relays;		/* restored */

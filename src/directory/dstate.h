@@ -190,6 +190,11 @@ void dstate_relay_at(const struct dstate *s, size_t i, struct dstate_relay_view 
 /* Relay i's report j (0 <= j < nrtt): the peer's index and the RTT. */
 void dstate_rtt_at(const struct dstate *s, size_t i, size_t j, size_t *peer, uint32_t *rtt_us);
 
+/* All of relay i's reports at once (nrtt entries, in peer index order):
+ * the peers' indexes and the RTTs. O(nrtt log(n / nrtt)), where nrtt calls
+ * of dstate_rtt_at take O(nrtt log n): for readers of every report. */
+void dstate_rtt_row(const struct dstate *s, size_t i, size_t *peer, uint32_t *rtt_us);
+
 /* Appends a relay as it was (no limit check, no version change). Returns
  * DSTATE_OK, DSTATE_NEW is never returned; DSTATE_LIMIT if it is already
  * there (a corrupt snapshot), DSTATE_NOMEM. */

@@ -38,7 +38,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	FUZZ_CHECK(info.relays == dstate_count(s));
-	FUZZ_CHECK(dsnap_format(s, NOW_MONO, NOW_WALL, info.clean, &buf, &len) == 0);
+	FUZZ_CHECK(dsnap_format(s, NOW_MONO, NOW_WALL, info.clean,
+	    DSNAP_RTT_BUDGET, &buf, &len, NULL) == 0);
 	s2 = dsnap_parse(buf, len, &params, NOW_MONO, NOW_WALL, 42, &again, err, sizeof(err));
 	if (s2 == NULL) {
 		fprintf(stderr, "formatted state does not load: %s\n%s", err, buf);

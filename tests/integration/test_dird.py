@@ -625,6 +625,23 @@ def test_list_answers_during_regroup(dirds):
     assert g[0] == g[1] == g[4] and len(set(g)) < 20000 / 2
 
 
+def test_landmarks_clamped(dirds):
+    # 2,000 relays with [groups] landmarks 4096 would be 16 MB of rows, 22
+    # MB in base64: fewer are sent (dland_max), the listing is answered,
+    # and the log says so once, not at every list.
+    d = dirds({"groups": {"regroup_interval": "1h", "landmarks": 4096}}, start=False)
+    write_ring_state(d.state, 2000)
+    d.start()
+    r = d.list()
+    assert r["changed"] is True and len(r["relays"]) == 2000
+    d.wait_log(r"listing: 3065 landmarks sent, not the 4096 of \[groups\] landmarks: "
+               r"2000 relays with more would pass the 32 MiB clients take")
+    d.register(SITE_A[0])
+    d.list()
+    time.sleep(0.5)
+    assert d.log().count("landmarks sent, not the") == 1
+
+
 # ---- the state file ----
 
 def test_restart_keeps_state(dirds):

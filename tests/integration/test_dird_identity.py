@@ -513,6 +513,56 @@ def test_altered_cache_refused_at_start(sb, dird, slotd, request):
     assert s4.counters()["dir_cache_loaded"] == 1
 
 
+# ---------------------------------------------------------------- the list's file
+
+def test_revocation_file_caught_half_written(tmp_path):
+    """A revocation list read while half written (it does not parse) is
+    read again once whole, even when the rest landed within the same mtime
+    (os.utime puts it back): the directory never takes a file that failed
+    for read. No bed: a directory on loopback."""
+    import time
+    from test_dird import Dird
+    ids = Ids(str(tmp_path / "ids"))
+    ids.issue("dir", "directory")
+    for n in ("r1", "r2", "c"):
+        ids.issue(n, "client" if n == "c" else "relay")
+    revoked = str(tmp_path / "revoked")
+    with open(revoked, "w") as f:
+        f.write("# none yet\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    d = Dird(run, {"auth": dict(ids.auth("dir"), revoked=revoked)})
+    d.ident = ids.ident("c")
+    r1, r2 = ids.ident("r1"), ids.ident("r2")
+    d.start()
+    try:
+        d.register("10.0.0.1:7600", ident=r1)
+        d.register("10.0.0.2:7600", ident=r2)
+        assert len(d.list("")["relays"]) == 2
+        full = "# r2's key was stolen\n%016x\n" % r2.serial
+        half = full[:-9]                # cut inside the serial
+        with open(revoked, "w") as f:   # in place: the same inode
+            f.write(half)
+        d.wait_log(r"revocation list not loaded.*line")
+        mtime = os.stat(revoked).st_mtime_ns
+        with open(revoked, "a") as f:
+            f.write(full[len(half):])
+        os.utime(revoked, ns=(mtime, mtime))
+        assert os.stat(revoked).st_mtime_ns == mtime
+        slotbed.wait_for(lambda: len(d.list("")["relays"]) == 1, 10, "r2 revoked")
+        assert d.counters()["revoked"] == 1
+        d.wait_log(r"revocation list \S+ loaded again")
+        # A list that stays broken is said once, not at every read.
+        with open(revoked, "w") as f:
+            f.write("not a serial\n")
+        time.sleep(2)
+        assert d.log().count("revocation list not loaded") == 2
+        assert d.counters()["revoked"] == 1
+    finally:
+        rc = d.stop()
+    assert rc == 0
+
+
 # ---------------------------------------------------------------- valgrind
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")

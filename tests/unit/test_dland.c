@@ -137,12 +137,55 @@ test_moved(void **state)
 	dstate_free(s);
 }
 
+/* Bytes of n bytes in xmlrpc-c's base64: lines of 57 bytes, 78 each. */
+static size_t
+b64(size_t n)
+{
+	return (n + 56) / 57 * 78;
+}
+
+/* The landmarks a listing may carry: as many as asked while the rows fit,
+ * then the most that fit, down to none when the relays alone fill the
+ * answer; what is sent always fits under what clients take. */
+static void
+test_max(void **state)
+{
+	(void)state;
+
+	assert_int_equal(dland_max(0, 256), 256);
+	assert_int_equal(dland_max(4, 256), 256);
+	assert_int_equal(dland_max(4, 0), 0);
+	/* The documented sizes: 10,000 relays with 256 landmarks. */
+	assert_int_equal(dland_max(10000, 256), 256);
+	assert_int_equal(dland_max(20000, 256), 256);
+	/* The configuration's bounds: nothing near 32 MiB goes out. */
+	assert_int_equal(dland_max(65536, 4096), 0);
+	assert_int_equal(dland_max(SIZE_MAX / 2, 4096), 0);
+	for (size_t n = 1; n <= 65536; n = n * 3 + 1) {
+		size_t l = dland_max(n, 4096), rel = n * DLAND_RELAY_BYTES;
+
+		assert_true(l <= 4096);
+		assert_true(b64(2 * n * l) <= DLAND_ROWS_MAX);
+		if (l > 0)
+			assert_true(b64(2 * n * l) + rel <= DLAND_ANSWER_MAX);
+		/* The most: one more would not fit. */
+		if (l < 4096)
+			assert_true(b64(2 * n * (l + 1)) > DLAND_ROWS_MAX ||
+			    b64(2 * n * (l + 1)) + rel > DLAND_ANSWER_MAX);
+	}
+	/* 4,096 relays (max_relays' default) with 4,096 landmarks would be 45
+	 * MB of rows: cut to what 16 MiB hold. */
+	size_t l = dland_max(4096, 4096);
+	assert_true(l > 1000 && l < 1500);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rows),
 		cmocka_unit_test(test_moved),
+		cmocka_unit_test(test_max),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -424,7 +424,8 @@ test_snapshot_round_trip(void **state)
 	size_t len, len2;
 	(void)state;
 
-	assert_int_equal(dsnap_format(s, 50 * S, 1000 * S, true, &buf, &len), 0);
+	assert_int_equal(dsnap_format(s, 50 * S, 1000 * S, true,
+	    DSNAP_RTT_BUDGET, &buf, &len, NULL), 0);
 	assert_int_equal(strlen(buf), len);
 	assert_non_null(strstr(buf, "slot-dird-state 1\nboot 0123456789abcdef\n"));
 	assert_non_null(strstr(buf, "\nclean 1\n"));
@@ -455,7 +456,8 @@ test_snapshot_round_trip(void **state)
 	assert_int_equal(e[2].age_us, 30 * S);
 	free(e);
 	/* Saved again at that instant: the same records. */
-	assert_int_equal(dsnap_format(t, 100 * S, 1030 * S, true, &buf2, &len2), 0);
+	assert_int_equal(dsnap_format(t, 100 * S, 1030 * S, true,
+	    DSNAP_RTT_BUDGET, &buf2, &len2, NULL), 0);
 	assert_string_equal(strstr(buf2, "\nrelay"), strstr(buf, "\nrelay"));
 	free(buf2);
 	dstate_free(t);
@@ -469,7 +471,8 @@ test_snapshot_round_trip(void **state)
 
 	/* Not saved at exit: a new boot id, so a new version. */
 	free(buf);
-	assert_int_equal(dsnap_format(s, 50 * S, 1000 * S, false, &buf, &len), 0);
+	assert_int_equal(dsnap_format(s, 50 * S, 1000 * S, false,
+	    DSNAP_RTT_BUDGET, &buf, &len, NULL), 0);
 	t = dsnap_parse(buf, len, &params, 5 * S, 1030 * S, 42, &info, err, sizeof(err));
 	assert_non_null(t);
 	assert_false(info.clean);
@@ -490,7 +493,8 @@ test_snapshot_drops_expired(void **state)
 	size_t len;
 	(void)state;
 
-	assert_int_equal(dsnap_format(s, 50 * S, 1000 * S, true, &buf, &len), 0);
+	assert_int_equal(dsnap_format(s, 50 * S, 1000 * S, true,
+	    DSNAP_RTT_BUDGET, &buf, &len, NULL), 0);
 	/* 115 s later: relay 1 (seen at 990 s) is 125 s old, the others 120
 	 * s and 115 s: only relay 1 goes, with its two reports. */
 	t = dsnap_parse(buf, len, &params, 5 * S, 1115 * S, 42, &info, err, sizeof(err));
@@ -713,7 +717,8 @@ test_cert_binding(void **state)
 	free(e);
 
 	/* The snapshot keeps them, and the binding with them. */
-	assert_int_equal(dsnap_format(s, 10 * S, 1000 * S, true, &buf, &len), 0);
+	assert_int_equal(dsnap_format(s, 10 * S, 1000 * S, true,
+	    DSNAP_RTT_BUDGET, &buf, &len, NULL), 0);
 	t = dsnap_parse(buf, len, &params, 10 * S, 1000 * S, 42, &info, err, sizeof(err));
 	assert_non_null(t);
 	assert_int_equal(dstate_owner(t, &b, pk2), DSTATE_OK);
@@ -741,6 +746,41 @@ test_cert_binding(void **state)
 	dstate_free(s);
 }
 
+/* dstate_rtt_row gives what dstate_rtt_at gives, entry by entry: full rows,
+ * sparse ones, and after relays left (gaps in the ids). */
+static void
+test_rtt_row(void **state)
+{
+	struct dstate *s = new_state();
+	size_t peer[64], p1;
+	uint32_t rtt[64], r1;
+	(void)state;
+
+	for (int i = 1; i <= 60; i++)
+		reg(s, i, (i % 3 == 0 ? 1 : 50) * S);
+	for (int i = 1; i <= 60; i++)
+		for (int j = 1; j <= 60; j++)
+			if (i != j && (i < 5 || j % i == 0 || (i * j) % 7 == 1))
+				assert_int_equal(report(s, i, j, (uint32_t)(i * 100 + j)), 1);
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t i = 0; i < dstate_count(s); i++) {
+			struct dstate_relay_view v;
+
+			dstate_relay_at(s, i, &v);
+			dstate_rtt_row(s, i, peer, rtt);
+			for (size_t j = 0; j < v.nrtt; j++) {
+				dstate_rtt_at(s, i, j, &p1, &r1);
+				assert_int_equal(peer[j], p1);
+				assert_int_equal(rtt[j], r1);
+			}
+		}
+		/* Every third relay falls silent. */
+		if (pass == 0)
+			assert_int_equal(dstate_expire(s, 125 * S, NULL, NULL), 20);
+	}
+	dstate_free(s);
+}
+
 int
 main(void)
 {
@@ -759,6 +799,7 @@ main(void)
 		cmocka_unit_test(test_snapshot_pair_twice),
 		cmocka_unit_test(test_snapshot_file),
 		cmocka_unit_test(test_cert_binding),
+		cmocka_unit_test(test_rtt_row),
 	};
 	if (sodium_init() < 0)
 		return 1;
