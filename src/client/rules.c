@@ -999,6 +999,47 @@ remove_nft(const struct rules_exec *x, char *err, size_t errlen)
 	return run_job(x, &j, err, errlen);
 }
 
+/*
+ * Deletes, by their saved text, the rules of the hooks that still jump to
+ * our chains once the exact jumps are gone: another shape (an older
+ * version's, a sysadmin's copy) that -C does not match would keep a chain
+ * referenced, and the chain could not go. Rules with quoted text are left
+ * alone (they would need the shell's splitting). Best effort.
+ */
+static void
+remove_strays(int family, const struct rules_exec *x)
+{
+	struct rules_entry *v = NULL;
+	size_t n = 0;
+	char err[256], ipt[RULES_TOOL_MAX], w[16];
+
+	if (rules_tool(x, family, "", ipt, sizeof(ipt)) == -1 ||
+	    rules_list(family, x, &v, &n, err, sizeof(err)) == -1)
+		return;
+	snprintf(w, sizeof(w), "%u", x->wait_s);
+	for (size_t i = 0; i < n; i++) {
+		char *argv[64] = { ipt, "-w", w, "-t", v[i].table, NULL };
+		size_t k = 5;
+		char *save = NULL, *tok;
+
+		if (strcmp(v[i].chain, "OUTPUT") != 0 && strcmp(v[i].chain, "PREROUTING") != 0 &&
+		    strcmp(v[i].chain, "INPUT") != 0 && strcmp(v[i].chain, "FORWARD") != 0)
+			continue;
+		if (strchr(v[i].rule, '"') != NULL || strncmp(v[i].rule, "-A ", 3) != 0)
+			continue;
+		v[i].rule[1] = 'D';
+		for (tok = strtok_r(v[i].rule, " ", &save); tok && k < 63;
+		    tok = strtok_r(NULL, " ", &save))
+			argv[k++] = tok;
+		if (tok != NULL)
+			continue;
+		argv[k] = NULL;
+		char msg[512];
+		(void)run(x, argv, NULL, msg, sizeof(msg));
+	}
+	rules_list_free(v, n);
+}
+
 static int
 remove_family(int family, const struct rules_exec *x, char *err, size_t errlen)
 {
@@ -1008,6 +1049,7 @@ remove_family(int family, const struct rules_exec *x, char *err, size_t errlen)
 	    { "nat", RULES_DNAT } };
 	char msg[512], ipt[RULES_TOOL_MAX], w[16];
 	int fail = 0, rc = 0;
+	bool strays = false;
 
 	if (rules_tool(x, family, "", ipt, sizeof(ipt)) == -1) {
 		errbuf_set(err, errlen, "tool name too long");
@@ -1038,10 +1080,17 @@ remove_family(int family, const struct rules_exec *x, char *err, size_t errlen)
 		char *del[] = { ipt, "-w", w, "-t", (char *)t, "-X", (char *)ch, NULL };
 		rc = run(x, flush, NULL, msg, sizeof(msg));
 		/* An absent chain is fine; a lock or a deadline is not. */
-		if (rc == 0)
+		if (rc == 0) {
 			rc = run(x, del, NULL, msg, sizeof(msg));
-		else if (rc != RULES_KILLED && !rules_lock_busy(rc, msg))
+			/* Still referenced: by a jump of another shape. */
+			if (rc != 0 && rc != RULES_KILLED && !rules_lock_busy(rc, msg) && !strays) {
+				strays = true;
+				remove_strays(family, x);
+				rc = run(x, del, NULL, msg, sizeof(msg));
+			}
+		} else if (rc != RULES_KILLED && !rules_lock_busy(rc, msg)) {
 			rc = 0;
+		}
 		if (rc != 0) {
 			char why[600];
 			explain(ipt, rc, msg, why, sizeof(why));

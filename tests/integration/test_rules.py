@@ -126,6 +126,15 @@ def test_leftovers_of_a_crash_are_removed(netns):
     rules("remove")
     assert "SLOT_" not in saved("mangle") + saved("nat")
     operator_rules_intact()
+    # A jump of another shape (an older version's, a sysadmin's copy), which
+    # the exact check does not match, would keep the chain referenced: it
+    # is found in the saved rules and deleted, and the chains go.
+    rules("apply", "1=192.0.2.10:7601")
+    ns("iptables", "-w", "-t", "mangle", "-I", "OUTPUT", "-p", "tcp", "-j", "SLOT_HIJACK")
+    ns("iptables", "-w", "-t", "nat", "-A", "OUTPUT", "-d", "192.0.2.0/24", "-j", "SLOT_DNAT")
+    rules("remove")
+    assert "SLOT_" not in saved("mangle") + saved("nat")
+    operator_rules_intact()
 
 
 def test_bad_rules_change_nothing(netns):
