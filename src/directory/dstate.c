@@ -700,19 +700,7 @@ dstate_rtt_row(const struct dstate *s, size_t i, size_t *peer, uint32_t *rtt_us)
 	/* Peers are sorted by id, and so is s->v: each search starts where
 	 * the last one ended and gallops, a step when every peer is there. */
 	for (size_t j = 0; j < r->nrtt; j++) {
-		uint64_t id = r->rtt[j].peer;
-		size_t step = 1, hi;
-
-		while (lo + step < s->n && s->v[lo + step - 1]->id < id)
-			step *= 2;
-		hi = lo + step < s->n ? lo + step : s->n;
-		while (lo < hi) {
-			size_t mid = lo + (hi - lo) / 2;
-			if (s->v[mid]->id < id)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
+		lo = index_from(s, lo, r->rtt[j].peer);
 		/* Vectors only ever name live relays (forget_peer). */
 		peer[j] = lo < s->n ? lo : 0;
 		rtt_us[j] = r->rtt[j].rtt_us;
