@@ -96,6 +96,7 @@ struct daemon {
 	bool regroup_wake, regroup_stop;	/* under d.mu */
 	uint64_t last_regroup, last_snapshot;	/* monotonic us */
 	bool snapshot_retry;		/* the last write failed */
+	uint64_t leftout_logged;	/* monotonic us: RTTs left out, said then */
 	bool snapshot_failing;		/* said so already */
 	struct file_id revoked_id;	/* [auth] revoked as last loaded */
 	bool revoked_failing;		/* said so already */
@@ -141,10 +142,14 @@ snapshot(struct daemon *dm, bool clean)
 		snprintf(err, sizeof(err), "%s", strerror(errno));
 	pthread_mutex_unlock(&d->mu);
 	dm->last_snapshot = clock_mono_us();
-	if (rc == 0 && st.rtts_left_out > 0)
+	/* Said at most every 10 min: at such a scale it holds at every snapshot. */
+	if (rc == 0 && st.rtts_left_out > 0 && (dm->leftout_logged == 0 ||
+	    dm->last_snapshot - dm->leftout_logged >= 600ull * 1000000)) {
+		dm->leftout_logged = dm->last_snapshot;
 		log_info("state file: %zu of %zu RTT reports left out, over the %zu MiB for "
 		    "them (relays report them again)", st.rtts_left_out,
 		    st.rtts + st.rtts_left_out, DSNAP_RTT_BUDGET >> 20);
+	}
 	if (rc == 0 && dsnap_write_file(d->conf.state_file, buf, len, err, sizeof(err)) == -1)
 		rc = -1;
 	free(buf);
