@@ -29,6 +29,7 @@
 #include "dhttp.h"
 #include "dird.h"
 #include "dird_rpc.h"
+#include "dland.h"
 #include "dsnap.h"
 #include "dstats.h"
 
@@ -77,6 +78,20 @@ file_id_same(const struct file_id *a, const struct file_id *b)
 	    a->size == b->size && a->mtim.tv_sec == b->mtim.tv_sec &&
 	    a->mtim.tv_nsec == b->mtim.tv_nsec && a->ctim.tv_sec == b->ctim.tv_sec &&
 	    a->ctim.tv_nsec == b->ctim.tv_nsec;
+}
+
+/* Says so when max_relays allows listings larger than clients take:
+ * identity mode's relay entries alone (DLAND_RELAY_BYTES each) pass
+ * DLAND_ANSWER_MAX, under the clients' cap, beyond about 40,000 relays. */
+static void
+warn_listing_size(const struct dconf *c)
+{
+	size_t most = DLAND_ANSWER_MAX / DLAND_RELAY_BYTES;
+
+	if (c->auth_mode == IDENT_MODE_IDENTITY && c->max_relays > most)
+		log_warnx("[limits] max_relays %llu: a listing of more than %zu relays is "
+		    "larger than clients take (their last listing would stay in use); "
+		    "keep the overlay under that", (unsigned long long)c->max_relays, most);
 }
 
 struct daemon {
@@ -459,6 +474,7 @@ reload(struct daemon *dm)
 		log_warnx("reload failed, keeping the running configuration: %s", err);
 		return;
 	}
+	warn_listing_size(&n);
 	const struct dconf *c = &d->conf;
 	if (!ep_eq(&n.listen, &c->listen) || strcmp(n.state_file, c->state_file) != 0 ||
 	    strcmp(n.control_socket, c->control_socket) != 0 ||
@@ -582,6 +598,7 @@ main(int argc, char **argv)
 			fatalx("%s", err);
 		d->ctr.revoked = d->revoked.n;
 	}
+	warn_listing_size(&d->conf);
 	if (args.check_only) {
 		char serial[17];
 

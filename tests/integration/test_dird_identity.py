@@ -563,6 +563,32 @@ def test_revocation_file_caught_half_written(tmp_path):
     assert rc == 0
 
 
+
+def test_listing_size_warning(tmp_path):
+    """Identity mode: a relay's entry in a listing takes up to 720 bytes,
+    so more than about 40,000 relays make a listing larger than clients
+    take. A max_relays that allows it is said at start and at a reload
+    that keeps it; one within the bound is not."""
+    from test_dird import Dird
+    ids = Ids(str(tmp_path / "ids"))
+    ids.issue("dir", "directory")
+    run = tmp_path / "run"
+    run.mkdir()
+    d = Dird(run, {"auth": ids.auth("dir"), "limits": {"max_relays": 50000}})
+    want = r"\[limits\] max_relays 50000: a listing of more than 40777 relays"
+    d.start()
+    try:
+        d.wait_log(want)
+        d.update({"limits": {"max_relays": 40000}})
+        n = d.log().count("configuration reloaded")
+        d.proc.send_signal(signal.SIGHUP)
+        slotbed.wait_for(lambda: d.log().count("configuration reloaded") > n, 10, "reload")
+        assert d.log().count("a listing of more than") == 1
+    finally:
+        rc = d.stop()
+    assert rc == 0
+
+
 # ---------------------------------------------------------------- valgrind
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
