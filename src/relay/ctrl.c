@@ -63,7 +63,10 @@ ctrl_close(struct ctrl_conn *c, enum ctrl_how how, const char *why)
 	char b[EP_STRLEN];
 
 	log_debug("control %s closed: %s", ep_fmt(&c->peer, b), why);
-	pipe_ctrl_gone(r, c);
+	/* Only an authenticated connection can have asked for pipes: the
+	 * many that never are (a flood) cost no walk of the pipes. */
+	if (c->authed)
+		pipe_ctrl_gone(r, c);
 	ev_io_stop(r->loop, &c->io);
 	ev_timer_stop(r->loop, &c->idle);
 	if (how == CTRL_RST)

@@ -196,20 +196,22 @@ pending_tok_find(struct relay *r, const uint8_t token[PROTO_TOKEN_LEN])
 static struct pipe *
 tokened_by_addr(struct relay *r, const struct addr *a)
 {
-	struct pipe *p, *found = NULL;
+	struct pipe *found = NULL;
 
-	/* Most data connections without a token take the endpoint path: no
-	 * scan of every pipe for them while no tokened pipe is pending. */
-	if (r->pending_tok.n == 0)
-		return NULL;
-	TAILQ_FOREACH(p, &r->pipes, link) {
-		if (!p->tokened || p->state == PS_OPEN || p->cli.fd >= 0 ||
-		    p->owner == NULL || !addr_eq(&p->owner->addr, a))
-			continue;
-		if (found)
-			return NULL;
-		found = p;
-	}
+	/* Only the tokened pipes still pending are looked at, not every
+	 * pipe: anyone may connect to the data port, and each connection
+	 * without a token would otherwise cost a walk of all the pipes. */
+	for (size_t i = 0; i < r->pending_tok.nb; i++)
+		for (struct hnode *n = r->pending_tok.b[i]; n; n = n->next) {
+			struct pipe *p = container_of(n, struct pipe, hn);
+
+			if (p->state == PS_OPEN || p->cli.fd >= 0 || p->owner == NULL ||
+			    !addr_eq(&p->owner->addr, a))
+				continue;
+			if (found)
+				return NULL;
+			found = p;
+		}
 	return found;
 }
 
