@@ -1153,10 +1153,45 @@ test_nothing_listening(void **state)
 	assert_int_equal(a.calls, 0);
 }
 
+/* A replay cache that is full (every nonce still inside the window) cannot
+ * prove a message fresh: that message is dropped, unanswered, and the
+ * link stays, since the relay did nothing wrong and the cache may be
+ * shared by many links (chain.c). It was taken for a replay and the link
+ * dropped. */
+static void
+test_replay_cache_full_drops_the_message_not_the_link(void **state)
+{
+	struct ans a;
+	int answered = 0;
+	(void)state;
+
+	replay_free(env.replay);
+	assert_non_null(env.replay = replay_new(8, 30 * 1000000ULL));
+	R.pipe = PM_FAIL;
+	bring_up();
+	for (int i = 0; i < 12; i++) {
+		memset(&a, 0, sizeof(a));
+		assert_int_not_equal(establish(&a), 0);
+		WAIT_FOR(R.nest == i + 1);
+		settle();
+		if (a.calls == 0)
+			break;		/* the cache is full: dropped */
+		assert_false(a.null);
+		answered++;
+	}
+	assert_true(answered > 0 && answered < 12);
+	assert_int_equal(a.calls, 0);
+	assert_int_equal(rlink_state(L), RL_UP);
+	assert_int_equal(rlink_failures(L), 0);
+	assert_int_equal(rlink_pending(L), 1);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(
+		    test_replay_cache_full_drops_the_message_not_the_link, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_up_only_after_keepalive_ack, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_establish_ok, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fail_and_error_passed_through, setup,
