@@ -520,3 +520,35 @@ def test_chain_links_down_or_beyond_max_links_close(sb, slotd):
                          r1.log()), r1.log()[-2000:]
     finally:
         r1.reload({"chain": {"max_links": "256"}})
+
+
+def test_chain_links_follow_a_new_identity(sb, slotd):
+    """relay1 reloads with a new key and certificate: its link to relay2
+    held a pair key made with the old key, which relay2 would refuse at the
+    next message (the chain failing, NEXT_HOP); the link is dropped at the
+    reload and the next chain through relay1 and relay2 goes through."""
+    r1 = sb.relay("relay1")
+    old = dict(r1.conf["auth"])
+    wait_for(lambda: set(takes_chains(slotd).values()) == {True}, 10,
+             "slotd to see every relay take chains")
+    dec, cli, srv = exchange(sb, slotd, "download", chain(sb, "relay1", "relay2"))
+    assert_relayed(sb, dec, srv, ("relay1", "relay2"))
+    assert r1.counters()["chain_links"] >= 1
+    r1.reload({"auth": sb.auth_for("relay", "relay1-rekeyed", owner="nobody")})
+    try:
+        assert "control connection lost: our identity changed" in r1.log()
+        # relay1 closed slotd's link too: slotd takes its new certificate
+        wait_for(lambda: "is 'relay1-rekeyed'" in slotd.log() and
+                 takes_chains(slotd).get(r1.control) is True, 15,
+                 "slotd's link to relay1 up again")
+        c0 = r1.counters()
+        dec, cli, srv = exchange(sb, slotd, "download", chain(sb, "relay1", "relay2"))
+        assert_relayed(sb, dec, srv, ("relay1", "relay2"))
+        assert cli["rsha"] == srv["sent"] and cli["rbytes"] == SIZE, (cli, srv)
+        assert deltas(c0, r1.counters())["chains_next_hop_failed"] == 0
+    finally:
+        n = slotd.log().count("is 'relay1' ")
+        r1.reload({"auth": old})
+        wait_for(lambda: slotd.log().count("is 'relay1' ") > n and
+                 takes_chains(slotd).get(r1.control) is True, 15,
+                 "slotd's link to relay1 up again")
