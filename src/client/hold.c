@@ -1211,9 +1211,8 @@ probe_read(struct slotd *d, int fd)
 		    (uint32_t)(elapsed - m.u.probe_reply.hold_us) : 1;
 		r->rtt_rs_us = m.u.probe_reply.rtt_us;
 		r->at_us = now > c->t0_us ? now - c->t0_us : 0;
-		reply_leads(d, c, r, now);
 		c->cand[p->idx]->rtt_us = r->rtt_cr_us;		/* for "slotctl relays" */
-		evaluate(c);
+		evaluate(c);	/* which sets the reply's lead-ins (reply_leads) */
 	}
 }
 

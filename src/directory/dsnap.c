@@ -13,52 +13,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "slot/ctlout.h"
 #include "slot/dirproto.h"
 #include "slot/errbuf.h"
 #include "dsnap.h"
 
 #define DSNAP_MAGIC "slot-dird-state 1"
 
-/*
- * The text goes into a buffer of our own, not through fprintf per line:
- * the format runs under the daemon's lock. With it and dstate_rtt_row, a
- * full mesh of 2,600 relays holds the lock 0.2 s, where it held it 2 s.
- */
-struct obuf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-static bool
-ob_room(struct obuf *b, size_t more)
-{
-	if (b->oom)
-		return false;
-	if (b->cap - b->len > more)
-		return true;
-	size_t cap = b->cap ? b->cap : 1 << 16;
-	while (cap - b->len <= more)
-		cap *= 2;
-	char *p = realloc(b->p, cap);
-	if (p == NULL) {
-		b->oom = true;
-		return false;
-	}
-	b->p = p;
-	b->cap = cap;
-	return true;
-}
-
-static void
-ob_put(struct obuf *b, const char *s, size_t n)
-{
-	if (!ob_room(b, n))
-		return;
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
+/* The text goes into a ctl_out buffer, not through fprintf per line: the
+ * format runs under the daemon's lock. With it and dstate_rtt_row, a full
+ * mesh of 2,600 relays holds the lock 0.2 s, where it held it 2 s. */
 
 static size_t
 dec_len(uint64_t v)
@@ -73,7 +37,7 @@ dec_len(uint64_t v)
 }
 
 static void
-ob_dec(struct obuf *b, uint64_t v)
+put_dec(struct ctl_out *b, uint64_t v)
 {
 	char t[20];
 	size_t n = dec_len(v);
@@ -82,7 +46,7 @@ ob_dec(struct obuf *b, uint64_t v)
 		t[i - 1] = (char)('0' + v % 10);
 		v /= 10;
 	}
-	ob_put(b, t, n);
+	ctl_append(b, t, n);
 }
 
 /* "rtt <from> <to> <rtt_us>\n" */
@@ -154,7 +118,7 @@ dsnap_format(const struct dstate *s, uint64_t now_mono, uint64_t now_wall, bool 
 	size_t keep = SIZE_MAX, *nlen = NULL, *cnt = NULL, *peer = NULL;
 	uint32_t *rtt = NULL;
 	uint64_t full = 0;
-	struct obuf b = { 0 };
+	struct ctl_out b = { 0 };
 	char head[160], cert[2 * IDENT_CERT_LEN + 2];
 	int hlen, e = ENOMEM;
 
@@ -166,7 +130,7 @@ dsnap_format(const struct dstate *s, uint64_t now_mono, uint64_t now_wall, bool 
 	hlen = snprintf(head, sizeof(head), DSNAP_MAGIC "\nboot %016" PRIx64 "\ncounter %"
 	    PRIu64 "\nclean %d\nsaved %" PRIu64 "\n", dstate_boot(s), dstate_counter(s),
 	    clean ? 1 : 0, now_wall);
-	ob_put(&b, head, (size_t)hlen);
+	ctl_append(&b, head, (size_t)hlen);
 	for (size_t i = 0; i < n; i++) {
 		struct dstate_relay_view v;
 		dstate_relay_at(s, i, &v);
@@ -178,21 +142,21 @@ dsnap_format(const struct dstate *s, uint64_t now_mono, uint64_t now_wall, bool 
 		maxlen = nlen[i] > maxlen ? nlen[i] : maxlen;
 		maxnrtt = v.nrtt > maxnrtt ? v.nrtt : maxnrtt;
 		nrtt_all += v.nrtt;
-		ob_put(&b, "relay ", 6);
-		ob_put(&b, v.relay, nlen[i]);
-		ob_put(&b, " ", 1);
-		ob_dec(&b, v.data_port);
-		ob_put(&b, " ", 1);
-		ob_dec(&b, v.group);
-		ob_put(&b, " ", 1);
-		ob_dec(&b, seen);
+		ctl_append(&b, "relay ", 6);
+		ctl_append(&b, v.relay, nlen[i]);
+		ctl_append(&b, " ", 1);
+		put_dec(&b, v.data_port);
+		ctl_append(&b, " ", 1);
+		put_dec(&b, v.group);
+		ctl_append(&b, " ", 1);
+		put_dec(&b, seen);
 		if (v.cert != NULL) {
 			cert[0] = ' ';
 			for (size_t k = 0; k < IDENT_CERT_LEN; k++)
 				snprintf(cert + 1 + 2 * k, 3, "%02x", v.cert->raw[k]);
-			ob_put(&b, cert, 1 + 2 * IDENT_CERT_LEN);
+			ctl_append(&b, cert, 1 + 2 * IDENT_CERT_LEN);
 		}
-		ob_put(&b, "\n", 1);
+		ctl_append(&b, "\n", 1);
 	}
 	if (b.oom || (peer = malloc((maxnrtt ? maxnrtt : 1) * sizeof(*peer))) == NULL ||
 	    (rtt = malloc((maxnrtt ? maxnrtt : 1) * sizeof(*rtt))) == NULL)
@@ -227,25 +191,25 @@ dsnap_format(const struct dstate *s, uint64_t now_mono, uint64_t now_wall, bool 
 			if (rtt[j] == t)
 				eq--;
 			dstate_relay_at(s, peer[j], &pv);
-			ob_put(&b, "rtt ", 4);
-			ob_put(&b, v.relay, nlen[i]);
-			ob_put(&b, " ", 1);
-			ob_put(&b, pv.relay, nlen[peer[j]]);
-			ob_put(&b, " ", 1);
-			ob_dec(&b, rtt[j]);
-			ob_put(&b, "\n", 1);
+			ctl_append(&b, "rtt ", 4);
+			ctl_append(&b, v.relay, nlen[i]);
+			ctl_append(&b, " ", 1);
+			ctl_append(&b, pv.relay, nlen[peer[j]]);
+			ctl_append(&b, " ", 1);
+			put_dec(&b, rtt[j]);
+			ctl_append(&b, "\n", 1);
 			nrtt++;
 		}
 	}
 	hlen = snprintf(head, sizeof(head), "end %zu %zu\n", n, nrtt);
-	ob_put(&b, head, (size_t)hlen);
+	ctl_append(&b, head, (size_t)hlen);
 	if (b.oom)
 		goto fail;
 	free(nlen);
 	free(cnt);
 	free(peer);
 	free(rtt);
-	*buf = b.p;
+	*buf = b.buf;
 	*len = b.len;
 	if (st != NULL)
 		*st = (struct dsnap_stats){ n, nrtt, nrtt_all - nrtt };
@@ -255,7 +219,7 @@ fail:
 	free(cnt);
 	free(peer);
 	free(rtt);
-	free(b.p);
+	free(b.buf);
 	errno = e;
 	return -1;
 }

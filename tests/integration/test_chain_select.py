@@ -63,21 +63,26 @@ def ranks(s):
     return {x["relay"]: x.get("rank") for x in t["relays"]}
 
 
+def chain_ranked(bed, s):
+    """Waits until slotd s ranks relay-b first as the end of a chain: every
+    relay but relay-a has a lead-in (through relay-a, or relay-b for
+    relay-c). Returns relay-a's and relay-b's control endpoints."""
+    a, b = bed.relay("relay-a").control, bed.relay("relay-b").control
+    wait_for(lambda: s.counters()["relays_with_lead_in"] >= 2, 30, "lead-ins")
+    try:
+        wait_for(lambda: ranks(s).get(b) == 0, 30, "relay-b ranked first")
+    except AssertionError as e:
+        raise AssertionError("%s: %s; landmarks %s" % (
+            e, slotbed.unix_request(s.sock, b"relays json\n"), bed.dird_measuring.listing()))
+    return a, b
+
+
 def test_chain_chosen_through_the_lead_in(bed):
     wait_for(lambda: measured(bed), 40, "every relay measuring the others")
     size, sha = bed.nginx.files["f"]
     s = start_slotd(bed, "chain")
     try:
-        a, b = bed.relay("relay-a").control, bed.relay("relay-b").control
-        # Every relay but relay-a has a lead-in (through relay-a, or relay-b
-        # for relay-c); relay-b is ranked first as the end of the chain.
-        wait_for(lambda: s.counters()["relays_with_lead_in"] >= 2, 30, "lead-ins")
-        try:
-            wait_for(lambda: ranks(s).get(b) == 0, 30, "relay-b ranked first")
-        except AssertionError as e:
-            raise AssertionError("%s: %s; landmarks %s" % (
-                e, slotbed.unix_request(s.sock, b"relays json\n"),
-                bed.dird_measuring.listing()))
+        a, b = chain_ranked(bed, s)
         res = bed.curl(bed.nginx.url("f", query="id=firstchain"), timeout=60)
         assert res.rc == 0 and res.sha == sha, res
         c = s.counters()
@@ -103,7 +108,6 @@ def test_chain_chosen_through_the_lead_in(bed):
         s.stop()
 
 
-
 def test_avoided_relay_leads_no_chain(bed):
     """A program's avoid= holds for a chain's lead-in too: with relay-a
     avoided, relay-b (probed) cannot be reached through it, and alone its
@@ -113,9 +117,7 @@ def test_avoided_relay_leads_no_chain(bed):
     size, sha = bed.nginx.files["f"]
     s = start_slotd(bed, "avoidlead")
     try:
-        a, b = bed.relay("relay-a").control, bed.relay("relay-b").control
-        wait_for(lambda: s.counters()["relays_with_lead_in"] >= 2, 30, "lead-ins")
-        wait_for(lambda: ranks(s).get(b) == 0, 30, "relay-b ranked first")
+        a, _ = chain_ranked(bed, s)
         got = {}
         for tag, opts in (("avoided", ["-a", a]), ("free", [])):
             out = os.path.join(bed.dir, "libget-%s.out" % tag)

@@ -515,12 +515,10 @@ def test_altered_cache_refused_at_start(sb, dird, slotd, request):
 
 # ---------------------------------------------------------------- the list's file
 
-def test_revocation_file_caught_half_written(tmp_path):
-    """A revocation list read while half written (it does not parse) is
-    read again once whole, even when the rest landed within the same mtime
-    (os.utime puts it back): the directory never takes a file that failed
-    for read. No bed: a directory on loopback."""
-    import time
+def loopback_dird(tmp_path, revoked_text, overrides=None, valgrind=False):
+    """A directory in identity mode on loopback (no bed) with its revocation
+    list file, and certificates for relays r1, r2 and client c (d.ident):
+    (dird, the Ids, revocation file, r1, r2). Not started."""
     from test_dird import Dird
     ids = Ids(str(tmp_path / "ids"))
     ids.issue("dir", "directory")
@@ -528,12 +526,23 @@ def test_revocation_file_caught_half_written(tmp_path):
         ids.issue(n, "client" if n == "c" else "relay")
     revoked = str(tmp_path / "revoked")
     with open(revoked, "w") as f:
-        f.write("# none yet\n")
+        f.write(revoked_text)
     run = tmp_path / "run"
     run.mkdir()
-    d = Dird(run, {"auth": dict(ids.auth("dir"), revoked=revoked)})
+    conf = dict(overrides or {})
+    conf["auth"] = dict(ids.auth("dir"), revoked=revoked)
+    d = Dird(run, conf, valgrind=valgrind)
     d.ident = ids.ident("c")
-    r1, r2 = ids.ident("r1"), ids.ident("r2")
+    return d, ids, revoked, ids.ident("r1"), ids.ident("r2")
+
+
+def test_revocation_file_caught_half_written(tmp_path):
+    """A revocation list read while half written (it does not parse) is
+    read again once whole, even when the rest landed within the same mtime
+    (os.utime puts it back): the directory never takes a file that failed
+    for read. No bed: a directory on loopback."""
+    import time
+    d, _, revoked, r1, r2 = loopback_dird(tmp_path, "# none yet\n")
     d.start()
     try:
         d.register("10.0.0.1:7600", ident=r1)
@@ -569,12 +578,7 @@ def test_listing_size_warning(tmp_path):
     so more than about 40,000 relays make a listing larger than clients
     take. A max_relays that allows it is said at start and at a reload
     that keeps it; one within the bound is not."""
-    from test_dird import Dird
-    ids = Ids(str(tmp_path / "ids"))
-    ids.issue("dir", "directory")
-    run = tmp_path / "run"
-    run.mkdir()
-    d = Dird(run, {"auth": ids.auth("dir"), "limits": {"max_relays": 50000}})
+    d = loopback_dird(tmp_path, "", {"limits": {"max_relays": 50000}})[0]
     want = r"\[limits\] max_relays 50000: a listing of more than 40777 relays"
     d.start()
     try:
@@ -598,19 +602,9 @@ def test_identity_mode_under_valgrind(tmp_path):
     refused one, reports and landmarks, signed listings, a revocation read
     from the file, a reload; no error, no leak."""
     import time
-    from test_dird import Dird
-    ids = Ids(str(tmp_path / "ids"))
-    ids.issue("dir", "directory")
-    for n in ("r1", "r2", "c"):
-        ids.issue(n, "client" if n == "c" else "relay")
-    revoked = str(tmp_path / "revoked")
-    open(revoked, "w").close()
-    run = tmp_path / "run"
-    run.mkdir()
-    d = Dird(run, {"auth": dict(ids.auth("dir"), revoked=revoked),
-                   "groups": {"regroup_interval": "0"}}, valgrind=True)
-    d.ident = ids.ident("c")
-    r1, r2 = ids.ident("r1"), ids.ident("r2")
+    d, ids, revoked, r1, r2 = loopback_dird(tmp_path, "",
+                                            {"groups": {"regroup_interval": "0"}},
+                                            valgrind=True)
     d.start()
     try:
         d.register("10.0.0.1:7600", ident=r1)
