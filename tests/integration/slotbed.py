@@ -35,6 +35,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -1374,15 +1375,24 @@ class SlotBed:
         return d
 
     def relays_measured(self, d):
-        """True once d lists every relay and each has an RTT to every other
-        (the relays' "peers" command: endpoint, RTT or -, samples)."""
-        if len(d.listing()) != len(self.relays):
+        """True once d lists every relay, each has an RTT to every other
+        (the relays' "peers" command: endpoint, RTT or -, samples) and d's
+        listing has every relay as a landmark with all its rows known. The
+        landmark rows lag the relays' own RTTs by a report or two; a slotd
+        started before that ranks on a partial set (a relay not yet a
+        landmark, rows of 65535)."""
+        full = d.list("")
+        if len(full["relays"]) != len(self.relays):
             return False
         for r in self.relays.values():
             lines = unix_request(r.stats, b"peers\n").splitlines()
             if len(lines) != len(self.relays) - 1 or any(ln.split()[1] == "-" for ln in lines):
                 return False
-        return True
+        lm = full.get("landmarks")
+        if lm is None or len(lm["index"]) != len(self.relays):
+            return False
+        raw = lm["rtt"].data if hasattr(lm["rtt"], "data") else lm["rtt"]
+        return 0xffff not in struct.unpack("<%dH" % (len(raw) // 2), raw)
 
     def cover_slotd(self, d, tag, **select):
         """A started slotd with the cover strategy (k 1 unless select says)
