@@ -117,6 +117,14 @@ def relays_ranks(s):
     return {c: x.get("rank") for c, x in relays_table(s).items()}
 
 
+def ranked_with_every_rtt(s):
+    """True once slotd s's last ranking had an RTT for every relay. A
+    ranking runs 0.2 s after a link comes up (rank_soon) and decisions use
+    the last one's figures: one made before the last link came up leaves
+    that relay out, though the ranks may already look right."""
+    return all(x.get("rtt_est_us") for x in relays_table(s).values())
+
+
 def parse_counters(text):
     out = {}
     for line in text.splitlines():
@@ -907,9 +915,15 @@ class Slotd:
             raise AssertionError("%s\n%s" % (e, self.log()))
 
     def wait_relays_up(self, n, timeout=10):
+        """Waits until n relays are up and slotd's rules are in the kernel:
+        a relay is probed only once its DNAT rule is in, which a link up
+        (two round trips) may precede on a loaded machine."""
+        def settled():
+            c = self.counters()
+            return c.get("relays_up") == n and c.get("rules_pending") == 0 and \
+                c.get("relays_waiting_rules") == 0
         try:
-            wait_for(lambda: self.counters().get("relays_up") == n, timeout,
-                     "relays_up == %d" % n)
+            wait_for(settled, timeout, "relays_up == %d, rules in" % n)
         except AssertionError as e:
             raise AssertionError("%s: counters %r\n%s" % (e, self.counters(), self.log()))
 

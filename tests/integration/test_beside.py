@@ -75,10 +75,8 @@ def test_the_probe_goes_by_the_relay_beside_the_server(bed, on):
         wait_for(lambda: s.counters()["relays_ranked_by_landmarks"] >= 1, 30,
                  "a ranking by the landmarks")
         wait_for(lambda: slotbed.relays_ranks(s).get(x) == 0, 30, "relay-x ranked first")
-        # The probe goes by the last ranking's RTTs: one made before the
-        # last link came up lacks that relay (relay-y's, and relay-x wins).
-        wait_for(lambda: all(r.get("rtt_est_us") for r in slotbed.relays_table(s).values()),
-                 30, "a ranking with every relay's RTT")
+        # Without relay-y's RTT, relay-x would win the probe.
+        wait_for(lambda: slotbed.ranked_with_every_rtt(s), 30, "a ranking with every relay's RTT")
         peer = transfer(bed, "beside%d" % on)
         c = s.counters()
         last = s.json()["recent"][-1]

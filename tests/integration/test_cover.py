@@ -56,6 +56,7 @@ def test_cover_takes_the_member_on_the_way(bed):
         # Ranked once the landmark rows and the links' RTTs are in: relay-a1
         # first, for the landmarks of site B it brings to 35 ms.
         wait_for(lambda: ranks(s).get(a1) == 0, 30, "relay-a1 ranked first")
+        wait_for(lambda: slotbed.ranked_with_every_rtt(s), 30, "a ranking with every relay's RTT")
         c = s.counters()
         assert c["relays_ranked_by_landmarks"] >= 1, c
         est = {c: x.get("rtt_est_us") for c, x in relays_table(s).items()}
@@ -86,6 +87,7 @@ def test_without_landmarks_nearest_first(bed):
         s.wait_relays_up(4, timeout=20)
         a2 = bed.relay("relay-a2").control
         wait_for(lambda: ranks(s).get(a2) == 0, 30, "relay-a2 ranked first")
+        wait_for(lambda: slotbed.ranked_with_every_rtt(s), 30, "a ranking with every relay's RTT")
         assert s.counters()["relays_ranked_by_landmarks"] == 0
         res = bed.curl(bed.nginx.url("f", query="id=nearest"), timeout=60)
         assert res.rc == 0 and res.sha == sha, res

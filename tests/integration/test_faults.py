@@ -317,7 +317,7 @@ def test_directory_down(sb, slotd, loads):
         dconf = {"directory": {"urls": d.url, "refresh": "1s", "retry": "200ms", "timeout": "1s",
                                "cache_file": cache}}
         s = slotd((), dconf)
-        slotbed.wait_for(lambda: s.counters().get("relays_up") == 2, WAIT, "slotd: 2 relays up")
+        s.wait_relays_up(2, WAIT)
         rules0 = dnat_targets(sb)
         assert len(rules0) == 2, rules0
 

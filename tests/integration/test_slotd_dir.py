@@ -189,14 +189,18 @@ def register(d, *relays):
 
 def wait_relays(s, want, timeout=WAIT):
     """Waits until slotd's relay set is exactly `want` ({control: source})
-    with each relay up; returns {control: json entry}."""
+    with each relay up and its rules in; returns {control: json entry}."""
     got = {}
 
     def ok():
         got.clear()
         got.update(s.relays_state())
-        return {c: x.get("source") for c, x in got.items()} == want and \
-            all(x["state"] == "up" for x in got.values())
+        if {c: x.get("source") for c, x in got.items()} != want or \
+                any(x["state"] != "up" for x in got.values()):
+            return False
+        # Probed only once its DNAT rule is in (relay_usable).
+        c = s.counters()
+        return c["rules_pending"] == 0 and c["relays_waiting_rules"] == 0
     try:
         slotbed.wait_for(ok, timeout, "relays %r" % want, interval=0.2)
     except AssertionError as e:
