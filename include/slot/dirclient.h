@@ -27,6 +27,13 @@ struct dirclient;
  * 20,000 relays with 256 landmarks is ~17 MB of XML. Every answer must be
  * plain UTF-8 XML (slot/xmlguard.h), checked before it is parsed. */
 #define DIRC_MAX_ANSWER (32u << 20)
+/* An answer larger than this is parsed only if it holds at most
+ * DIRC_MAX_TEXT_TAGS '<': a listing in its text form (dirc_fetch), not a
+ * tree of elements, which xmlrpc-c holds at up to ~55 times its size. A
+ * tree of 4 MiB is a listing of ~6,000 relays from a slot-dird that sends
+ * no text form. */
+#define DIRC_MAX_TREE (4u << 20)
+#define DIRC_MAX_TEXT_TAGS 256
 
 /* Call dirc_global_init once, in the main thread, before any thread starts.
  * It sets xmlrpc-c's global limits (answer size, nesting) for the process. */
@@ -102,13 +109,16 @@ struct dirc_listing {
 void dirc_listing_free(struct dirc_listing *l);
 
 /*
- * slot.list. version: the listing we hold ("" for none). want_land: read
- * the landmarks (a malformed landmarks member fails the call, as a malformed
- * listing does). In identity mode the answer must carry a directory
- * certificate that passes the CA, its validity, and both held (the
- * revocation list we hold, may be NULL) and the answer's own list, and a
- * signature over the canonical text rebuilt from what was parsed, with this
- * call's nonce (so an old answer cannot pass for a fresh one); otherwise the
+ * slot.list, asking for the text form (docs/directory.md); an answer in the
+ * older form of members is read too (up to DIRC_MAX_TREE). version: the
+ * listing we hold ("" for none). want_land: read the landmarks (a malformed
+ * landmarks member fails the call, as a malformed listing does). In
+ * identity mode the answer must carry a directory certificate that passes
+ * the CA, its validity, and both held (the revocation list we hold, may be
+ * NULL) and the answer's own list, and a signature over the canonical text
+ * (the text form's, checked before it is read; else rebuilt from what was
+ * parsed), with this call's nonce (so an old answer cannot pass for a
+ * fresh one); otherwise the
  * call fails ("not signed", "signature does not verify"...). Each relay's
  * certificate is then checked (CA, role relay, validity, not revoked):
  * relays failing it are left out and counted in out->dropped. Returns 0 with

@@ -222,6 +222,18 @@ post(struct dirclient *c, xmlrpc_env *env, const char *url, const char *xml, siz
 	return 0;
 }
 
+/* The '<' in buf: at least the XML elements it opens. */
+static size_t
+count_tags(const char *buf, size_t len)
+{
+	size_t n = 0;
+
+	for (const char *p = buf, *e = buf + len; (p = memchr(p, '<', (size_t)(e - p))) != NULL;
+	    p++)
+		n++;
+	return n;
+}
+
 /* Calls method with the one struct s; returns the result or NULL with err
  * and *fault filled. */
 static xmlrpc_value *
@@ -257,6 +269,18 @@ call(struct dirclient *c, const char *url, const char *method, xmlrpc_value *s, 
 			    "(not plain UTF-8 XML)", bom ? "a " : xmlg_strerror(g),
 			    bom ? bom : "", bom ? " byte order mark" : "", at, c->len);
 		}
+	}
+	/* xmlrpc-c's tree of an answer dense in elements takes ~55 times its
+	 * XML (32 MiB of "<value/>": 1.8 GB), before any signature can be
+	 * checked: past DIRC_MAX_TREE only a listing in its text form, a few
+	 * dozen elements however large, is parsed. */
+	if (!env.fault_occurred && c->len > DIRC_MAX_TREE) {
+		size_t tags = count_tags(c->buf, c->len);
+
+		if (tags > DIRC_MAX_TEXT_TAGS)
+			xmlrpc_faultf(&env, "answer refused unparsed: %zu bytes in %zu XML tags; "
+			    "only a listing in its text form may pass %u bytes (a slot-dird "
+			    "older than this client? upgrade it)", c->len, tags, DIRC_MAX_TREE);
 	}
 	if (!env.fault_occurred) {
 		xmlrpc_parse_response2(&env, c->buf, c->len, &res, &fcode, &fstr);
@@ -813,55 +837,6 @@ dirc_listing_read(xmlrpc_value *res, const uint8_t *ca_pk, const char *nonce, bo
 	return failed ? -1 : 0;
 }
 
-int
-dirc_list_read(xmlrpc_value *res, char new_version[DIRC_VERSION_MAX], bool *changed,
-    struct dirc_relay **out, size_t *n, struct dirc_landmarks *land, char *err, size_t errlen)
-{
-	struct dirc_listing l;
-
-	*out = NULL;
-	*n = 0;
-	if (land != NULL)
-		memset(land, 0, sizeof(*land));
-	if (dirc_listing_read(res, NULL, NULL, land != NULL, NULL, &l, err, errlen) == -1)
-		return -1;
-	snprintf(new_version, DIRC_VERSION_MAX, "%s", l.version);
-	*changed = l.changed;
-	*out = l.relay;
-	*n = l.n;
-	l.relay = NULL;
-	if (land != NULL) {
-		*land = l.land;
-		memset(&l.land, 0, sizeof(l.land));
-	}
-	dirc_listing_free(&l);
-	return 0;
-}
-
-int
-dirc_fetch(struct dirclient *c, const char *url, const char *version, bool want_land,
-    const struct ident_revoked *held, struct dirc_listing *out, int *fault, char *err,
-    size_t errlen)
-{
-	char nonce[DIRP_NONCE_HEX + 1], why[512];
-	xmlrpc_value *res;
-	int rc;
-
-	memset(out, 0, sizeof(*out));
-	if (checked_call(c, url, "slot.list", version, nonce, &res, fault, err, errlen, "{s:s}",
-	    "version", version) == -1)
-		return -1;
-	rc = dirc_listing_read(res, c->ident_mode ? c->id.ca_pk : NULL, nonce, want_land, held,
-	    out, why, sizeof(why));
-	if (rc == -1) {
-		errbuf_set(err, errlen, "%s slot.list: answer refused: %s", url, why);
-		if (fault)
-			*fault = DIRC_REFUSED;
-	}
-	xmlrpc_DECREF(res);
-	return rc;
-}
-
 /* ---------------------------------------------------------------- the text read back */
 
 /* Splits the next line of [*p, end) off (LF removed, NUL-terminated in
@@ -900,10 +875,44 @@ count_of(const char *s, size_t max, size_t *out)
 	return 0;
 }
 
-int
-dirc_listing_from_text(const char *text, size_t len, const uint8_t cert[IDENT_CERT_LEN],
-    const uint8_t sig[IDENT_SIG_LEN], const uint8_t ca_pk[IDENT_PK_LEN], uint64_t now,
-    const struct ident_revoked *held, struct dirc_listing *out, char *err, size_t errlen)
+/* The text read with what came beside it, for read_text. */
+struct text_in {
+	const char *nonce;		/* the call's; NULL: not checked (a cache) */
+	const uint8_t *rows;		/* an answer's landmark rows */
+	size_t rows_len;
+	bool answer;			/* rows and landmark lines are checked */
+	bool want_land;			/* and kept in out->land */
+	const uint8_t *ca_pk;		/* NULL: shared mode, nothing signed */
+	const struct ident_cert *dir;	/* identity mode: the signer, checked */
+	uint64_t now;
+};
+
+/* "landmark <relay> <weight>" of a listing of n relays. */
+static int
+landmark_line(char *v, size_t n, uint32_t *index, float *weight)
+{
+	char *sp = v ? strchr(v, ' ') : NULL, *e;
+	size_t x;
+	double w;
+
+	if (sp == NULL)
+		return -1;
+	*sp = '\0';
+	errno = 0;
+	w = strtod(sp + 1, &e);
+	if (count_of(v, n ? n - 1 : 0, &x) == -1 || n == 0 || errno != 0 || e == sp + 1 ||
+	    *e != '\0' || !(w >= 0) || w > 1e30)
+		return -1;
+	*index = (uint32_t)x;
+	*weight = (float)w;
+	return 0;
+}
+
+/* Reads the canonical text (dirp_list_text; its signature, if any, checked
+ * already) into out, as in->... says. */
+static int
+read_text(const char *text, size_t len, const struct text_in *in, struct dirc_listing *out,
+    char *err, size_t errlen)
 {
 	char *copy = NULL, *p, *end, *line;
 	uint8_t (*raw)[IDENT_CERT_LEN] = NULL;
@@ -911,19 +920,9 @@ dirc_listing_from_text(const char *text, size_t len, const uint8_t cert[IDENT_CE
 	uint64_t *rev = NULL;
 	size_t n = 0, nland = 0, nrev = 0;
 	const char *v, *why = NULL;
-	struct ident_cert dir;
 	char e[512];
 
 	memset(out, 0, sizeof(*out));
-	/* The signature first: what follows reads only what the directory
-	 * wrote. The revocation list inside is checked below. */
-	if (check_dir_cert(cert, ca_pk, now, held, NULL, &dir, err, errlen) == -1)
-		return -1;
-	if (!dirp_list_verify(dir.pk, text, len, sig)) {
-		errbuf_set(err, errlen, "signature does not verify with the key of directory "
-		    "certificate '%s' (altered?)", dir.name);
-		return -1;
-	}
 	if (memchr(text, '\0', len) != NULL || (copy = malloc(len + 1)) == NULL) {
 		errbuf_set(err, errlen, "%s", copy ? "NUL byte" : "out of memory");
 		return -1;
@@ -937,10 +936,12 @@ dirc_listing_from_text(const char *text, size_t len, const uint8_t cert[IDENT_CE
 		why = "not a signed listing";
 		goto bad;
 	}
-	if (field(next_line(&p, end), "nonce") == NULL ||
+	v = field(next_line(&p, end), "nonce");
+	/* The call's nonce: an old answer cannot pass for a fresh one. */
+	if (v == NULL || (in->nonce != NULL && strcmp(v, in->nonce) != 0) ||
 	    (v = field(next_line(&p, end), "version")) == NULL || strlen(v) == 0 ||
 	    strlen(v) >= DIRC_VERSION_MAX) {
-		why = "bad nonce or version line";
+		why = "bad nonce or version line (not an answer to this call?)";
 		goto bad;
 	}
 	snprintf(out->version, sizeof(out->version), "%s", v);
@@ -989,11 +990,47 @@ dirc_listing_from_text(const char *text, size_t len, const uint8_t cert[IDENT_CE
 		why = "bad landmarks line";
 		goto bad;
 	}
-	for (size_t i = 0; i < nland; i++)
-		if (field(next_line(&p, end), "landmark") == NULL) {
-			why = "missing landmark line";
+	if (in->answer) {
+		/* The rows came beside the text: the text holds their hash. */
+		uint8_t h[crypto_hash_sha256_BYTES];
+		char hex[2 * sizeof(h) + 1];
+
+		crypto_hash_sha256(h, in->rows ? in->rows : (const uint8_t *)"", in->rows_len);
+		sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
+		if (strcmp(sp + 1, hex) != 0 || in->rows_len != 2 * nland * n ||
+		    (nland > 0 && !out->changed)) {
+			why = "landmark rows of the wrong size or hash";
 			goto bad;
 		}
+	}
+	struct dirc_landmarks *l = &out->land;
+	bool keep = in->answer && in->want_land && nland > 0;
+	if (keep && ((l->index = calloc(nland, sizeof(*l->index))) == NULL ||
+	    (l->weight = calloc(nland, sizeof(*l->weight))) == NULL ||
+	    (l->rtt = malloc(in->rows_len)) == NULL)) {
+		why = "out of memory";
+		goto bad;
+	}
+	for (size_t i = 0; i < nland; i++) {
+		uint32_t x = 0;
+		float w = 0;
+
+		v = field(next_line(&p, end), "landmark");
+		if (v == NULL || (in->answer && landmark_line((char *)v, n, &x, &w) == -1)) {
+			why = "missing or bad landmark line";
+			goto bad;
+		}
+		if (keep) {
+			l->index[i] = x;
+			l->weight[i] = w;
+		}
+	}
+	if (keep) {
+		for (size_t i = 0; i < in->rows_len / 2; i++)
+			l->rtt[i] = (uint16_t)(in->rows[2 * i] | in->rows[2 * i + 1] << 8);
+		l->nland = nland;
+		l->nrelay = n;
+	}
 	if (count_of(field(next_line(&p, end), "revoked"), DIRC_MAX_RELAYS, &nrev) == -1) {
 		why = "bad revoked line";
 		goto bad;
@@ -1011,26 +1048,33 @@ dirc_listing_from_text(const char *text, size_t len, const uint8_t cert[IDENT_CE
 		why = "text after the revocation list";
 		goto bad;
 	}
+	if (in->ca_pk == NULL) {
+		/* Shared mode: nothing signed, no certificates to check. */
+		free(rev);
+		free(copy);
+		free(raw);
+		free(has);
+		return 0;
+	}
 	set_revoked(out, rev, nrev);
 	rev = NULL;
 	/* The directory may have been revoked by its own list since. */
-	if (ident_cert_check(&dir, ca_pk, IDENT_MASK(IDENT_ROLE_DIRECTORY), now, &out->revoked,
-	    e, sizeof(e)) == -1) {
+	if (ident_cert_check(in->dir, in->ca_pk, IDENT_MASK(IDENT_ROLE_DIRECTORY), in->now,
+	    &out->revoked, e, sizeof(e)) == -1) {
 		errbuf_set(err, errlen, "directory certificate refused: %s", e);
 		goto fail;
 	}
-	check_relays(out, (const uint8_t (*)[IDENT_CERT_LEN])raw, has, ca_pk, now);
+	check_relays(out, (const uint8_t (*)[IDENT_CERT_LEN])raw, has, in->ca_pk, in->now);
 	memcpy(copy, text, len);
 	out->text = copy;
 	out->text_len = len;
-	out->dir = dir;
-	memcpy(out->sig, sig, IDENT_SIG_LEN);
+	out->dir = *in->dir;
 	out->is_signed = true;
 	free(raw);
 	free(has);
 	return 0;
 bad:
-	errbuf_set(err, errlen, "signed listing: %s", why);
+	errbuf_set(err, errlen, "listing text: %s", why);
 fail:
 	free(copy);
 	free(raw);
@@ -1038,4 +1082,181 @@ fail:
 	free(rev);
 	dirc_listing_free(out);
 	return -1;
+}
+
+/* The directory's certificate and signature over text, then read_text. */
+static int
+signed_text(const char *text, size_t len, const uint8_t cert[IDENT_CERT_LEN],
+    const uint8_t sig[IDENT_SIG_LEN], const struct ident_revoked *held, struct text_in *in,
+    struct dirc_listing *out, char *err, size_t errlen)
+{
+	struct ident_cert dir;
+
+	memset(out, 0, sizeof(*out));
+	/* The signature first: what follows reads only what the directory
+	 * wrote. The revocation list inside is checked by read_text. */
+	if (check_dir_cert(cert, in->ca_pk, in->now, held, NULL, &dir, err, errlen) == -1)
+		return -1;
+	if (!dirp_list_verify(dir.pk, text, len, sig)) {
+		errbuf_set(err, errlen, "signature does not verify with the key of directory "
+		    "certificate '%s' (altered?)", dir.name);
+		return -1;
+	}
+	in->dir = &dir;
+	if (read_text(text, len, in, out, err, errlen) == -1)
+		return -1;
+	memcpy(out->sig, sig, IDENT_SIG_LEN);
+	return 0;
+}
+
+int
+dirc_listing_from_text(const char *text, size_t len, const uint8_t cert[IDENT_CERT_LEN],
+    const uint8_t sig[IDENT_SIG_LEN], const uint8_t ca_pk[IDENT_PK_LEN], uint64_t now,
+    const struct ident_revoked *held, struct dirc_listing *out, char *err, size_t errlen)
+{
+	struct text_in in = { .ca_pk = ca_pk, .now = now };
+
+	return signed_text(text, len, cert, sig, held, &in, out, err, errlen);
+}
+
+/* An optional base64 member of st: *out malloc'ed (NULL, 0 if absent). */
+static void
+opt_base64(xmlrpc_env *env, xmlrpc_value *st, const char *name, const unsigned char **out,
+    size_t *len)
+{
+	xmlrpc_value *v = NULL;
+
+	*out = NULL;
+	*len = 0;
+	xmlrpc_struct_find_value(env, st, name, &v);
+	if (env->fault_occurred || v == NULL)
+		return;
+	xmlrpc_read_base64(env, v, len, out);
+	if (env->fault_occurred) {
+		*out = NULL;
+		*len = 0;
+	}
+	xmlrpc_DECREF(v);
+}
+
+/* A slot.list answer in its text form (docs/directory.md): text, the
+ * landmark rows beside it, and in identity mode the directory's cert and
+ * sig over the text. As dirc_listing_read otherwise. */
+static int
+text_listing_read(xmlrpc_value *res, const uint8_t *ca_pk, const char *nonce, bool want_land,
+    const struct ident_revoked *held, struct dirc_listing *out, char *err, size_t errlen)
+{
+	xmlrpc_env env;
+	const unsigned char *text = NULL, *rows = NULL;
+	const char *cert = NULL, *sig = NULL;
+	uint8_t dcert[IDENT_CERT_LEN], dsig[IDENT_SIG_LEN];
+	size_t tlen = 0, rlen = 0;
+	int rc = -1;
+	struct text_in in = {
+		.nonce = nonce, .answer = true, .want_land = want_land, .ca_pk = ca_pk,
+		.now = (uint64_t)time(NULL),
+	};
+
+	memset(out, 0, sizeof(*out));
+	xmlrpc_env_init(&env);
+	opt_base64(&env, res, "text", &text, &tlen);
+	if (!env.fault_occurred)
+		opt_base64(&env, res, "rtt", &rows, &rlen);
+	if (!env.fault_occurred && ca_pk != NULL) {
+		opt_string(&env, res, "cert", &cert);
+		if (!env.fault_occurred)
+			opt_string(&env, res, "sig", &sig);
+		if (!env.fault_occurred && (cert == NULL || sig == NULL))
+			xmlrpc_faultf(&env, "the answer is not signed (a directory in shared "
+			    "mode, or not slot-dird)");
+		if (!env.fault_occurred && (dirp_unhex(cert, dcert, IDENT_CERT_LEN) == -1 ||
+		    dirp_unhex(sig, dsig, IDENT_SIG_LEN) == -1))
+			xmlrpc_faultf(&env, "cert or sig is not hex of the right length");
+	}
+	in.rows = rows;
+	in.rows_len = rlen;
+	if (env.fault_occurred)
+		errbuf_set(err, errlen, "%s", env.fault_string);
+	else if (text == NULL)
+		errbuf_set(err, errlen, "text is missing");
+	else if (ca_pk != NULL)
+		rc = signed_text((const char *)text, tlen, dcert, dsig, held, &in, out, err,
+		    errlen);
+	else
+		rc = read_text((const char *)text, tlen, &in, out, err, errlen);
+	free((void *)text);
+	free((void *)rows);
+	free((void *)cert);
+	free((void *)sig);
+	xmlrpc_env_clean(&env);
+	return rc;
+}
+
+/* Whether res is a listing in its text form. */
+static bool
+is_text(xmlrpc_value *res)
+{
+	xmlrpc_env env;
+	xmlrpc_value *v = NULL;
+
+	xmlrpc_env_init(&env);
+	if (xmlrpc_value_type(res) == XMLRPC_TYPE_STRUCT)
+		xmlrpc_struct_find_value(&env, res, "text", &v);
+	xmlrpc_env_clean(&env);
+	if (v)
+		xmlrpc_DECREF(v);
+	return v != NULL;
+}
+
+int
+dirc_list_read(xmlrpc_value *res, char new_version[DIRC_VERSION_MAX], bool *changed,
+    struct dirc_relay **out, size_t *n, struct dirc_landmarks *land, char *err, size_t errlen)
+{
+	struct dirc_listing l;
+
+	*out = NULL;
+	*n = 0;
+	if (land != NULL)
+		memset(land, 0, sizeof(*land));
+	if ((is_text(res) ? text_listing_read : dirc_listing_read)(res, NULL, NULL, land != NULL,
+	    NULL, &l, err, errlen) == -1)
+		return -1;
+	snprintf(new_version, DIRC_VERSION_MAX, "%s", l.version);
+	*changed = l.changed;
+	*out = l.relay;
+	*n = l.n;
+	l.relay = NULL;
+	if (land != NULL) {
+		*land = l.land;
+		memset(&l.land, 0, sizeof(l.land));
+	}
+	dirc_listing_free(&l);
+	return 0;
+}
+
+int
+dirc_fetch(struct dirclient *c, const char *url, const char *version, bool want_land,
+    const struct ident_revoked *held, struct dirc_listing *out, int *fault, char *err,
+    size_t errlen)
+{
+	char nonce[DIRP_NONCE_HEX + 1], why[512];
+	xmlrpc_value *res;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	/* format text: the listing as one signed text (not a tree of XML
+	 * elements, see call()); a directory that does not know it sends the
+	 * tree, read as before. */
+	if (checked_call(c, url, "slot.list", version, nonce, &res, fault, err, errlen,
+	    "{s:s,s:s}", "version", version, "format", "text") == -1)
+		return -1;
+	rc = (is_text(res) ? text_listing_read : dirc_listing_read)(res,
+	    c->ident_mode ? c->id.ca_pk : NULL, nonce, want_land, held, out, why, sizeof(why));
+	if (rc == -1) {
+		errbuf_set(err, errlen, "%s slot.list: answer refused: %s", url, why);
+		if (fault)
+			*fault = DIRC_REFUSED;
+	}
+	xmlrpc_DECREF(res);
+	return rc;
 }

@@ -784,16 +784,14 @@ set_member(xmlrpc_env *env, xmlrpc_value *st, const char *name, xmlrpc_value *v)
 	xmlrpc_DECREF(v);
 }
 
-/* cert and sig over the canonical text (dirp_list_text) of o. */
-static void
-sign_answer(xmlrpc_env *env, xmlrpc_value *res, const struct list_out *o)
+/* The canonical text (dirp_list_text) of o, malloc'ed; NULL with the
+ * fault set. */
+static char *
+answer_text(xmlrpc_env *env, const struct list_out *o, size_t *len)
 {
 	struct dirp_list_relay *r = o->n ? calloc(o->n, sizeof(*r)) : NULL;
 	uint32_t *idx = o->land.nland ? calloc(o->land.nland, sizeof(*idx)) : NULL;
-	char cert[DIRP_CERT_HEX + 1], sig[DIRP_SIG_HEX + 1];
-	uint8_t raw[IDENT_SIG_LEN];
 	char *text = NULL;
-	size_t len;
 
 	if ((o->n && r == NULL) || (o->land.nland && idx == NULL)) {
 		xmlrpc_faultf(env, "out of memory");
@@ -811,19 +809,54 @@ sign_answer(xmlrpc_env *env, xmlrpc_value *res, const struct list_out *o)
 		.land_rtt = o->rows, .land_rtt_len = o->rows_len,
 		.revoked = o->rev.serial, .nrevoked = o->rev.n,
 	};
-	if ((text = dirp_list_text(&l, &len)) == NULL) {
+	if ((text = dirp_list_text(&l, len)) == NULL)
 		xmlrpc_faultf(env, "cannot build the listing's text");
-		goto out;
-	}
+out:
+	free(r);
+	free(idx);
+	return text;
+}
+
+/* cert and sig over text. */
+static void
+sign_answer(xmlrpc_env *env, xmlrpc_value *res, const struct list_out *o, const char *text,
+    size_t len)
+{
+	char cert[DIRP_CERT_HEX + 1], sig[DIRP_SIG_HEX + 1];
+	uint8_t raw[IDENT_SIG_LEN];
+
 	dirp_list_sign(&o->id, text, len, raw);
 	sodium_bin2hex(sig, sizeof(sig), raw, sizeof(raw));
 	sodium_bin2hex(cert, sizeof(cert), o->id.cert.raw, IDENT_CERT_LEN);
 	set_member(env, res, "cert", xmlrpc_string_new(env, cert));
 	set_member(env, res, "sig", xmlrpc_string_new(env, sig));
-out:
+}
+
+/* The answer in its text form (format "text"): the canonical text, the
+ * landmark rows it holds the hash of, and in identity mode cert and sig:
+ * a handful of XML elements whatever the listing's size, so that a client
+ * parses a few times the answer's size, not the ~55 times of a tree. */
+static xmlrpc_value *
+text_answer(xmlrpc_env *env, const struct list_out *o)
+{
+	size_t len = 0;
+	char *text = answer_text(env, o, &len);
+	xmlrpc_value *res = NULL;
+
+	if (text == NULL)
+		return NULL;
+	res = xmlrpc_build_value(env, "{s:s,s:6}", "format", "text", "text",
+	    (const unsigned char *)text, len);
+	if (res != NULL && o->rows_len > 0)
+		set_member(env, res, "rtt", xmlrpc_base64_new(env, o->rows_len, o->rows));
+	if (res != NULL && o->sign && !env->fault_occurred)
+		sign_answer(env, res, o, text, len);
 	free(text);
-	free(r);
-	free(idx);
+	if (res != NULL && env->fault_occurred) {
+		xmlrpc_DECREF(res);
+		res = NULL;
+	}
+	return res;
 }
 
 /* The answer of slot.list: an empty array when unchanged. In identity mode
@@ -870,8 +903,12 @@ list_answer(xmlrpc_env *env, const struct list_out *o)
 			}
 		}
 		set_member(env, res, "revoked", rv);
-		if (!env->fault_occurred)
-			sign_answer(env, res, o);
+		size_t len = 0;
+		char *text = env->fault_occurred ? NULL : answer_text(env, o, &len);
+
+		if (text != NULL)
+			sign_answer(env, res, o, text, len);
+		free(text);
 	}
 	if (res != NULL && env->fault_occurred) {
 		xmlrpc_DECREF(res);
@@ -887,12 +924,27 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 	xmlrpc_value *res = NULL;
 	struct list_out o = { 0 };
 	char *cur = o.version;
+	const char *format = NULL, *why = NULL;
+	bool text = false;
 	struct call c;
 	int rc = 0;
 
 	if (call_open(&c, env, ci, d, "slot.list", &d->ctr.calls_list, params,
 	    "version") == -1 || call_auth(&c, c.arg, ROLES_LIST) == -1)
 		goto out;
+	/* Not signed: one stripped on the way brings the tree, which clients
+	 * parse only up to DIRC_MAX_TREE. */
+	if (get_string(c.st, "format", &format, &why) == 0) {
+		text = strcmp(format, "text") == 0;
+		if (!text) {
+			fault(&c, DIRP_FAULT_MALFORMED, "field 'format': \"%s\" is not \"text\"",
+			    format);
+			goto out;
+		}
+	} else if (strcmp(why, "missing") != 0) {
+		fault(&c, DIRP_FAULT_MALFORMED, "field 'format': %s", why);
+		goto out;
+	}
 	o.nonce = c.s.nonce;
 	o.sign = d->mode == IDENT_MODE_IDENTITY;
 	pthread_mutex_lock(&d->mu);
@@ -956,8 +1008,9 @@ m_list(xmlrpc_env *env, xmlrpc_value *params, void *server_info, void *ci)
 		fault(&c, DIRP_FAULT_INTERNAL, "out of memory");
 		goto out;
 	}
-	res = list_answer(env, &o);
+	res = text ? text_answer(env, &o) : list_answer(env, &o);
 out:
+	free((void *)format);
 	list_out_free(&o);
 	call_close(&c);
 	return res;

@@ -168,12 +168,22 @@ def dirclient(words):
         "list_unchanged": {"version": "0123456789abcdef-3", "changed": False, "relays": []},
         "list_empty": {"version": "0123456789abcdef-0", "changed": True, "relays": []},
     }
+    # The text form (docs/directory.md): dirp_list_text's lines, the rows beside.
+    text = "".join("%s\n" % x for x in [
+        "slot-listing/1", "nonce 0123456789abcdef", "version 0123456789abcdef-3", "changed 1",
+        "relays 3"] + ["relay %s %d %d -" % (r["relay"], r["data_port"], r["group"])
+                       for r in relays] + [
+        "landmarks 2 " + hashlib.sha256(rtt).hexdigest(), "landmark 0 2", "landmark 2 1",
+        "revoked 0"])
+    ans["text_full"] = {"format": "text", "text": xmlrpc.client.Binary(text.encode()),
+                        "rtt": xmlrpc.client.Binary(rtt)}
     for name, v in ans.items():
         write("dirclient", name, xmlrpc.client.dumps((v,), methodresponse=True))
     write("dirclient", "fault", xmlrpc.client.dumps(xmlrpc.client.Fault(2, "mac does not verify")))
     write_dict("dirclient", words + ["<methodResponse>", "</methodResponse>", "<fault>",
                                      "faultCode", "faultString", "changed", "relays", "group",
-                                     "landmarks", "index", "weight", "rtt"])
+                                     "landmarks", "index", "weight", "rtt", "format",
+                                     "text", "slot-listing/1", "landmark"])
 
 
 def xmlguard():

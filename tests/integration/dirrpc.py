@@ -76,6 +76,27 @@ def verify_listing(ca_pk, nonce, ans):
         bytes.fromhex(ans["sig"]), LIST_CTX + listing_text(nonce, ans))
 
 
+def verify_text_listing(ca_pk, nonce, ans):
+    """Checks a listing in its text form (format "text") as slotd does:
+    the certificate and the signature over the text as sent, this call's
+    nonce, the rows' hash; raises if not. Returns the text's lines."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    text = ans["text"].data
+    if ca_pk is not None:
+        cert = bytes.fromhex(ans["cert"])
+        assert cert[:4] == b"SLC1" and cert[4] == 3, "not a directory certificate"
+        Ed25519PublicKey.from_public_bytes(ca_pk).verify(cert[96:160],
+                                                         b"slot-cert/1\0" + cert[:96])
+        Ed25519PublicKey.from_public_bytes(cert[32:64]).verify(bytes.fromhex(ans["sig"]),
+                                                               LIST_CTX + text)
+    lines = text.decode().splitlines()
+    assert lines[0] == "slot-listing/1" and lines[1] == "nonce " + nonce, lines[:2]
+    land = [ln for ln in lines if ln.startswith("landmarks ")][0].split()
+    rows = ans["rtt"].data if "rtt" in ans else b""
+    assert land[2] == hashlib.sha256(rows).hexdigest(), land
+    return lines
+
+
 def body_of(method, f):
     if method == "slot.register":
         return "%s\n%d" % (f["relay"], f["data_port"])

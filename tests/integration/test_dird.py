@@ -18,7 +18,7 @@ import xmlrpc.client
 
 import pytest
 
-from dirrpc import DirClient, stamp
+from dirrpc import DirClient, stamp, verify_text_listing
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("SLOT_BUILD", os.path.join(ROOT, "build"))
@@ -249,6 +249,16 @@ def test_register_and_list(dird):
     c = dird.counters()
     assert c["relays"] == 3 and c["relays_registered"] == 3, c
     assert c["lists_unchanged"] >= 2 and c["lists_full"] >= 3, c
+    # The text form (format "text", what slotd and the relays ask for): the
+    # same listing as one text, with this call's nonce; unsigned in shared
+    # mode.
+    t = dird.call("slot.list", {"version": "", "format": "text"})
+    assert sorted(t) == ["format", "text"], sorted(t)
+    lines = verify_text_listing(None, dird.last_nonce, t)
+    assert lines[2:5] == ["version " + l4["version"], "changed 1", "relays 3"], lines
+    assert "relay 192.0.2.1:7600 7700 %d -" % relays_of(l4)["192.0.2.1:7600"][1] in lines
+    t = dird.call("slot.list", {"version": l4["version"], "format": "text"})
+    assert verify_text_listing(None, dird.last_nonce, t)[3:5] == ["changed 0", "relays 0"]
 
 
 def test_heartbeat_keeps_expiry_removes(dirds):
@@ -321,6 +331,10 @@ def test_authentication_faults(dird):
     assert code == MALFORMED
     code, _ = fault_of(dird.raw_call, "slot.list", "not a struct")
     assert code == MALFORMED
+    code, msg = fault_of(dird.call, "slot.list", {"version": "", "format": "tree"})
+    assert code == MALFORMED and "format" in msg, msg
+    code, msg = fault_of(dird.call, "slot.list", {"version": "", "format": 1})
+    assert code == MALFORMED and "format" in msg, msg
     p = xmlrpc.client.ServerProxy(dird.url)
     with pytest.raises(xmlrpc.client.Fault) as e:
         p.slot.list()
@@ -354,7 +368,7 @@ def test_authentication_faults(dird):
     assert c["faults_auth"] == 3, c
     assert c["faults_stale"] == 3, c
     assert c["faults_unknown_relay"] == 1, c
-    assert c["faults_malformed"] == 16, c
+    assert c["faults_malformed"] == 18, c
     # Nothing refused changed the listing.
     assert set(relays_of(dird.list())) == {relay}
 

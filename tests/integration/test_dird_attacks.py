@@ -42,6 +42,7 @@ MiB = 1 << 20
 # Peak RSS growth allowed during an attack. An expanded bomb would be 10^8
 # characters (100 MB and more); a connection thread costs some 100 KB.
 MEM_BOUND_KIB = 6 * 1024
+DIRC_MAX_ANSWER_KIB = 32 * 1024
 RELAY = "192.0.2.10:7600"     # the registered relay whose heartbeats must go through
 ATTACK_HB = {"heartbeat_interval": "1s", "expire_after": "4s"}
 
@@ -433,6 +434,12 @@ class FakeDirectory:
                                                        ).encode("utf-16-le"), None
         if self.mode == "huge":
             return good, 100 * MiB     # a Content-Length beyond slotd's cap
+        if self.mode == "tree":
+            # Under the 32 MiB cap, past DIRC_MAX_TREE, all elements: parsed,
+            # xmlrpc-c's tree would take ~55 times this.
+            return (b"<?xml version='1.0'?><methodResponse><params><param><value><array><data>"
+                    + b"<value/>" * (3 * MiB) + b"</data></array></value></param></params>"
+                    b"</methodResponse>"), None
         raise AssertionError(self.mode)
 
     def stop(self):
@@ -455,7 +462,11 @@ def test_slotd_refuses_hostile_directory_answers(sb, request):
                          == {r1.control: "directory"}, WAIT, "relay1 from the directory")
         hwm0 = status_kib(s.pid, "VmHWM")
         for mode, why in (("dtd", "markup declaration"), ("utf-16 bom", "UTF-16LE byte order mark"),
-                          ("huge", "answer larger than")):
+                          ("huge", "answer larger than"), ("tree", "XML tags")):
+            if mode == "tree":
+                hwm1 = status_kib(s.pid, "VmHWM")
+                print("slotd VmHWM %d -> %d KiB" % (hwm0, hwm1))
+                assert hwm1 - hwm0 < MEM_BOUND_KIB, (hwm0, hwm1)
             fake.mode = mode
             failed0 = s.counters()["dir_fetches_failed"]
             slotbed.wait_for(lambda: s.counters()["dir_fetches_failed"] >= failed0 + 2, WAIT,
@@ -464,9 +475,11 @@ def test_slotd_refuses_hostile_directory_answers(sb, request):
             st = s.relays_state()
             assert {c: x.get("source") for c, x in st.items()} == {r1.control: "directory"}, st
             assert s.running
-        hwm1 = status_kib(s.pid, "VmHWM")
-        print("slotd VmHWM %d -> %d KiB" % (hwm0, hwm1))
-        assert hwm1 - hwm0 < MEM_BOUND_KIB, (hwm0, hwm1)
+        # The tree's 24 MiB are received (into a buffer of up to 32 MiB),
+        # never parsed (~1.3 GB).
+        hwm2 = status_kib(s.pid, "VmHWM")
+        print("slotd VmHWM %d -> %d KiB with the tree" % (hwm1, hwm2))
+        assert hwm2 - hwm1 < 2 * DIRC_MAX_ANSWER_KIB, (hwm1, hwm2)
         line = [l for l in s.log().splitlines() if "answer refused unparsed" in l][0]
         assert "directory" in line and fake.url in line, line
         # A good answer again: taken.

@@ -34,7 +34,7 @@ import xmlrpc.client
 import pytest
 
 import slotbed
-from dirrpc import DirClient, Identity, read_tagged, verify_listing
+from dirrpc import DirClient, Identity, read_tagged, verify_listing, verify_text_listing
 
 RELAYS = {"relay1": (40, 40), "relay2": (80, 80), "relay3": (30, 30)}
 WAIT = 30
@@ -267,6 +267,17 @@ def test_roles_and_endpoint_binding(sb, dird):
     ans["relays"][0]["relay"] = "10.9.9.9:7600"
     with pytest.raises(Exception):
         verify_listing(sb.ca_pk, nonce, ans)
+    # The text form slotd and the relays ask for: the same listing as one
+    # signed text, the landmark rows beside it.
+    t = d.call("slot.list", {"version": "", "format": "text"})
+    lines = verify_text_listing(sb.ca_pk, d.last_nonce, t)
+    assert "relay %s %d %d %s" % (r1.control, r1.data_port, by[r1.control]["group"],
+                                  i1.cert.hex()) in lines, lines
+    assert sorted(t) == ["cert", "format", "rtt", "sig", "text"], sorted(t)
+    assert len(t["rtt"].data) == len(ans["landmarks"]["rtt"].data)
+    t["text"] = xmlrpc.client.Binary(t["text"].data.replace(b"changed 1", b"changed 0"))
+    with pytest.raises(Exception):
+        verify_text_listing(sb.ca_pk, d.last_nonce, t)
     # An unchanged answer is signed too (its own nonce). A regroup may move
     # the version between two calls: ask again until one is unchanged.
     def unchanged():
@@ -393,12 +404,17 @@ class Tamper:
                 req = re.sub(rb"(?i)\r\nexpect:[^\r]*", b"", self._read(c))
                 resp = self._upstream(req)
                 head, body = resp.split(b"\r\n\r\n", 1)
-                full = b"slot.list" in req and re.search(
-                    rb"<name>changed</name>\s*<value>\s*<boolean>1", body) is not None
+                # slotd asks for the listing's text form: one signed text
+                # (docs/directory.md), edited inside its base64.
+                st = xmlrpc.client.loads(body)[0][0] if b"slot.list" in req else {}
+                text = st["text"].data if "text" in st else b""
+                full = b"\nchanged 1\n" in text
                 if full and self.first_full is None:
                     self.first_full = body
-                if self.mode == "edit" and full and self.relay_ip.encode() in body:
-                    body = body.replace(self.relay_ip.encode(), b"10.250.0.1")
+                if self.mode == "edit" and full and self.relay_ip.encode() in text:
+                    st["text"] = xmlrpc.client.Binary(
+                        text.replace(self.relay_ip.encode(), b"10.250.0.1"))
+                    body = xmlrpc.client.dumps((st,), methodresponse=True).encode()
                     self.edited += 1
                 elif self.mode == "replay" and b"slot.list" in req and self.first_full:
                     body = self.first_full

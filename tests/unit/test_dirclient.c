@@ -126,12 +126,72 @@ test_malformed(void **state)
 	}
 }
 
+/* The text form (format "text"): relays 192.0.2.1:7600 (7601, group 0) and
+ * [2001:db8::3]:7600 (7602, group 4), landmark relay 1 of weight 2, the rows
+ * RTT above with their SHA-256 in the landmarks line. TEXT_BAD_INDEX names
+ * landmark relay 2 of 2. */
+#define TEXT_OK "c2xvdC1saXN0aW5nLzEKbm9uY2UgMDEyMzQ1Njc4OWFiY2RlZgp2ZXJzaW9uIDAxMjM0" \
+	"NTY3ODlhYmNkZWYtMwpjaGFuZ2VkIDEKcmVsYXlzIDIKcmVsYXkgMTkyLjAuMi4xOjc2MDAgNzYwMSAw" \
+	"IC0KcmVsYXkgWzIwMDE6ZGI4OjozXTo3NjAwIDc2MDIgNCAtCmxhbmRtYXJrcyAxIDk3MmI4MzczYjg5" \
+	"N2M2NWM0ZjYzMWM2YmRmMjQ0M2QwZDgxN2E4OGYyMjRiNTRkOGU1OTNmZGNmMzI0ODhkNjAKbGFuZG1h" \
+	"cmsgMSAyCnJldm9rZWQgMAo="
+#define TEXT_BAD_INDEX "c2xvdC1saXN0aW5nLzEKbm9uY2UgMDEyMzQ1Njc4OWFiY2RlZgp2ZXJzaW9uIDAx" \
+	"MjM0NTY3ODlhYmNkZWYtMwpjaGFuZ2VkIDEKcmVsYXlzIDIKcmVsYXkgMTkyLjAuMi4xOjc2MDAgNzYw" \
+	"MSAwIC0KcmVsYXkgWzIwMDE6ZGI4OjozXTo3NjAwIDc2MDIgNCAtCmxhbmRtYXJrcyAxIDk3MmI4Mzcz" \
+	"Yjg5N2M2NWM0ZjYzMWM2YmRmMjQ0M2QwZDgxN2E4OGYyMjRiNTRkOGU1OTNmZGNmMzI0ODhkNjAKbGFu" \
+	"ZG1hcmsgMiAyCnJldm9rZWQgMAo="
+#define TEXT(t) MEMBER("format", "<string>text</string>") MEMBER("text", "<base64>" t \
+	"</base64>")
+
+static void
+test_text_form(void **state)
+{
+	static const char *const bad[] = {
+		HEAD TEXT(TEXT_OK) TAIL,				/* rows missing */
+		HEAD TEXT(TEXT_OK) MEMBER("rtt", "<base64>DwAAAQ==</base64>") TAIL,
+		HEAD TEXT(TEXT_OK) MEMBER("rtt", "<base64>DwAAAAAA</base64>") TAIL,
+		HEAD TEXT(TEXT_BAD_INDEX) RTT TAIL,
+		HEAD TEXT("c2xvdA==") RTT TAIL,				/* "slot" */
+		HEAD MEMBER("text", "<string>x</string>") TAIL,
+	};
+	struct dirc_relay *r = NULL;
+	struct dirc_landmarks land;
+	char err[256];
+	size_t n = 0;
+
+	(void)state;
+	assert_int_equal(read_answer(HEAD TEXT(TEXT_OK) RTT TAIL, err, sizeof(err), &n, &r,
+	    &land), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(r[1].relay.port, 7600);
+	assert_int_equal(r[1].data_port, 7602);
+	assert_int_equal(r[1].group, 4);
+	assert_int_equal(land.nland, 1);
+	assert_int_equal(land.index[0], 1);
+	assert_true(land.weight[0] == 2);
+	assert_int_equal(land.rtt[0], 15);
+	assert_int_equal(land.rtt[1], 0);
+	free(r);
+	dirc_landmarks_free(&land);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		r = (void *)1;
+		n = 99;
+		err[0] = '\0';
+		assert_int_equal(read_answer(bad[i], err, sizeof(err), &n, &r, &land), -1);
+		assert_null(r);
+		assert_int_equal(n, 0);
+		assert_int_equal(land.nland, 0);
+		assert_true(err[0] != '\0');
+	}
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_valid),
 		cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_text_form),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
