@@ -366,9 +366,11 @@ def test_status(daemons, bed):
     r1 = bed.relay("relay1")
     assert r["control_listen"] == r1.control and r["data_listen"].endswith(":%d" % r1.data_port)
     assert r["directories"] == 1 and r["draining"] is False, r
-    slotbed.wait_for(lambda: ok_json(daemons["slot-relayd"], "status")["dir_registered"] == 1,
-                     10, "relay1 registered")
-    assert ok_json(daemons["slot-relayd"], "status")["peers"] == 1
+    # relay2 becomes relay1's peer at relay1's first listing after relay2
+    # registered (list_interval 500ms): right after the bed is up (the
+    # module's first test under xdist) that may be still to come
+    slotbed.wait_for(lambda: (lambda x: x["dir_registered"] == 1 and x["peers"] == 1)(
+        ok_json(daemons["slot-relayd"], "status")), 10, "relay1 registered, relay2 its peer")
     dd = ok_json(daemons["slot-dird"], "status")
     assert dd["relays"] == 2 and dd["groups"] >= 1, dd
     assert dd["listing_version"] == bed.dirds[0].list("")["version"]
