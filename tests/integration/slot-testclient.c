@@ -13,6 +13,9 @@
  * stderr gets one line per event; the exit code says how it ended:
  *   0 clean close, 1 other error, 2 usage, 3 PIPE_FAIL, 4 ERROR reply or
  *   control connection closed, 5 connection reset.
+ *
+ * SIGUSR1 ends --pause-read early: a test keeps a reader paused for as long
+ * as it needs (a long S as the bound) and then lets it read.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -84,6 +87,17 @@ static struct ident id;			/* identity mode: ours */
 static struct proto_pair pair;		/* and the relay's, once its HELLO came */
 static bool have_id, have_pair;
 static uint64_t deadline;	/* monotonic us; 0 = none */
+/* SIGUSR1 came: --pause-read is over. SIGUSR1 is blocked but in pump's
+ * ppoll, so that it cannot come between the check and the wait. */
+static volatile sig_atomic_t resume_read;
+static sigset_t pump_mask;
+
+static void
+on_usr1(int sig)
+{
+	(void)sig;
+	resume_read = 1;
+}
 
 static void
 say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -108,7 +122,7 @@ usage(void)
 	    "           [--data-port P] [--bind ADDR] [--timeout S]\n"
 	    "  identity mode, instead of --key: --id-key FILE --id-cert FILE --ca FILE\n"
 	    "  hostile: --stale S  --replay  --wrong-key FILE  --no-pipe\n"
-	    "           --pause-read S  --rst-after BYTES  --count N\n"
+	    "           --pause-read S (SIGUSR1 ends it)  --rst-after BYTES  --count N\n"
 	    "           --connect-delay S  --no-connect S  --data-first S\n"
 	    "  chains:  --hop CONTROL=DATA (once or twice: PIPE_ESTABLISH_CHAIN)\n"
 	    "  --keepalive FLAGS: after the answers, a KEEPALIVE with these header\n"
@@ -396,7 +410,7 @@ pump(int fd)
 			say("closed sent=%llu received=%llu", sent, received);
 			return EXIT_CLEAN;
 		}
-		paused = paused_until && clock_mono_us() < paused_until;
+		paused = paused_until && !resume_read && clock_mono_us() < paused_until;
 		if (!paused)
 			paused_until = 0;
 
@@ -408,7 +422,10 @@ pump(int fd)
 			p[1].fd = -1;	/* nothing wanted: do not spin on POLLHUP */
 		p[0].revents = p[1].revents = 0;
 
-		r = poll(p, 2, ms_until(earlier(deadline, paused_until)));
+		int ms = ms_until(earlier(deadline, paused_until));
+		struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+		r = ppoll(p, 2, ms < 0 ? NULL : &ts, &pump_mask);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
@@ -905,6 +922,17 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
+
+	/* First: a SIGUSR1 early must not end the process. */
+	struct sigaction sa = { .sa_handler = on_usr1 };
+	sigset_t usr1;
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &usr1, &pump_mask);
+	sigdelset(&pump_mask, SIGUSR1);
 
 	o.rst_after = -1;
 	o.count = 1;

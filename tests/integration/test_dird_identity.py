@@ -552,12 +552,46 @@ def loopback_dird(tmp_path, revoked_text, overrides=None, valgrind=False):
     return d, ids, revoked, ids.ident("r1"), ids.ident("r2")
 
 
+class Opens:
+    """Counts the opens of files in a directory, by name (inotify IN_OPEN):
+    how many times a daemon has read a file, as no counter says."""
+    IN_OPEN, IN_NONBLOCK = 0x20, 0o4000
+
+    def __init__(self, path):
+        import ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(self.IN_NONBLOCK)
+        assert self.fd >= 0, os.strerror(ctypes.get_errno())
+        if self.libc.inotify_add_watch(self.fd, path.encode(), self.IN_OPEN) < 0:
+            os.close(self.fd)
+            raise OSError(ctypes.get_errno(), "inotify_add_watch " + path)
+        self.n = {}
+
+    def count(self, name):
+        import struct
+        while True:
+            try:
+                buf = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            off = 0
+            while off < len(buf):
+                _, mask, _, ln = struct.unpack_from("iIII", buf, off)
+                nm = buf[off + 16:off + 16 + ln].rstrip(b"\0").decode()
+                if mask & self.IN_OPEN:
+                    self.n[nm] = self.n.get(nm, 0) + 1
+                off += 16 + ln
+        return self.n.get(name, 0)
+
+    def close(self):
+        os.close(self.fd)
+
+
 def test_revocation_file_caught_half_written(tmp_path):
     """A revocation list read while half written (it does not parse) is
     read again once whole, even when the rest landed within the same mtime
     (os.utime puts it back): the directory never takes a file that failed
     for read. No bed: a directory on loopback."""
-    import time
     d, _, revoked, r1, r2 = loopback_dird(tmp_path, "# none yet\n")
     d.start()
     try:
@@ -577,10 +611,20 @@ def test_revocation_file_caught_half_written(tmp_path):
         slotbed.wait_for(lambda: len(d.list("")["relays"]) == 1, 10, "r2 revoked")
         assert d.counters()["revoked"] == 1
         d.wait_log(r"revocation list \S+ loaded again")
-        # A list that stays broken is said once, not at every read.
-        with open(revoked, "w") as f:
-            f.write("not a serial\n")
-        time.sleep(2)
+        # A list that stays broken is said once, not at every read. Renamed
+        # over, whole: written in place, a tick could read it empty (a valid
+        # list of no serials). A broken list is read at every tick (0.5 s):
+        # the opens of the file are counted, and once it has been read three
+        # times it has been said once.
+        opens = Opens(os.path.dirname(revoked))
+        try:
+            with open(revoked + ".tmp", "w") as f:
+                f.write("not a serial\n")
+            os.replace(revoked + ".tmp", revoked)
+            slotbed.wait_for(lambda: opens.count(os.path.basename(revoked)) >= 3, 20,
+                             "three reads of the broken list")
+        finally:
+            opens.close()
         assert d.log().count("revocation list not loaded") == 2
         assert d.counters()["revoked"] == 1
     finally:

@@ -453,14 +453,17 @@ def test_kernel_pipe_exhaustion_refuses_new_pipes_only(net, relays, key, servers
         outs.append(os.path.join(net.dir, "kp%d.out" % i))
         with open(outs[-1], "wb") as fout:
             # Paused readers: both transfers are running, and stay so while
-            # the third pipe is asked for.
-            procs.append(client.start(p, "--pause-read", 3, stdout=fout))
+            # the third pipe is asked for; resumed by SIGUSR1 below (a pause
+            # that ends by itself could free a pipe first under load).
+            procs.append(client.start(p, "--pause-read", 300, stdout=fout))
     relay.wait_counter("pipes_open", lambda v: v == 2, timeout=10)
     q = port()
     servers(q, recv_all)
     r3 = client.run(q, timeout=20)
     assert r3.rc == 3, r3
     assert int(r3.line("pipe fail")["reason"]) == FAIL_LIMIT, r3
+    for proc in procs:
+        proc.send_signal(signal.SIGUSR1)
     for proc, out, (path, digest) in zip(procs, outs, files):
         r = client.finish(proc, 120)
         assert r.rc == 0, r

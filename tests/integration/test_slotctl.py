@@ -78,8 +78,13 @@ def bed():
                                                    "expire_after": "20s"},
                                         "groups": {"regroup_interval": "200ms"}},
                              measure_interval="3s")
+        # c_wait 3: relay1's answer (40 + 40 ms) must come within c_wait x
+        # the direct 80 ms, or direct is chosen and cached for the module
+        # (cache_ttl 10m); 1.25 left it 20 ms of slack. Once relay1's
+        # answer is in, slotd decides at once all the same.
         s = b.slotd([b.relay(n) for n in RELAYS],
-                    {"slotd": {"metrics_listen": "127.0.0.1:9760"}}).start()
+                    {"slotd": {"metrics_listen": "127.0.0.1:9760"},
+                     "select": {"c_wait": 3}}).start()
         b.ctl_slotd = s
         yield b
     finally:
@@ -161,6 +166,17 @@ def ms(cell):
     """"40.1ms" -> 40.1"""
     assert cell.endswith("ms"), cell
     return float(cell[:-2])
+
+
+def selected(bed):
+    """slotd's newest decision for the server made by the selection, not
+    from the cache: the one the cache holds. RTTs are checked against it,
+    not against bounds: on a loaded machine a measured RTT grows by tens of
+    ms (seen: relay1's 40 ms path as 66.8), only never below the link's."""
+    server = "%s:80" % bed.ip("server")
+    ds = [d for d in bed.ctl_slotd.recent() if d["server"] == server and not d["cached"]]
+    assert ds and ds[-1]["verdict"] == "relay", bed.ctl_slotd.recent()
+    return ds[-1]
 
 
 def dur_s(cell):
@@ -361,9 +377,11 @@ def test_status(daemons, bed):
     r1 = bed.relay("relay1")
     assert r["control_listen"] == r1.control and r["data_listen"].endswith(":%d" % r1.data_port)
     assert r["directories"] == 1 and r["draining"] is False, r
-    slotbed.wait_for(lambda: ok_json(daemons["slot-relayd"], "status")["dir_registered"] == 1,
-                     10, "relay1 registered")
-    assert ok_json(daemons["slot-relayd"], "status")["peers"] == 1
+    # relay2 becomes relay1's peer at relay1's first listing after relay2
+    # registered (list_interval 500ms): right after the bed is up (the
+    # module's first test under xdist) that may be still to come
+    slotbed.wait_for(lambda: (lambda x: x["dir_registered"] == 1 and x["peers"] == 1)(
+        ok_json(daemons["slot-relayd"], "status")), 10, "relay1 registered, relay2 its peer")
     dd = ok_json(daemons["slot-dird"], "status")
     assert dd["relays"] == 2 and dd["groups"] >= 1, dd
     assert dd["listing_version"] == bed.dirds[0].list("")["version"]
@@ -450,17 +468,19 @@ def test_slotd_cache_relays_rules(bed, daemons):
     server = bed.ip("server")
 
     # cache: the server's choice, relay1, with the path RTT it was chosen for
+    sel = selected(bed)
+    assert sel["relay"] == r1.control and sel["path_rtt_us"] >= 38000, sel
     _, rows = table(ok(sd, "cache"))
     row = [x for x in rows if x["server"] == server]
     assert len(row) == 1, rows
     row = row[0]
     assert row["choice"] == "relay" and row["relay"] == r1.control, row
-    assert 38 <= ms(row["path_rtt"]) <= 60, row
+    assert abs(ms(row["path_rtt"]) * 1000 - sel["path_rtt_us"]) <= 50, (row, sel)
     assert dur_s(row["ttl"]) > 500 and dur_s(row["age"]) < 100, row     # cache_ttl 10m
     j = [x for x in ok_json(sd, "cache")["cache"] if x["server"] == server][0]
     assert set(j) == {"server", "choice", "relay", "path_rtt_us", "age_s", "ttl_s", "reached",
                       "why"}, j
-    assert j["relay"] == r1.control and 38000 <= j["path_rtt_us"] <= 60000, j
+    assert j["relay"] == r1.control and j["path_rtt_us"] == sel["path_rtt_us"], (j, sel)
     # chosen by the selection; relay1 has since connected to port 80
     assert j["why"] == "selected" and j["reached"] == "80", j
     assert abs(j["age_s"] + j["ttl_s"] - 600) < 1, j
@@ -477,10 +497,12 @@ def test_slotd_cache_relays_rules(bed, daemons):
         x = by[rel.control]
         assert x["state"] == "up" and x["source"] == "static" and x["quarantine"] == "-", x
         assert int(x["data"]) == rel.data_port and int(x["probes"]) >= 1, x
-    assert 38 <= ms(by[r1.control]["rtt"]) <= 60, by        # client - relay1: 40 ms
+    # client - relay1: 40 ms, from relay1's answer to that selection: at
+    # most its path (the longer of that and relay1 - server)
+    assert 38 <= ms(by[r1.control]["rtt"]) <= sel["path_rtt_us"] / 1000 + 0.05, (by, sel)
     # relay2's answer (80 ms to it, 80 more to measure the server) comes after
-    # the decision (c_wait x 80 ms): too late to count, so maybe unknown
-    assert by[r2.control]["rtt"] == "-" or 78 <= ms(by[r2.control]["rtt"]) <= 100, by
+    # the decision (made on relay1's answer): too late to count, so maybe unknown
+    assert by[r2.control]["rtt"] == "-" or ms(by[r2.control]["rtt"]) >= 78, by
     assert int(by[r1.control]["pipes"]) >= 1
     j = {x["relay"]: x for x in ok_json(sd, "relays")["relays"]}
     assert set(j[r1.control]) == {"relay", "data_port", "group", "state", "failures", "probes",
@@ -496,7 +518,8 @@ def test_slotd_cache_relays_rules(bed, daemons):
     # Static relays, no landmarks: ranked nearest first from the RTTs of
     # the control connections (relay1 is the nearer here).
     assert j[r1.control]["rank"] is not None and j[r1.control]["rtt_est_us"] > 0, j
-    assert j[r1.control]["quarantine_s"] is None and 38000 <= j[r1.control]["rtt_us"] <= 60000
+    assert j[r1.control]["quarantine_s"] is None, j
+    assert abs(j[r1.control]["rtt_us"] - ms(by[r1.control]["rtt"]) * 1000) <= 50, (j, by)
 
     # rules: what the kernel holds, with its counters
     _, rows6 = table(ok(sd, "rules"))
@@ -532,7 +555,11 @@ def test_relay_cache_and_relays(bed, daemons):
     server = "%s:80" % bed.ip("server")
     row = [x for x in rows if x["target"] == server]
     assert len(row) == 1, rows
-    assert row[0]["status"] == "ok" and 38 <= ms(row[0]["rtt"]) <= 60, row
+    # relay1 - server: 40 ms, what relay1 answered that selection (at most
+    # its path: the longer of that and client - relay1)
+    sel = selected(bed)
+    assert row[0]["status"] == "ok" and 38 <= ms(row[0]["rtt"]), row
+    assert ms(row[0]["rtt"]) <= sel["path_rtt_us"] / 1000 + 0.05, (row, sel)
     assert dur_s(row[0]["ttl"]) > 0
     j = [x for x in ok_json(rd, "cache")["cache"] if x["target"] == server][0]
     assert set(j) == {"target", "status", "rtt_us", "age_s", "ttl_s"} and j["status"] == "ok"
@@ -544,11 +571,24 @@ def test_relay_cache_and_relays(bed, daemons):
     rows = slotbed.wait_for(measured, 15, "relay2 measured by relay1")
     assert [x["relay"] for x in rows] == [r2.control], rows
     assert 9 <= ms(rows[0]["rtt"]) <= 30 and int(rows[0]["samples"]) >= 1, rows
-    j = ok_json(rd, "relays")["relays"]
+    # the first version's "peers" lines are unchanged: the same RTT as in
+    # JSON. Two reads: a measurement round between them moves it, so the
+    # pair is read again until it agrees (a real mismatch never does).
+    got = []
+
+    def pair():
+        j = ok_json(rd, "relays")["relays"]
+        peers = slotbed.unix_request(rd.sock, b"peers\n").split()
+        got[:] = [j, peers]
+        return j and len(peers) >= 2 and peers[0] == j[0]["relay"] and \
+            int(peers[1]) == j[0]["rtt_us"]
+    try:
+        slotbed.wait_for(pair, 20, "relays and peers to agree")
+    except AssertionError:
+        raise AssertionError("relays and peers disagree: %r" % (got,))
+    j, peers = got
     assert j[0]["relay"] == r2.control and 9000 <= j[0]["rtt_us"] <= 30000, j
-    # the first version's "peers" lines are unchanged
-    peers = slotbed.unix_request(rd.sock, b"peers\n").split()
-    assert peers[0] == r2.control and int(peers[1]) == j[0]["rtt_us"], peers
+    assert peers[0] == r2.control, peers
 
 
 def test_dird_relays(bed, daemons):

@@ -4,7 +4,7 @@
     client --80 ms-- server              (direct)
     client --40-- relay1 --40-- server   path 40 ms
     client --80-- relay2 --80-- server   path 80 ms: no gain
-    client --30-- relay3 --30-- server   path 30 ms: the best
+    client --10-- relay3 --10-- server   path 10 ms: the best
     client --10-- dir                    slot-dird
 
 slot-relayd does not register itself yet: the tests register the relays from
@@ -24,7 +24,10 @@ import pytest
 import slotbed
 from slotbed import KiB, MiB
 
-RELAYS = {"relay1": (40, 40), "relay2": (80, 80), "relay3": (30, 30)}
+# relay3 well ahead of relay1 (10 vs 40 ms; it was 30): a relay's RTT as slotd
+# measures it grows by up to ~20 ms on a loaded machine, and relay1 must not
+# come out first
+RELAYS = {"relay1": (40, 40), "relay2": (80, 80), "relay3": (10, 10)}
 FILES = {"small": 100 * KiB, "big": 4 * MiB}
 DIR_GROUP = 0x80000000
 WAIT = 30           # seconds: generous, the machine is shared
@@ -130,7 +133,9 @@ def slotd(sb, request):
         s = sb.slotd([sb.relay(n) for n in relays], wrapper=wrapper)
         conf = {"directory": dict({"refresh": "1s", "retry": "500ms", "timeout": "5s"},
                                   **directory),
-                "select": {"cache_ttl": 0}}
+                # c_wait 2: relay1's answer (40 + 40 ms) comes within 2 x
+                # the direct 80 ms with room to spare (1.25: 20 ms)
+                "select": {"cache_ttl": 0, "c_wait": 2}}
         for sec, kv in (overrides or {}).items():
             conf.setdefault(sec, {}).update(kv)
         s.update(conf)

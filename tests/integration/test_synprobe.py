@@ -113,14 +113,32 @@ def relay_counters(sb):
     return {n: sb.relay(n).counters() for n in RELAYS}
 
 
-def check_invisible(sb, server, s, n, handover=True):
+def relay_quiet(r, all_end):
+    """A wait for relay r to hold no measurement's connection. all_end: nor
+    to have one still connecting, which handovers_held does not count: every
+    connect r began (measurement or pre-connect) has ended taken by a pipe
+    or reset unused. Only on a bed without loss so far: a connect that gave
+    way to a bare SYN ends neither way."""
+    def quiet():
+        c = r.counters()
+        if all_end:
+            return c["handovers"] + c["handovers_unused"] == \
+                c["measure_connect"] + c["handover_preconnects"]
+        return c["handovers_held"] == 0
+    return quiet
+
+
+def check_invisible(sb, server, s, n, handover=True, all_end=False):
+    r2 = sb.relay("relay2")
+    if handover:
+        # what an earlier transfer left (relay2 resets its connections
+        # after their hold, 150 ms) is not counted here
+        slotbed.wait_for(relay_quiet(r2, all_end), 10, "relay2's connections to go")
     c0, r0 = s.counters(), relay_counters(sb)
     lines = transfers(sb, server, n)
     if handover:
-        # relay2's last measurement's connection runs out its hold (150 ms)
-        r2 = sb.relay("relay2")
-        slotbed.wait_for(lambda: r2.counters()["handovers_held"] == 0, 5,
-                         "relay2's held connections to go")
+        # relay2's last measurement's connection runs out its hold
+        slotbed.wait_for(relay_quiet(r2, all_end), 10, "relay2's connections to go")
     c1, r1 = s.counters(), relay_counters(sb)
     acc = [x for x in lines if x[0] == "accept"]
     # one accept per transfer: no probe completed a handshake
@@ -162,7 +180,7 @@ def handover(sb, request):
 
 def test_probes_are_never_accepted(sb, server, slotd):
     s = slotd()
-    d, rd = check_invisible(sb, server, s, 20)
+    d, rd = check_invisible(sb, server, s, 20, all_end=True)
     assert d["decisions_relay"] >= 15, d
     # handover: relay1's pipe found its connection made; every relay1
     # pipe's connect time (PIPE_OK) is then that of no connect at all
@@ -185,7 +203,7 @@ def test_warm_relay_caches_preconnect(sb, server, slotd):
     try:
         s = slotd()
         transfers(sb, server, 1)          # the relays' caches fill
-        d, rd = check_invisible(sb, server, s, 10)
+        d, rd = check_invisible(sb, server, s, 10, all_end=True)
         assert d["decisions_relay"] >= 8, d
         for name in RELAYS:
             # every answer from the cache (the probes of the one server
