@@ -193,7 +193,12 @@ def test_chain_ends_at_a_relay_that_disallows_chains(bed):
     try:
         s = start_slotd(bed, "lastnofwd")
         assert takes_chains(s)[b] is False and takes_chains(s)[a] is True
-        wait_for(lambda: ranks(s).get(b) == 0, 30, "relay-b ranked first")
+        # A ranking made before relay-a's link was up could rank relay-b
+        # first with no lead-in: probed alone it loses to the direct path.
+        # So: a ranking with every relay's RTT and relay-b's lead-in.
+        wait_for(lambda: s.counters()["relays_with_lead_in"] >= 1 and
+                 slotbed.ranked_with_every_rtt(s) and ranks(s).get(b) == 0, 30,
+                 "relay-b ranked first with its lead-in")
         ca, cb = ra.counters(), rb.counters()
         res = bed.curl(bed.nginx.url("f", query="id=lastnofwd"), timeout=60)
         assert res.rc == 0 and res.sha == sha, res
