@@ -89,8 +89,11 @@ def test_chain_chosen_through_the_lead_in(bed):
         assert c["decisions_chain"] == 1 and c["probes_sent"] == 1, c
         d = [x for x in s.recent() if x["verdict"] == "relay"][-1]
         assert d["relay"] == a and d["chain"] == [b], d
-        # The chain's path: its longest loop, about 20 ms, not relay-b's 200.
-        assert 15000 <= d["path_rtt_us"] <= 40000, d
+        # The chain's path: its longest loop, about 20 ms; every other
+        # choice (relay-a or relay-b alone, direct) has a 200 ms loop. The
+        # client-relay-a part is the control link's smoothed RTT, which a
+        # busy machine inflates: the bound is halfway, not near 20 ms.
+        assert 15000 <= d["path_rtt_us"] <= 100000, d
         assert "via %s > %s" % (a, b) in s.log()
         # The data plane takes it from relay-a (relay-b once it sends the
         # chain): either way a relay of the chain reaches the server.
