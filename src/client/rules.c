@@ -657,7 +657,7 @@ mono_ms(void)
 
 /* Runs argv with input on its stdin (NULL: none), for at most deadline_ms
  * (then SIGKILL). Returns its exit status (0 = success), RULES_KILLED past
- * the deadline, or -1; its output (stdout and stderr) goes into err (the
+ * the deadline, RULES_SIGNALED if another signal ended it, or -1; its output (stdout and stderr) goes into err (the
  * start of it) and, with capture, all of it into *capture (malloc'ed,
  * NUL-terminated; NULL if out of memory or beyond CAPTURE_MAX). */
 static int
@@ -751,7 +751,12 @@ run_capture(char *const argv[], const char *input, int64_t deadline_ms, char *er
 		    (long long)deadline_ms);
 		return RULES_KILLED;
 	}
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+	if (!WIFEXITED(status)) {
+		int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+		errbuf_set(err, errlen, "killed by signal %d (%s)", sig, strsignal(sig));
+		return RULES_SIGNALED;
+	}
+	return WEXITSTATUS(status);
 fail2:
 	close(errp[0]);
 	close(errp[1]);
@@ -763,12 +768,34 @@ fail0:
 	return -1;
 }
 
+/* run_capture with x's deadline, once more if a signal not ours ended the
+ * tool: a stop under systemd's control-group kill signals every process of
+ * the unit, and a tool forked while it does dies without an answer (a -C
+ * read as "no jump" left the jump behind). Checks, removals, listings and
+ * restores (each text flushes the chains it fills) may run twice; an
+ * insert may not (see jump). */
+static int
+run_tool(const struct rules_exec *x, char *const argv[], const char *input, char *err,
+    size_t errlen, char **capture)
+{
+	int64_t deadline = (int64_t)x->wait_s * 1000 + KILL_GRACE_MS;
+	int rc = run_capture(argv, input, deadline, err, errlen, capture);
+
+	if (rc == RULES_SIGNALED) {
+		if (capture) {
+			free(*capture);
+			*capture = NULL;
+		}
+		rc = run_capture(argv, input, deadline, err, errlen, capture);
+	}
+	return rc;
+}
+
 static int
 run(const struct rules_exec *x, char *const argv[], const char *input, char *err,
     size_t errlen)
 {
-	return run_capture(argv, input, (int64_t)x->wait_s * 1000 + KILL_GRACE_MS, err, errlen,
-	    NULL);
+	return run_tool(x, argv, input, err, errlen, NULL);
 }
 
 /* The tool's message after a failure, with the lock's holder if it is the
@@ -783,7 +810,7 @@ explain(const char *tool, int rc, const char *msg, char *err, size_t errlen)
 			errbuf_set(err, errlen, "xtables lock held by %s: %s", who, msg);
 		else
 			errbuf_set(err, errlen, "xtables lock held: %s", msg);
-	} else if (rc == RULES_KILLED) {
+	} else if (rc == RULES_KILLED || rc == RULES_SIGNALED) {
 		errbuf_set(err, errlen, "%s: %s", tool, msg);
 	} else {
 		errbuf_set(err, errlen, "%s failed (%d): %s", tool, rc, msg);
@@ -824,6 +851,10 @@ jump(const struct rules_exec *x, int family, const struct hook_jump *j, const ch
 		argv[7] = "1";
 		argv[8] = "-j";
 		argv[9] = (char *)j->chain;
+		/* Not again: one that was signalled after its commit would
+		 * leave the jump twice. */
+		return run_capture(argv, NULL, (int64_t)x->wait_s * 1000 + KILL_GRACE_MS, err,
+		    errlen, NULL);
 	}
 	return run(x, argv, NULL, err, errlen);
 }
@@ -1073,13 +1104,21 @@ remove_family(int family, const struct rules_exec *x, char *err, size_t errlen)
 			    j->table, j->hook, why);
 			return -1;
 		}
+		/* Signalled twice: no answer, so not "no jump"; the chains go on. */
+		if (rc == RULES_SIGNALED) {
+			char why[600];
+			explain(ipt, rc, msg, why, sizeof(why));
+			errbuf_set(err, errlen, "removing the jump to %s from %s %s: %s", j->chain,
+			    j->table, j->hook, why);
+			fail = 1;
+		}
 	}
 	for (size_t i = 0; i < sizeof(chains) / sizeof(chains[0]); i++) {
 		const char *t = chains[i][0], *ch = chains[i][1];
 		char *flush[] = { ipt, "-w", w, "-t", (char *)t, "-F", (char *)ch, NULL };
 		char *del[] = { ipt, "-w", w, "-t", (char *)t, "-X", (char *)ch, NULL };
 		rc = run(x, flush, NULL, msg, sizeof(msg));
-		/* An absent chain is fine; a lock or a deadline is not. */
+		/* An absent chain is fine; a lock, a deadline or a signal is not. */
 		if (rc == 0) {
 			rc = run(x, del, NULL, msg, sizeof(msg));
 			/* Still referenced: by a jump of another shape. */
@@ -1088,7 +1127,7 @@ remove_family(int family, const struct rules_exec *x, char *err, size_t errlen)
 				remove_strays(family, x);
 				rc = run(x, del, NULL, msg, sizeof(msg));
 			}
-		} else if (rc != RULES_KILLED && !rules_lock_busy(rc, msg)) {
+		} else if (rc != RULES_KILLED && rc != RULES_SIGNALED && !rules_lock_busy(rc, msg)) {
 			rc = 0;
 		}
 		if (rc != 0) {
@@ -1260,8 +1299,7 @@ static int
 capture(const struct rules_exec *x, char *const argv[], char **text, char *err, size_t errlen)
 {
 	char msg[512];
-	int rc = run_capture(argv, NULL, (int64_t)x->wait_s * 1000 + KILL_GRACE_MS, msg,
-	    sizeof(msg), text);
+	int rc = run_tool(x, argv, NULL, msg, sizeof(msg), text);
 
 	if (rc != 0) {
 		free(*text);

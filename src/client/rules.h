@@ -109,6 +109,9 @@ struct rules_exec {
 #define RULES_TEXT_MAX (2u << 20)
 /* run status of a tool killed at its deadline */
 #define RULES_KILLED 1000
+/* run status of a tool killed by a signal not ours (a service manager
+ * signalling the whole cgroup as slotd stops): no answer, run again once */
+#define RULES_SIGNALED 1001
 /* The legacy tools' default; XTABLES_LOCKFILE overrides it for them. */
 #define RULES_XTABLES_LOCK "/run/xtables.lock"
 

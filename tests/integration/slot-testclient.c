@@ -651,6 +651,7 @@ run_establish(void)
 	static int dfd[MAX_COUNT];
 	static struct endpoint cep[MAX_COUNT];
 	static uint8_t answered[MAX_COUNT];	/* 0 none, else message type */
+	static uint64_t sent_us[MAX_COUNT];	/* when each request went */
 	struct rbuf rb = { .len = 0 };
 	uint8_t first[PROTO_MAX_LEN];
 	int first_len = 0;
@@ -730,6 +731,7 @@ run_establish(void)
 			memcpy(first, buf, (size_t)n);
 			first_len = n;
 		}
+		sent_us[i] = clock_mono_us();
 		if ((e = send_all(ctl, buf, (size_t)n)) != 0) {
 			say("error control send: %s", strerror(e));
 			return EXIT_ERROR;
@@ -773,9 +775,13 @@ run_establish(void)
 			    m.u.ok.pending_ms, m.id);
 			break;
 		case PROTO_PIPE_FAIL:
-			say("pipe fail %s detail=%u reason=%u id=%u",
+			/* after_us: from the request to the answer, without
+			 * this process's start (tests tell a refusal from a
+			 * connect timeout by it) */
+			say("pipe fail %s detail=%u reason=%u id=%u after_us=%llu",
 			    proto_fail_str(m.u.fail.reason), m.u.fail.detail,
-			    m.u.fail.reason, m.id);
+			    m.u.fail.reason, m.id,
+			    (unsigned long long)(clock_mono_us() - sent_us[m.id - 1]));
 			any_fail = true;
 			break;
 		case PROTO_ERROR:

@@ -89,8 +89,11 @@ def test_chain_chosen_through_the_lead_in(bed):
         assert c["decisions_chain"] == 1 and c["probes_sent"] == 1, c
         d = [x for x in s.recent() if x["verdict"] == "relay"][-1]
         assert d["relay"] == a and d["chain"] == [b], d
-        # The chain's path: its longest loop, about 20 ms, not relay-b's 200.
-        assert 15000 <= d["path_rtt_us"] <= 40000, d
+        # The chain's path: its longest loop, about 20 ms; every other
+        # choice (relay-a or relay-b alone, direct) has a 200 ms loop. The
+        # client-relay-a part is the control link's smoothed RTT, which a
+        # busy machine inflates: the bound is halfway, not near 20 ms.
+        assert 15000 <= d["path_rtt_us"] <= 100000, d
         assert "via %s > %s" % (a, b) in s.log()
         # The data plane takes it from relay-a (relay-b once it sends the
         # chain): either way a relay of the chain reaches the server.
@@ -193,7 +196,12 @@ def test_chain_ends_at_a_relay_that_disallows_chains(bed):
     try:
         s = start_slotd(bed, "lastnofwd")
         assert takes_chains(s)[b] is False and takes_chains(s)[a] is True
-        wait_for(lambda: ranks(s).get(b) == 0, 30, "relay-b ranked first")
+        # A ranking made before relay-a's link was up could rank relay-b
+        # first with no lead-in: probed alone it loses to the direct path.
+        # So: a ranking with every relay's RTT and relay-b's lead-in.
+        wait_for(lambda: s.counters()["relays_with_lead_in"] >= 1 and
+                 slotbed.ranked_with_every_rtt(s) and ranks(s).get(b) == 0, 30,
+                 "relay-b ranked first with its lead-in")
         ca, cb = ra.counters(), rb.counters()
         res = bed.curl(bed.nginx.url("f", query="id=lastnofwd"), timeout=60)
         assert res.rc == 0 and res.sha == sha, res

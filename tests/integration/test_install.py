@@ -467,7 +467,10 @@ UNITS = {
               "ReadWritePaths": "-/run/slot -/sys/fs/cgroup/slot.run "
                                 "-/sys/fs/cgroup/unified/slot.run",
               "MemoryMax": "256M", "TasksMax": "16", "Group": "slot",
-              "StateDirectoryMode": "0775"},
+              "StateDirectoryMode": "0775",
+              # SIGTERM to slotd alone: the iptables its rule removal
+              # forks must not be signalled too (a jump was left behind)
+              "KillMode": "mixed"},
     "slot-relayd": {"CapabilityBoundingSet": "CAP_SETUID CAP_SETGID CAP_CHOWN CAP_DAC_READ_SEARCH "
                                              "CAP_NET_RAW",
                     "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX AF_NETLINK",

@@ -9,9 +9,11 @@ The test bed (tests/integration/slotbed.py):
 
 The lock tests run slotd with `iptables = iptables-legacy`: iptables-nft (the
 system's default here) takes no lock at all, so only the legacy tools can be
-stopped by `flock /run/xtables.lock` the way firewalld, docker or fail2ban
-stop them. The lock file is the host's (not the namespace's); no other test
-uses the legacy tools, so holding it disturbs nobody else.
+stopped by `flock` on their lock the way firewalld, docker or fail2ban stop
+them. That lock is a file of the module's own (XTABLES_LOCKFILE in slotd's
+environment, which its tools inherit and which slotd reads to name the
+holder): test_faults, in the other xdist worker, runs iptables-legacy on the
+host's /run/xtables.lock, and held there for 30 s it failed unseen.
 
 Every transfer is checked by sha256. No wall-clock bound: a transfer that
 stalls fails its curl timeout (well below the lock's 30 s), and slotd's
@@ -34,7 +36,6 @@ from slotbed import KiB, MiB
 
 RELAYS = {"relay1": (40, 40), "relay2": (20, 20)}
 DIRECT_RTT = 80
-LOCK = os.environ.get("XTABLES_LOCKFILE") or "/run/xtables.lock"
 LEGACY = "iptables-legacy"
 HOLD_S = 30
 
@@ -53,9 +54,19 @@ def sb():
         b.nginx.add_file("small", 200 * KiB)
         b.nginx.add_file("big", 2 * MiB)
         b.nginx.start()
+        open(lock_file(b), "a").close()
         yield b
     finally:
         b.down()
+
+
+def lock_file(sb):
+    """The xtables lock of this module's slotds (see the module's text)."""
+    return os.path.join(sb.dir, "xtables.lock")
+
+
+def lock_env(sb):
+    return ["env", "XTABLES_LOCKFILE=" + lock_file(sb)]
 
 
 def legacy_save(sb, table):
@@ -75,10 +86,9 @@ def legacy_cleanup(sb):
 @pytest.fixture
 def slotd(sb, request):
     started = []
-    st = os.stat(LOCK) if os.path.exists(LOCK) else None
 
     def start(relays, overrides=None, **kw):
-        s = sb.slotd([sb.relay(n) for n in relays])
+        s = sb.slotd([sb.relay(n) for n in relays], wrapper=lock_env(sb))
         if (overrides or {}).get("slotd", {}).get("user") == "nobody":
             s.conf["slotd"]["key_file"] = sb.relay_key
             # its identity key too: re-read as nobody on SIGHUP
@@ -99,10 +109,6 @@ def slotd(sb, request):
             print("---- slotd %d ----\n%s" % (s.n, s.log()[-15000:]))
     sb.remove_slot_rules()
     legacy_cleanup(sb)
-    # slotd as nobody made the lock file readable by nogroup: as it was
-    if st is not None and os.path.exists(LOCK):
-        os.chown(LOCK, st.st_uid, st.st_gid)
-        os.chmod(LOCK, st.st_mode & 0o7777)
 
 
 def unprivileged(overrides, sb=None):
@@ -114,15 +120,16 @@ def unprivileged(overrides, sb=None):
 
 
 class Lock:
-    """flock(1) holding the xtables lock for `seconds` in the initial
-    namespaces, as another firewall tool would."""
+    """flock(1) holding slotd's xtables lock (lock_file) for `seconds` in the
+    initial namespaces, as another firewall tool would."""
 
-    def __init__(self, seconds):
-        self.p = subprocess.Popen(["flock", "-x", LOCK, "sleep", str(seconds)])
-        slotbed.wait_for(self.held, 10, "flock to take " + LOCK)
+    def __init__(self, sb, seconds):
+        self.path = lock_file(sb)
+        self.p = subprocess.Popen(["flock", "-x", self.path, "sleep", str(seconds)])
+        slotbed.wait_for(self.held, 10, "flock to take " + self.path)
 
     def held(self):
-        ino = os.stat(LOCK).st_ino
+        ino = os.stat(self.path).st_ino
         for l in open("/proc/locks"):
             f = l.split()
             if len(f) > 5 and f[1] == "FLOCK" and f[4] != "->" and \
@@ -181,7 +188,7 @@ def test_held_xtables_lock_does_not_stall_hijacked_connections(sb, slotd):
     check_bytes(sb, run_batch(sb, ["warm"], "small", 20), "small")
     assert relays_of_recent(s) == {r1.control}
 
-    lock = Lock(HOLD_S)
+    lock = Lock(sb, HOLD_S)
     try:
         t0 = time.monotonic()
         s.relays.append(r2)
@@ -239,9 +246,9 @@ def test_held_lock_at_start_is_a_clear_error_within_the_deadline(sb, slotd):
     """At start-up the rules go in synchronously, but bounded: with the lock
     held, slotd gives up after rules_timeout, names the holder and exits."""
     need_legacy()
-    lock = Lock(20)
+    lock = Lock(sb, 20)
     try:
-        s = sb.slotd([sb.relay("relay1")])
+        s = sb.slotd([sb.relay("relay1")], wrapper=lock_env(sb))
         s.update({"slotd": {"iptables": LEGACY, "rules_timeout": "1s"}})
         s.start(wait=False)
         rc = s.wait(15)             # the old code waited for the lock: 20 s

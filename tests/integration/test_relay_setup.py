@@ -134,7 +134,10 @@ def test_short_pipe_never_gets_keepalive(net, relays, key, servers, port):
     default = net.run_ns("relay", "sysctl", "-n", "net.ipv4.tcp_congestion_control").stdout
     if isinstance(default, bytes):
         default = default.decode()
-    relay = relays({"limits": {"keepalive_idle": "2s"},
+    # The short pipe's deferral is 10 s (half of keepalive_idle): a 1 MiB
+    # pipe under strace on a busy machine may take over 1 s. The long one's,
+    # after a reload, is 1 s, and it stays open until it has passed.
+    relay = relays({"limits": {"keepalive_idle": "20s"},
                     "pipe": {"congestion": default.strip()}})
     path = os.path.join(net.dir, "short.strace")
     st = strace_setsockopt(relay.proc.pid, path)
@@ -154,12 +157,19 @@ def test_short_pipe_never_gets_keepalive(net, relays, key, servers, port):
     # SO_LINGER twice: armed at the connect, disarmed at the clean end.
     assert set(opts) - set(raised) == {"SO_LINGER", "TCP_NODELAY"}, opts
 
+    reloads = relay.log().count("configuration reloaded")
+    relay.update({"limits": {"keepalive_idle": "2s"}})
+    relay.hup()
+    wait_for(lambda: relay.log().count("configuration reloaded") > reloads, 10,
+             "the relay to reload")
     path = os.path.join(net.dir, "long.strace")
     st = strace_setsockopt(relay.proc.pid, path)
     time.sleep(0.5)
     try:
-        proc, srv, p, digest, t_open = open_pipe(net, relay, key, servers, port)
-        time.sleep(max(0, t_open + 1.8 - time.monotonic()))
+        proc, srv, p, digest, _ = open_pipe(net, relay, key, servers, port)
+        # Open until the deferral has passed (the options are set in one go).
+        wait_for(lambda: server_leg_timer(net, p) == "keepalive", 10,
+                 "keepalive on the server leg")
         close_pipe(relay, proc, srv, MiB, digest)
     finally:
         strace_stop(st)

@@ -24,6 +24,7 @@ bounds are stated where they are asserted. The file takes about 40 s.
 import hashlib
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -280,19 +281,51 @@ def test_rtt_and_loss_ipv6(bed):
     assert bed.counters()["ipv6"] >= 2 * sum(x.received for x in res)
 
 
+# A receiver's 1 s interval in iperf3's text (its server: no -J there):
+# "[  5]   1.00-2.00   sec  5.68 MBytes  47.7 Mbits/sec", "(omitted)" after it
+# in the omitted first second.
+IPERF_INTERVAL = re.compile(r"^\[\s*\d+\]\s+([\d.]+)-([\d.]+)\s+sec\s+\S+ \S+\s+"
+                            r"([\d.]+) ([KMG]?)bits/sec[ \t]*(\S*)", re.M)
+
+
+def receiver_intervals(j):
+    """Goodput in Mbit/s of each full 1 s interval the receiver reported,
+    not omitted, not the summary."""
+    scale = {"": 1e-6, "K": 1e-3, "M": 1, "G": 1e3}
+    out = []
+    for t0, t1, v, unit, tag in IPERF_INTERVAL.findall(j["server_output_text"]):
+        if tag == "" and float(t1) - float(t0) > 0.9 and float(t1) - float(t0) < 1.1:
+            out.append(float(v) * scale[unit])
+    return out
+
+
 def test_tbf_rate(bed):
     """iperf3 through a 50 Mbit/s uplink and a 100 Mbit/s downlink (zero delay),
     at once: the rate on the wire within 5% of the configured one. tbf counts
     whole Ethernet frames, so goodput is converted back: a full segment carries
-    1448 bytes of payload in a 1514-byte frame."""
-    res = parallel([lambda: bed.iperf3("u", "s", port=5301, seconds=10),
-                    lambda: bed.iperf3("s", "d", port=5302, seconds=10)])
+    1448 bytes of payload in a 1514-byte frame.
+
+    Every forwarded packet goes through slot-wanem, one thread: on a busy
+    machine its stalls take a few of the 1 s intervals below the rate, never
+    above it. So the receiver's median interval (the first second, slow
+    start, omitted) is held within 5%, and the mean over the run to no more
+    than 5% above: a limit that does not limit still fails both."""
+    args = ["-O", "1", "--get-server-output"]
+    res = parallel([lambda: bed.iperf3("u", "s", port=5301, seconds=10, args=args),
+                    lambda: bed.iperf3("s", "d", port=5302, seconds=10, args=args)])
     for j, rate, what in ((res[0], RATE_UP, "u up"), (res[1], RATE_DOWN, "d down")):
-        good = j["end"]["sum_received"]["bits_per_second"] / 1e6
-        wire = good * topo.WIRE_PER_SEGMENT / topo.MSS
-        print("%s: configured %d Mbit/s, goodput %.2f, on the wire %.2f (%.1f%%)"
-              % (what, rate, good, wire, 100 * (wire / rate - 1)))
-        assert abs(wire / rate - 1) <= 0.05, (what, wire, rate)
+        def wire(mbps):
+            return mbps * topo.WIRE_PER_SEGMENT / topo.MSS
+        mean = wire(j["end"]["sum_received"]["bits_per_second"] / 1e6)
+        per_s = sorted(wire(x) for x in receiver_intervals(j))
+        assert len(per_s) >= 9, (what, j["server_output_text"])
+        median = per_s[len(per_s) // 2]
+        print("%s: configured %d Mbit/s, on the wire: mean %.2f (%.1f%%), median of 1 s "
+              "%.2f (%.1f%%), intervals %s" % (what, rate, mean, 100 * (mean / rate - 1),
+                                              median, 100 * (median / rate - 1),
+                                              " ".join("%.1f" % x for x in per_s)))
+        assert abs(median / rate - 1) <= 0.05, (what, median, rate, per_s)
+        assert mean / rate - 1 <= 0.05, (what, mean, rate)
 
 
 def test_lossy_path_mathis_and_split(bed):

@@ -1,13 +1,18 @@
 /* slotd's rule rendering (src/client/rules.c): the exact text handed to
  * iptables-restore --noflush and to nft -f, and the backend choice. Applying it to a real kernel is tested in
- * tests/integration/test_rules.py. */
+ * tests/integration/test_rules.py; the removal's handling of a tool killed
+ * by a signal here, against a stand-in iptables. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "../../src/client/rules.h"
@@ -576,6 +581,96 @@ test_parse_nft(void **state)
 	rules_list_free(v, n);
 }
 
+/* A stand-in iptables in a new directory: logs its arguments to DIR/log;
+ * SIGTERMs itself while DIR/term<op> (term-C, term-F...) holds a number
+ * above 0, counting it down (a service manager's stop catching it); -C
+ * finds mangle OUTPUT's jump to SLOT_HIJACK while DIR/jump exists, -D
+ * removes it; -F finds no chain. */
+static void
+fake_iptables(char *dir, size_t dirlen, char *tool, size_t toollen)
+{
+	char path[192];
+	FILE *f;
+
+	snprintf(dir, dirlen, "/tmp/slot-test-rules-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	snprintf(tool, toollen, "%s/iptables", dir);
+	assert_non_null(f = fopen(tool, "w"));
+	/* $1 -w, $2 secs, $3 -t, $4 table, $5 op, $6 chain, $7 -j, $8 target */
+	fprintf(f, "#!/bin/sh\n"
+	    "d=%s\n"
+	    "echo \"$*\" >> $d/log\n"
+	    "n=$(cat $d/term$5 2>/dev/null || echo 0)\n"
+	    "if [ \"$n\" -gt 0 ]; then echo $((n - 1)) > $d/term$5; kill -TERM $$; fi\n"
+	    "case $5 in\n"
+	    "-C) [ \"$4 $6 $8\" = 'mangle OUTPUT SLOT_HIJACK' ] && [ -e $d/jump ] && exit 0\n"
+	    "    echo 'iptables: Bad rule' >&2; exit 1;;\n"
+	    "-D) rm $d/jump; exit 0;;\n"
+	    "-F) echo 'iptables: No chain/target/match by that name.' >&2; exit 1;;\n"
+	    "esac\n"
+	    "exit 0\n", dir);
+	fclose(f);
+	assert_int_equal(chmod(tool, 0755), 0);
+	snprintf(path, sizeof(path), "%s/jump", dir);
+	assert_non_null(f = fopen(path, "w"));
+	fclose(f);
+}
+
+static void
+put_count(const char *dir, const char *name, int n)
+{
+	char path[192];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f, "%d\n", n);
+	fclose(f);
+}
+
+static void
+rm_dir(const char *dir)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* The first -C dies by SIGTERM (systemd's control-group kill reaching the
+ * tool slotd forked on its own SIGTERM): it is asked again, and the jump
+ * goes. Read as "no jump" it stayed, and its chain could not be deleted. */
+static void
+test_remove_retries_signalled_check(void **state)
+{
+	char dir[64], tool[96], path[192], err[256] = "";
+	struct rules_exec x = { tool, 1, RULES_IPTABLES, NULL };
+	(void)state;
+
+	fake_iptables(dir, sizeof(dir), tool, sizeof(tool));
+	put_count(dir, "term-C", 1);
+	assert_int_equal(rules_remove(AF_INET, &x, err, sizeof(err)), 0);
+	snprintf(path, sizeof(path), "%s/jump", dir);
+	assert_int_equal(access(path, F_OK), -1);
+	rm_dir(dir);
+}
+
+/* A -F signalled twice has no answer: a failure, not "no such chain". */
+static void
+test_remove_reports_signalled_flush(void **state)
+{
+	char dir[64], tool[96], err[256] = "";
+	struct rules_exec x = { tool, 1, RULES_IPTABLES, NULL };
+	(void)state;
+
+	fake_iptables(dir, sizeof(dir), tool, sizeof(tool));
+	put_count(dir, "term-F", 2);
+	assert_int_equal(rules_remove(AF_INET, &x, err, sizeof(err)), -1);
+	if (strstr(err, "killed by signal 15") == NULL)
+		fail_msg("\"%s\" lacks the signal", err);
+	rm_dir(dir);
+}
+
 static int
 teardown(void **state)
 {
@@ -602,6 +697,8 @@ main(void)
 		cmocka_unit_test(test_lib_and_run),
 		cmocka_unit_test(test_backend_auto),
 		cmocka_unit_test(test_parse_nft),
+		cmocka_unit_test(test_remove_retries_signalled_check),
+		cmocka_unit_test(test_remove_reports_signalled_flush),
 	};
 	return cmocka_run_group_tests_name("rules", tests, NULL, teardown);
 }
