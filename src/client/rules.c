@@ -657,9 +657,10 @@ mono_ms(void)
 
 /* Runs argv with input on its stdin (NULL: none), for at most deadline_ms
  * (then SIGKILL). Returns its exit status (0 = success), RULES_KILLED past
- * the deadline, RULES_SIGNALED if another signal ended it, or -1; its output (stdout and stderr) goes into err (the
- * start of it) and, with capture, all of it into *capture (malloc'ed,
- * NUL-terminated; NULL if out of memory or beyond CAPTURE_MAX). */
+ * the deadline, RULES_SIGNALED if another signal ended it, or -1; its
+ * output (stdout and stderr) goes into err (the start of it) and, with
+ * capture, all of it into *capture (malloc'ed, NUL-terminated; NULL if out
+ * of memory or beyond CAPTURE_MAX). */
 static int
 run_capture(char *const argv[], const char *input, int64_t deadline_ms, char *err,
     size_t errlen, char **capture)
