@@ -140,13 +140,16 @@ def test_drain_deadline_with_bytes_in_flight_resets_both_ends(net, relays, key, 
     srv = servers(p, send_forever)
     out = os.path.join(net.dir, "drain.out")
     with open(out, "wb") as fout:
-        proc = client.start(p, "--pause-read", 4, stdin=subprocess.PIPE, stdout=fout)
+        # Paused until the relay is gone (SIGUSR1 below), not for a time
+        # a loaded machine may outrun.
+        proc = client.start(p, "--pause-read", 300, stdin=subprocess.PIPE, stdout=fout)
     try:
         relay.wait_counter("pipes_open", lambda v: v == 1, timeout=10)
         # The relay holds bytes for the paused client: the server is blocked.
         relay.wait_counter("kpipes_in_use", lambda v: v >= 1, timeout=10)
         relay.signal(signal.SIGTERM)
         assert relay.wait(15) == 0, relay.log()[-2000:]
+        proc.send_signal(signal.SIGUSR1)
         r = client.finish(proc, 30)
     finally:
         if proc.stdin:

@@ -1,6 +1,7 @@
 """Data through a pipe: byte-exact transfers, half-closes, resets, backpressure."""
 
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -196,7 +197,9 @@ def test_slow_reader_bounded_memory(net, relays, key, servers, port):
 
     srv = servers(p, serve)
     rss0 = relay.rss_kib()
-    proc = client.start(p, "--pause-read", 6)
+    # Paused until SIGUSR1 below: a pause that ends by itself could end
+    # within the measurement on a loaded machine.
+    proc = client.start(p, "--pause-read", 300)
     time.sleep(2.5)
     s1 = sent[0]
     time.sleep(1.5)
@@ -210,6 +213,7 @@ def test_slow_reader_bounded_memory(net, relays, key, servers, port):
     assert s2 - s1 < 2 * MiB, "server writes still progressing: %d -> %d" % (s1, s2)
     assert c["bytes_server_to_client"] <= s2
     assert rss1 - rss0 < 4096, "relay RSS grew from %d to %d KiB" % (rss0, rss1)
+    proc.send_signal(signal.SIGUSR1)
     r = client.finish(proc, 60)
     assert r.rc == 0, r
     assert int(r.line("closed")["received"]) == total, r
