@@ -769,6 +769,13 @@ fail0:
 	return -1;
 }
 
+/* How long a tool may take: the xtables lock wait, then a grace. */
+static int64_t
+tool_deadline_ms(const struct rules_exec *x)
+{
+	return (int64_t)x->wait_s * 1000 + KILL_GRACE_MS;
+}
+
 /* run_capture with x's deadline, once more if a signal not ours ended the
  * tool: a stop under systemd's control-group kill signals every process of
  * the unit, and a tool forked while it does dies without an answer (a -C
@@ -779,7 +786,7 @@ static int
 run_tool(const struct rules_exec *x, char *const argv[], const char *input, char *err,
     size_t errlen, char **capture)
 {
-	int64_t deadline = (int64_t)x->wait_s * 1000 + KILL_GRACE_MS;
+	int64_t deadline = tool_deadline_ms(x);
 	int rc = run_capture(argv, input, deadline, err, errlen, capture);
 
 	if (rc == RULES_SIGNALED) {
@@ -854,8 +861,7 @@ jump(const struct rules_exec *x, int family, const struct hook_jump *j, const ch
 		argv[9] = (char *)j->chain;
 		/* Not again: one that was signalled after its commit would
 		 * leave the jump twice. */
-		return run_capture(argv, NULL, (int64_t)x->wait_s * 1000 + KILL_GRACE_MS, err,
-		    errlen, NULL);
+		return run_capture(argv, NULL, tool_deadline_ms(x), err, errlen, NULL);
 	}
 	return run(x, argv, NULL, err, errlen);
 }

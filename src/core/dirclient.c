@@ -635,24 +635,37 @@ opt_string(xmlrpc_env *env, xmlrpc_value *st, const char *name, const char **out
 	xmlrpc_DECREF(v);
 }
 
+/* The directory's cert and sig members, decoded; also_there: another
+ * member the signed answer must have (false: one is missing). */
+static void
+read_cert_sig(xmlrpc_env *env, xmlrpc_value *res, bool also_there,
+    uint8_t dir_cert[IDENT_CERT_LEN], uint8_t sig_out[IDENT_SIG_LEN])
+{
+	const char *cert = NULL, *sig = NULL;
+
+	opt_string(env, res, "cert", &cert);
+	if (!env->fault_occurred)
+		opt_string(env, res, "sig", &sig);
+	if (!env->fault_occurred && (!also_there || cert == NULL || sig == NULL))
+		xmlrpc_faultf(env, "the answer is not signed (a directory in shared mode, or "
+		    "not slot-dird)");
+	if (!env->fault_occurred && (dirp_unhex(cert, dir_cert, IDENT_CERT_LEN) == -1 ||
+	    dirp_unhex(sig, sig_out, IDENT_SIG_LEN) == -1))
+		xmlrpc_faultf(env, "cert or sig is not hex of the right length");
+	free((void *)cert);
+	free((void *)sig);
+}
+
 /* The identity-mode members: revoked, cert, sig. */
 static void
 read_signature(xmlrpc_env *env, xmlrpc_value *res, struct answer *a)
 {
 	xmlrpc_value *arr = NULL;
-	const char *cert = NULL, *sig = NULL;
 	int n;
 
 	xmlrpc_struct_find_value(env, res, "revoked", &arr);
-	opt_string(env, res, "cert", &cert);
 	if (!env->fault_occurred)
-		opt_string(env, res, "sig", &sig);
-	if (!env->fault_occurred && (arr == NULL || cert == NULL || sig == NULL))
-		xmlrpc_faultf(env, "the answer is not signed (a directory in shared mode, or "
-		    "not slot-dird)");
-	if (!env->fault_occurred && (dirp_unhex(cert, a->dir_cert, IDENT_CERT_LEN) == -1 ||
-	    dirp_unhex(sig, a->sig, IDENT_SIG_LEN) == -1))
-		xmlrpc_faultf(env, "cert or sig is not hex of the right length");
+		read_cert_sig(env, res, arr != NULL, a->dir_cert, a->sig);
 	n = env->fault_occurred ? 0 : xmlrpc_array_size(env, arr);
 	if (!env->fault_occurred && (n < 0 || n > DIRC_MAX_RELAYS))
 		xmlrpc_faultf(env, "%d revoked serials", n);
@@ -674,8 +687,6 @@ read_signature(xmlrpc_env *env, xmlrpc_value *res, struct answer *a)
 	}
 	if (!env->fault_occurred)
 		a->nrevoked = (size_t)n;
-	free((void *)cert);
-	free((void *)sig);
 	if (arr)
 		xmlrpc_DECREF(arr);
 }
@@ -1148,7 +1159,6 @@ text_listing_read(xmlrpc_value *res, const uint8_t *ca_pk, const char *nonce, bo
 {
 	xmlrpc_env env;
 	const unsigned char *text = NULL, *rows = NULL;
-	const char *cert = NULL, *sig = NULL;
 	uint8_t dcert[IDENT_CERT_LEN], dsig[IDENT_SIG_LEN];
 	size_t tlen = 0, rlen = 0;
 	int rc = -1;
@@ -1162,17 +1172,8 @@ text_listing_read(xmlrpc_value *res, const uint8_t *ca_pk, const char *nonce, bo
 	opt_base64(&env, res, "text", &text, &tlen);
 	if (!env.fault_occurred)
 		opt_base64(&env, res, "rtt", &rows, &rlen);
-	if (!env.fault_occurred && ca_pk != NULL) {
-		opt_string(&env, res, "cert", &cert);
-		if (!env.fault_occurred)
-			opt_string(&env, res, "sig", &sig);
-		if (!env.fault_occurred && (cert == NULL || sig == NULL))
-			xmlrpc_faultf(&env, "the answer is not signed (a directory in shared "
-			    "mode, or not slot-dird)");
-		if (!env.fault_occurred && (dirp_unhex(cert, dcert, IDENT_CERT_LEN) == -1 ||
-		    dirp_unhex(sig, dsig, IDENT_SIG_LEN) == -1))
-			xmlrpc_faultf(&env, "cert or sig is not hex of the right length");
-	}
+	if (!env.fault_occurred && ca_pk != NULL)
+		read_cert_sig(&env, res, true, dcert, dsig);
 	in.rows = rows;
 	in.rows_len = rlen;
 	if (env.fault_occurred)
@@ -1186,8 +1187,6 @@ text_listing_read(xmlrpc_value *res, const uint8_t *ca_pk, const char *nonce, bo
 		rc = read_text((const char *)text, tlen, &in, out, err, errlen);
 	free((void *)text);
 	free((void *)rows);
-	free((void *)cert);
-	free((void *)sig);
 	xmlrpc_env_clean(&env);
 	return rc;
 }
