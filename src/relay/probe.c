@@ -84,9 +84,9 @@ struct probe_srv {
 	struct ratelimit *rl_hello;	/* other relays' HELLOs, per source */
 	struct synp_sock *synp;	/* NULL: connect measurements only */
 	struct htab ho;	/* struct handover by target */
-	TAILQ_HEAD(, handover) ho_fifo;	/* oldest first */
+	TAILQ_HEAD(ho_list, handover) ho_fifo;	/* nearest deadline first */
 	size_t nho;
-	ev_timer ho_timer;	/* the oldest one's deadline */
+	ev_timer ho_timer;	/* the first one's deadline */
 	struct sock_ackcheck ack;	/* the kernel's ACK deferral, checked at start */
 	ev_timer ack_timer;
 	int ack_tries;
@@ -177,9 +177,7 @@ handover_arm(struct probe_srv *ps)
 
 /* Unused: reset before the kernel's deferred ACK would complete the
  * handshake (handover's bound is below SOCK_ACK_DEFER_MS), so that the
- * server's application never sees it. A reload may shorten the hold of
- * later entries than the oldest; they then wait for it, still within the
- * longest hold allowed. */
+ * server's application never sees it. */
 static void
 handover_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -197,14 +195,25 @@ handover_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	handover_arm(ps);
 }
 
-/* Keeps fd, a measurement's connection to target, for a pipe to target;
- * at the cap the oldest one goes. Closes fd if it cannot. */
+/* Keeps fd, a measurement's connection to target whose SYN-ACK came at
+ * synack_us, for a pipe to target; at the cap the one nearest its deadline
+ * goes. Closes fd if it cannot. The hold counts from the SYN-ACK, as the
+ * kernel's deferred ACK does: counted from when the loop got here, a loop
+ * running late would push the reset past that ACK and the server would
+ * accept the measurement. ho_fifo stays in deadline order (SYN-ACKs may be
+ * handled out of order; a reload may shorten the hold). */
 static void
-handover_add(struct probe_srv *ps, const struct endpoint *target, int fd)
+handover_add(struct probe_srv *ps, const struct endpoint *target, int fd, uint64_t synack_us)
 {
 	struct relay *r = ps->r;
-	struct handover *h, *old;
+	struct handover *h, *old, *prev;
+	uint64_t deadline = synack_us + r->conf.handover_ms * 1000;
 
+	if (deadline <= clock_mono_us() + 1000) {
+		sock_close_rst(fd);
+		r->ctr.handovers_unused++;
+		return;
+	}
 	if (ps->nho >= r->conf.max_inflight && (old = TAILQ_FIRST(&ps->ho_fifo))) {
 		sock_close_rst(old->fd);
 		r->ctr.handovers_unused++;
@@ -216,9 +225,15 @@ handover_add(struct probe_srv *ps, const struct endpoint *target, int fd)
 	}
 	h->target = *target;
 	h->fd = fd;
-	h->deadline_us = clock_mono_us() + r->conf.handover_ms * 1000;
+	h->deadline_us = deadline;
 	htab_insert(&ps->ho, &h->hn, ep_hash(target, r->hkey));
-	TAILQ_INSERT_TAIL(&ps->ho_fifo, h, link);
+	for (prev = TAILQ_LAST(&ps->ho_fifo, ho_list); prev && prev->deadline_us > deadline;
+	    prev = TAILQ_PREV(prev, ho_list, link))
+		;
+	if (prev)
+		TAILQ_INSERT_AFTER(&ps->ho_fifo, prev, h, link);
+	else
+		TAILQ_INSERT_HEAD(&ps->ho_fifo, h, link);
 	ps->nho++;
 	if (h == TAILQ_FIRST(&ps->ho_fifo))
 		handover_arm(ps);
@@ -261,7 +276,7 @@ job_finish(struct job *j, uint8_t status, uint32_t rtt_us)
 	 * server may answer both, and the second SYN-ACK, meeting the
 	 * connection up, would draw the ACK that completes it. */
 	if (j->fd >= 0 && status == PROBE_ST_OK && handover_on(ps) && cache)
-		handover_add(ps, &j->target, j->fd);
+		handover_add(ps, &j->target, j->fd, j->t_start + rtt_us);
 	else if (j->fd >= 0)
 		sock_close_rst(j->fd);
 	htab_remove(&ps->jobs, &j->hn);

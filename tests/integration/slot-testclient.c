@@ -127,7 +127,8 @@ usage(void)
 	    "  chains:  --hop CONTROL=DATA (once or twice: PIPE_ESTABLISH_CHAIN)\n"
 	    "  --keepalive FLAGS: after the answers, a KEEPALIVE with these header\n"
 	    "           flags (1 OBSERVE, 2 CHAINS); prints its answer (--count 0: no pipe)\n"
-	    "  probes:  --probe --probe-port P [--count N]\n");
+	    "  probes:  --probe --probe-port P [--count N] (identity mode: after a hello\n"
+	    "           on the control connection, kept open while they run)\n");
 	exit(EXIT_USAGE);
 }
 
@@ -303,6 +304,33 @@ sleep_s(double s)
 		poll(NULL, 0, ms_until(until));
 }
 
+/* The control connection's bytes read and not yet taken. */
+struct rbuf {
+	uint8_t b[4096];
+	size_t len;
+};
+
+/* The control connection to o.relay in *ctl. Returns 0, or an exit code. */
+static int
+control_connect(int *ctl)
+{
+	int e;
+
+	if ((*ctl = sock_connect_nb(&o.relay, 0)) < 0) {
+		say("error control connect: %s", strerror(errno));
+		return EXIT_OTHER;
+	}
+	if (wait_fd(*ctl, POLLOUT, deadline ? deadline : clock_mono_us() + DEFAULT_WAIT_US) == 0)
+		timed_out();
+	if ((e = sock_connect_result(*ctl)) != 0) {
+		say("error control connect: %s", strerror(e));
+		return EXIT_OTHER;
+	}
+	return 0;
+}
+
+static int hello(int ctl, struct rbuf *rb);
+
 /* ---- probes ---- */
 
 static int
@@ -316,7 +344,16 @@ run_probe(void)
 	uint8_t buf[PROTO_MAX_LEN];
 	int fd, n, got = 0;
 	uint64_t until;
+	int ctl = -1, e;
 
+	/* Identity mode: probes are MACed with the pair key, which the
+	 * relay knows of a client once its control connection said hello. */
+	if (have_id) {
+		struct rbuf rb = { .len = 0 };
+
+		if ((e = control_connect(&ctl)) != 0 || (e = hello(ctl, &rb)) != 0)
+			return e;
+	}
 	dst.port = o.probe_port;
 	sl = ep_to_sockaddr(&dst, &ss);
 	fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -331,6 +368,8 @@ run_probe(void)
 		m.nonce = random_u64();
 		m.id = (uint32_t)i + 1;
 		m.u.probe_req.target = o.server;
+		if (have_id)
+			memcpy(m.sender, id.cert.pk, PROTO_PK_LEN);
 		n = proto_encode(&m, &sign_key, buf, sizeof(buf));
 		if (n < 0) {
 			say("error encode");
@@ -356,7 +395,8 @@ run_probe(void)
 			say("error probe recv: %s", strerror(errno));
 			break;
 		}
-		if (proto_decode(buf, (size_t)r, &key, &m, &used, &why) != PROTO_OK) {
+		if ((have_id ? proto_decode_with(buf, (size_t)r, proto_key_pair, &pair, &m, &used,
+		    &why) : proto_decode(buf, (size_t)r, &key, &m, &used, &why)) != PROTO_OK) {
 			say("bad reply (%s)", proto_err_str(why));
 			continue;
 		}
@@ -375,6 +415,8 @@ run_probe(void)
 	}
 	say("probes sent=%d replies=%d", o.count, got);
 	close(fd);
+	if (ctl >= 0)
+		close(ctl);
 	return got > 0 ? EXIT_CLEAN : EXIT_OTHER;
 }
 
@@ -492,11 +534,6 @@ pump(int fd)
 }
 
 /* ---- control ---- */
-
-struct rbuf {
-	uint8_t b[4096];
-	size_t len;
-};
 
 /* Identity mode before the relay's HELLO: no sender is known (a HELLO needs
  * no key). */
@@ -659,17 +696,8 @@ run_establish(void)
 	int ctl, expect, got = 0, e;
 	bool any_error = false, any_fail = false, closed = false;
 
-	ctl = sock_connect_nb(&o.relay, 0);
-	if (ctl < 0) {
-		say("error control connect: %s", strerror(errno));
-		return EXIT_OTHER;
-	}
-	if (wait_fd(ctl, POLLOUT, deadline ? deadline : clock_mono_us() + DEFAULT_WAIT_US) == 0)
-		timed_out();
-	if ((e = sock_connect_result(ctl)) != 0) {
-		say("error control connect: %s", strerror(e));
-		return EXIT_OTHER;
-	}
+	if ((e = control_connect(&ctl)) != 0)
+		return e;
 	if (sock_local_ep(ctl, &local) < 0) {
 		say("error getsockname: %s", strerror(errno));
 		return EXIT_OTHER;

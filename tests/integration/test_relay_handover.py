@@ -39,10 +39,10 @@ def deltas(before, after):
     return {k: after[k] - before[k] for k in after if isinstance(after[k], int)}
 
 
-# The hold is dated from when the relay's loop handles the connect, not from
-# the SYN-ACK: 150 ms (the default) left a busy relay ~40 ms before the
-# kernel's deferred ACK, sent 190-200 ms after the SYN-ACK, and the server
-# accepted. 50 ms still resets the connection before that ACK, with room.
+# The hold counts from the SYN-ACK, and the reset is due 150 ms (the
+# default) after it, 40-50 ms before the kernel's deferred ACK; a relay busy
+# enough to run its timer that late would let the server accept (the relay
+# cannot reset sooner than its loop runs). 50 ms leaves a loaded machine room.
 SHORT_HOLD = {"probe": {"handover": "50ms"}}
 
 

@@ -21,7 +21,11 @@ handover reads late) to show the count sees probes when there are any.
 
 import os
 import re
+import signal
+import socket
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -33,6 +37,7 @@ PORT = 5201                       # hijacked by the bed's slotd config
 BODY = 64 * KiB
 HERE = os.path.dirname(os.path.abspath(__file__))
 NO_NET_RAW = ["setpriv", "--bounding-set", "-net_raw"]
+TESTCLIENT = os.path.join(slotbed.BUILD, "tests", "slot-testclient")
 
 
 @pytest.fixture(scope="module")
@@ -297,3 +302,73 @@ def test_a_handshake_acknowledged_is_accepted(sb, server):
     n0, n1 = int(out[0]), int(out[1])
     # not accepted while its ACK waits, accepted once the kernel sent it
     assert n1 == n0 + 1, (n0, n1, accepts(log)[before:])
+
+
+# Run in a relay's host: waits for the relay's connect to the server
+# (SYN_SENT in /proc/net/tcp), then stops the relay for STOP_S, as a relay
+# too busy to run its loop would be while the SYN-ACK comes in.
+STOPPER = r"""
+import os, signal, sys, time
+pid, dst, stop_s = int(sys.argv[1]), sys.argv[2].upper(), float(sys.argv[3])
+print("ready", flush=True)
+end = time.monotonic() + 10
+while time.monotonic() < end:
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        f = line.split()
+        if f[2] == dst and f[3] == "02":
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(stop_s)
+            os.kill(pid, signal.SIGCONT)
+            print("stopped", flush=True)
+            sys.exit(0)
+    time.sleep(0.0005)
+print("no connect seen", flush=True)
+"""
+STOP_S = 0.15
+
+
+def test_a_late_relay_resets_before_the_deferred_ack(sb, server):
+    """The relay's hold counts from the SYN-ACK, not from when its loop
+    handles the connect. relay2 (80 ms from the server) is stopped from its
+    connect until 150 ms later: the SYN-ACK comes meanwhile, and the
+    kernel's deferred ACK would go 190-200 ms after it. Counted from the
+    loop (150 ms from the continue), the reset came after that ACK and the
+    server accepted the measurement; counted from the SYN-ACK, it comes
+    about 40 ms before it."""
+    _, log = server
+    r2 = sb.relay("relay2")
+    ip = sb.ip("server")
+    dst = "%08X:%04X" % (int.from_bytes(socket.inet_aton(ip), "little"), PORT)
+    auth = sb.auth_for("client", "synprobe-late")
+    creds = ["--key", sb.slotd_key] if auth.get("mode") == "shared" else \
+        ["--id-key", auth["key"], "--id-cert", auth["certificate"], "--ca", auth["ca"]]
+    exercised = 0
+    for _ in range(3):
+        before = len(accepts(log))
+        c0 = r2.counters()
+        st = sb.bed.popen("relay2", [sys.executable, "-c", STOPPER, str(r2.proc.pid), dst,
+                                     str(STOP_S)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert st.stdout.readline().strip() == "ready"
+            p = subprocess.run(sb.bed.cmd("client", TESTCLIENT, *creds, "--relay", r2.control,
+                                          "--server", "%s:%d" % (ip, PORT), "--probe",
+                                          "--probe-port", str(r2.probe_port), "--timeout", "10"),
+                               capture_output=True, text=True, timeout=30)
+            said = st.stdout.read().strip()
+        finally:
+            st.wait(timeout=20)
+            os.kill(r2.proc.pid, signal.SIGCONT)
+        m = re.search(r"probe status=(\S+) rtt_us=\d+ hold_us=(\d+)", p.stderr)
+        assert m and m.group(1) == "ok", (p.stderr, r2.log()[-3000:])
+        slotbed.wait_for(lambda: r2.counters()["handovers_held"] == 0, 5,
+                         "relay2 to let the measurement go")
+        time.sleep(0.3)           # past the kernel's deferred ACK
+        d = slotbed.deltas(c0, r2.counters())
+        assert d["measure_connect"] == 1 and d["handovers_unused"] == 1, d
+        assert [x for x in accepts(log)[before:] if x[0] == "accept"] == [], \
+            (said, m.group(2), accepts(log)[before:])
+        # the stop held the reply: the relay read the request before it
+        # and finished the measurement after it
+        if said == "stopped" and int(m.group(2)) >= STOP_S * 1e6 * 0.9:
+            exercised += 1
+    assert exercised >= 1, "relay2 was never stopped between its connect and its reply"
