@@ -14,6 +14,8 @@
 
 #include "slot/log.h"
 #include "slot/replay.h"
+#include "dirlink.h"
+#include "nexthops.h"
 #include "slot/sock.h"
 #include "chain.h"
 #include "pipe.h"
@@ -155,7 +157,9 @@ chains_init(struct relay *r)
 	if (cs == NULL)
 		return -1;
 	if ((cs->replay = replay_new(LINK_REPLAY_CAPACITY,
-	    r->conf.max_clock_skew_ms * 1000)) == NULL) {
+	    r->conf.max_clock_skew_ms * 1000)) == NULL ||
+	    (r->nexthops = nexthops_new()) == NULL) {
+		replay_free(cs->replay);
 		free(cs);
 		return -1;
 	}
@@ -183,6 +187,18 @@ chains_destroy(struct relay *r)
 	replay_free(cs->replay);
 	free(cs);
 	r->chains = NULL;
+	nexthops_free(r->nexthops);
+	r->nexthops = NULL;
+}
+
+void
+chains_conf_note(const struct relay *r)
+{
+	if (r->conf.chain_allow && !r->conf.chain_any_hop && r->conf.dir_urls.n == 0)
+		log_warnx("[chain] next_hops = listed and no [directory] urls: no listing "
+		    "names the next relays, so every chain request is refused (set "
+		    "next_hops = any to take any relay of the CA, at the data port the "
+		    "request names)");
 }
 
 void
@@ -247,6 +263,18 @@ chain_check(const struct relay *r, const struct chain_spec *s)
 		if (policy_check_addr(&r->conf.policy, &s->hops[i].control.addr) != POLICY_OK)
 			return EACCES;
 	}
+	if (r->conf.chain_any_hop)
+		return 0;
+	for (i = 0; i < s->nhops; i++) {
+		switch (nexthops_check(r->nexthops, &s->hops[i].control, s->hops[i].data.port)) {
+		case NEXTHOP_LISTED:
+			break;
+		case NEXTHOP_OTHER_PORT:
+			return EINVAL;
+		case NEXTHOP_UNLISTED:
+			return ENOENT;
+		}
+	}
 	return 0;
 }
 
@@ -278,9 +306,15 @@ chain_establish(struct relay *r, struct ctrl_conn *c, const struct proto_msg *m)
 		    err == EPERM ? "chains disabled ([chain] allow = no)" :
 		    err == EACCES ? "a next relay's address refused by [policy] (as a "
 		    "server's would be: allow_destinations, deny_destinations)" :
-		    "invalid hops (a data address not the control address, this relay, "
-		    "or a relay twice)");
+		    err == ENOENT ? (nexthops_have_listing(r->nexthops) ?
+		    "a next relay not in the directory's listing ([chain] next_hops = listed)" :
+		    "no directory listing yet to find the next relays in ([chain] next_hops "
+		    "= listed)") :
+		    "invalid hops (a data address not the control address, a data port not "
+		    "the one the directory lists, this relay, or a relay twice)");
 		ctrl_send_fail(c, m->id, FAIL_NEXT_HOP, (uint32_t)err);
+		if (err == ENOENT)
+			dirlink_list_soon(r->dir);
 		return;
 	}
 	pipe_establish_chain(r, c, m->id, &m->u.chain.client, &m->u.chain.server, token, &s);

@@ -41,10 +41,15 @@ size_t chains_links(const struct relay *r);
 
 /* The checks of a chain request, in this order (docs/relay.md): chains
  * allowed here, each hop's data address equal to its control address, no
- * hop that is this relay, no relay twice. 0, or -1 with the errno a
- * PIPE_FAIL NEXT_HOP carries (EPERM: chains disabled here; EINVAL: the
- * hops). */
+ * hop that is this relay, no relay twice, each hop's address one [policy]
+ * takes, and unless [chain] next_hops = any each hop a relay of the
+ * directory's listing at its listed data port. 0, or the errno a PIPE_FAIL
+ * NEXT_HOP carries (EPERM: chains disabled here; EINVAL: the hops, or a
+ * data port not the listed one; EACCES: the policy; ENOENT: a hop not
+ * listed, or no listing). */
 int chain_check(const struct relay *r, const struct chain_spec *s);
+/* Warns of a configuration that refuses every chain (at start and reload). */
+void chains_conf_note(const struct relay *r);
 
 /* An authenticated PIPE_ESTABLISH_CHAIN on c: checked, counted, and handed
  * to pipe.c (pipe_establish_chain), or answered PIPE_FAIL. */

@@ -18,6 +18,7 @@
 #define RETRY_MIN_US 1000000ull		/* first retry of a failed registration */
 #define RETRY_MAX_US 60000000ull
 #define WAIT_MAX_US 60000000ull
+#define LIST_SOON_MIN_US 10000000ull	/* list calls asked for by chains */
 
 struct url_state {
 	bool registered;
@@ -54,8 +55,10 @@ struct dirlink {
 	struct dirc_rtt *report;
 	size_t nreport;
 	bool peers_new;
+	bool list_soon;			/* a chain named a relay we do not list */
 	struct endpoint self;
 	struct endpoint *peers;
+	uint16_t *data_ports;
 	size_t npeers;
 	struct dirlink_counters ctr;
 };
@@ -76,6 +79,7 @@ struct worker {
 	size_t nreport;
 	char version[DIRC_VERSION_MAX];
 	uint64_t next_list_us;
+	uint64_t last_list_us;		/* the last list call's start, 0: none */
 	bool list_failing;
 	struct dirc_relay *list;	/* the latest listing, to filter again */
 	size_t nlist;
@@ -291,11 +295,14 @@ static void
 hand_peers(struct worker *w, bool rev_new)
 {
 	struct endpoint *peers = calloc(w->nlist ? w->nlist : 1, sizeof(*peers));
+	uint16_t *ports = calloc(w->nlist ? w->nlist : 1, sizeof(*ports));
 	struct ident_revoked rev = { 0 };
 	size_t np = 0;
 
-	if (peers == NULL || (rev_new && ident_revoked_copy(&w->held, &rev) == -1)) {
+	if (peers == NULL || ports == NULL ||
+	    (rev_new && ident_revoked_copy(&w->held, &rev) == -1)) {
 		free(peers);
+		free(ports);
 		return;
 	}
 	for (size_t j = 0; j < w->nlist; j++) {
@@ -304,11 +311,14 @@ hand_peers(struct worker *w, bool rev_new)
 		if (ep_eq(&x->relay, &w->self) || ep_eq(&x->relay, &w->self2) ||
 		    (x->has_cert && ident_revoked_has(&w->held, x->cert.serial)))
 			continue;
+		ports[np] = x->data_port;
 		peers[np++] = x->relay;
 	}
 	pthread_mutex_lock(&w->dl->mu);
 	free(w->dl->peers);
+	free(w->dl->data_ports);
 	w->dl->peers = peers;
+	w->dl->data_ports = ports;
 	w->dl->npeers = np;
 	w->dl->self = w->self;
 	w->dl->peers_new = true;
@@ -329,6 +339,7 @@ fetch_list(struct worker *w, uint64_t now)
 	const struct conf_urls *urls = &w->dl->conf.dir_urls;
 	char err[512] = "";
 
+	w->last_list_us = now;
 	for (size_t i = 0; i < urls->n; i++) {
 		struct dirc_listing l;
 		bool rev_new = false;
@@ -415,6 +426,16 @@ run(void *arg)
 			for (size_t i = 0; i < dl->conf.dir_urls.n; i++)
 				w.u[i].report_due = w.u2[i].report_due = w.nreport > 0;
 		}
+		/* A relay that joined since our last listing: list again, at
+		 * most every LIST_SOON_MIN_US, rather than refuse chains through
+		 * it for up to list_interval. */
+		if (dl->list_soon) {
+			uint64_t soonest = w.last_list_us ? w.last_list_us + LIST_SOON_MIN_US : 0;
+
+			if (soonest < w.next_list_us)
+				w.next_list_us = soonest;
+			dl->list_soon = false;
+		}
 		pthread_mutex_unlock(&dl->mu);
 
 		uint64_t now = clock_mono_us(), wake = now + WAIT_MAX_US;
@@ -459,7 +480,8 @@ run(void *arg)
 			ts.tv_nsec -= 1000000000;
 		}
 		pthread_mutex_lock(&dl->mu);
-		while (!dl->stop && !dl->key_new && !dl->ident_new && !dl->report_new && d > 0)
+		while (!dl->stop && !dl->key_new && !dl->ident_new && !dl->report_new &&
+		    !dl->list_soon && d > 0)
 			if (pthread_cond_timedwait(&dl->cv, &dl->mu, &ts) == ETIMEDOUT)
 				break;
 	}
@@ -476,6 +498,7 @@ wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
 	struct dirlink *dl = a->data;
 	struct endpoint self, *peers = NULL;
+	uint16_t *ports = NULL;
 	struct ident_revoked rev = { 0 };
 	size_t n = 0;
 	bool fresh, rev_new;
@@ -492,16 +515,19 @@ wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 	fresh = dl->peers_new;
 	if (fresh) {
 		peers = dl->peers;
+		ports = dl->data_ports;
 		n = dl->npeers;
 		self = dl->self;
 		dl->peers = NULL;
+		dl->data_ports = NULL;
 		dl->npeers = 0;
 		dl->peers_new = false;
 	}
 	pthread_mutex_unlock(&dl->mu);
 	if (fresh && dl->cb)
-		dl->cb(dl->user, &self, peers, n, rev_new ? &rev : NULL);
+		dl->cb(dl->user, &self, peers, ports, n, rev_new ? &rev : NULL);
 	free(peers);
+	free(ports);
 	ident_revoked_free(&rev);
 }
 
@@ -565,6 +591,7 @@ dirlink_stop(struct dirlink *dl)
 	ident_revoked_free(&dl->rev);
 	free(dl->report);
 	free(dl->peers);
+	free(dl->data_ports);
 	free(dl);
 }
 
@@ -606,6 +633,17 @@ dirlink_report(struct dirlink *dl, const struct dirc_rtt *rtts, size_t n)
 	pthread_cond_signal(&dl->cv);
 	pthread_mutex_unlock(&dl->mu);
 	return 0;
+}
+
+void
+dirlink_list_soon(struct dirlink *dl)
+{
+	if (dl == NULL)
+		return;
+	pthread_mutex_lock(&dl->mu);
+	dl->list_soon = true;
+	pthread_cond_signal(&dl->cv);
+	pthread_mutex_unlock(&dl->mu);
 }
 
 void

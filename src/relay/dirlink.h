@@ -28,10 +28,12 @@ struct dirlink_counters {
 
 /* Called on the loop's thread with the relay's own endpoint (as registered)
  * and the other relays of the latest list (self excluded, and in identity
- * mode the relays of the directory's revocation list too); rev is the
- * revocation list when it changed, else NULL. */
+ * mode the relays of the directory's revocation list too): peers[i] and
+ * the data port it registered, data_ports[i]; rev is the revocation list
+ * when it changed, else NULL. */
 typedef void (*dirlink_peers_cb)(void *user, const struct endpoint *self,
-    const struct endpoint *peers, size_t n, const struct ident_revoked *rev);
+    const struct endpoint *peers, const uint16_t *data_ports, size_t n,
+    const struct ident_revoked *rev);
 
 /* c->dir_urls must not be empty. dirc_global_init() must have run. id: our
  * identity (identity mode: calls signed with it, listings checked against
@@ -45,6 +47,9 @@ void dirlink_stop(struct dirlink *dl);
 void dirlink_set_key(struct dirlink *dl, const struct auth_key *key);
 /* Identity mode: the identity after a reload. */
 void dirlink_set_ident(struct dirlink *dl, const struct ident *id);
+/* A chain named a relay the listing lacks: list again soon (within 10 s of
+ * the last list call). dl may be NULL (no directory). */
+void dirlink_list_soon(struct dirlink *dl);
 /* The RTTs to report from now on (replacing the earlier ones); sent to every
  * directory soon, and again after a new registration. */
 int dirlink_report(struct dirlink *dl, const struct dirc_rtt *rtts, size_t n);

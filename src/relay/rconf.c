@@ -120,7 +120,7 @@ rconf_free(struct rconf *c)
 #define DAY_MS (24ull * 3600 * 1000)
 
 /* The kinds of this daemon's own, parsed by custom_key. */
-enum { K_ADVERTISE = 1, K_CONGESTION, K_CONGESTION_ON_LOSS };
+enum { K_ADVERTISE = 1, K_CONGESTION, K_CONGESTION_ON_LOSS, K_NEXT_HOPS };
 
 #define F(sec, name, kind, m) CONF_KEY(struct rconf, sec, name, kind, m)
 static const struct conf_key keys[] = {
@@ -167,6 +167,7 @@ static const struct conf_key keys[] = {
 	{ F("limits", "keepalive_count", CK_UINT, keepalive_count), .min = 1, .max = 127 },
 	{ F("limits", "user_timeout", CK_MS_OFF, user_timeout_ms), .min = 1000, .max = DAY_MS },
 	{ F("chain", "allow", CK_BOOL, chain_allow) },
+	{ F("chain", "next_hops", CK_CUSTOM, chain_any_hop), .custom = K_NEXT_HOPS },
 	{ F("chain", "link_idle_timeout", CK_MS, chain_link_idle_ms), .min = 1000, .max = DAY_MS },
 	{ F("chain", "max_links", CK_UINT, chain_max_links), .min = 1, .max = 65536 },
 	{ F("pipe", "congestion", CK_CUSTOM, congestion), .custom = K_CONGESTION },
@@ -280,6 +281,15 @@ custom_key(void *obj, const struct conf_key *k, const char *value, char *sub, si
 	if (k->custom == K_CONGESTION)
 		return parse_congestion(value, c->congestion, sizeof(c->congestion), "system",
 		    sub, sublen);
+	if (k->custom == K_NEXT_HOPS) {
+		if (strcmp(value, "listed") == 0 || strcmp(value, "any") == 0) {
+			c->chain_any_hop = strcmp(value, "any") == 0;
+			return 0;
+		}
+		snprintf(sub, sublen, "must be listed (the relays of the directory's "
+		    "listing, at their data port) or any");
+		return -1;
+	}
 	if (k->custom == K_CONGESTION_ON_LOSS) {
 		c->congestion_on_loss_set = 1;
 		return parse_congestion(value, c->congestion_on_loss,

@@ -54,6 +54,7 @@ struct rconf {
 
 	/* [chain] */
 	bool chain_allow;		/* be the first or a middle relay of chains */
+	bool chain_any_hop;		/* next_hops = any: not only the listed relays */
 	uint64_t chain_link_idle_ms;	/* an unused link to a next relay closes */
 	uint64_t chain_max_links;	/* links to next relays at once */
 	/* [pipe] */

@@ -79,6 +79,7 @@ struct pipe;
 struct ctrl_conn;
 struct probe_srv;
 struct dirlink;
+struct nexthops;
 struct peers;
 struct peertab;
 struct chains;
@@ -132,6 +133,7 @@ struct relay {
 	struct dirlink *dir;		/* NULL: no directory configured */
 	struct peers *peers;
 	struct chains *chains;		/* links to next relays (chain.c) */
+	struct nexthops *nexthops;	/* the relays a chain may name (nexthops.c) */
 	struct initcwnd *iw;		/* learned initial windows; NULL: off */
 
 	int draining;

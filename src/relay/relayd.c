@@ -27,6 +27,7 @@
 #include "chain.h"
 #include "dirlink.h"
 #include "initcwnd.h"
+#include "nexthops.h"
 #include "peers.h"
 #include "pipe.h"
 #include "probe.h"
@@ -63,14 +64,18 @@ relay_revoked(struct relay *r, const struct ident_revoked *rev)
 }
 
 static void
-peers_cb(void *user, const struct endpoint *self, const struct endpoint *peers, size_t n,
-    const struct ident_revoked *rev)
+peers_cb(void *user, const struct endpoint *self, const struct endpoint *peers,
+    const uint16_t *data_ports, size_t n, const struct ident_revoked *rev)
 {
 	struct relay *r = user;
 
-	/* The peers come without the revoked relays: their probes stop here. */
+	/* The peers come without the revoked relays: their probes stop here,
+	 * and no chain names them. */
 	if (r->peers)
 		peers_set(r->peers, self, peers, n);
+	if (nexthops_set(r->nexthops, peers, data_ports, n) == -1)
+		log_warnx("directory: out of memory for the next relays' listing; chains "
+		    "are checked against the previous one");
 	if (rev != NULL)
 		relay_revoked(r, rev);
 }
@@ -336,6 +341,7 @@ reload(struct relay *r)
 	if (r->probe)
 		probe_reconfigure(r->probe);
 	initcwnd_reload(r);
+	chains_conf_note(r);
 	log_info("configuration reloaded from %s", r->conf_path);
 }
 
@@ -571,6 +577,7 @@ main(int argc, char **argv)
 	    r->conf.stats_socket, r->conf.dir_urls.n);
 	if (r->metrics)
 		log_info("metrics on http://%s/metrics", ep_fmt(&r->conf.metrics_listen, pb));
+	chains_conf_note(r);
 
 	/* Listening, the counters socket open, the directory thread started. */
 	if (notify_send(&notify, "READY=1\nSTATUS=relaying") == -1)

@@ -46,11 +46,15 @@ LIBGET = os.path.join(BUILD, "tests", "slot-libget")
 TESTCLIENT = os.path.join(BUILD, "tests", "slot-testclient")
 
 _port = [9100]
+# No directory here: the relays take any relay of the CA as a next hop, at
+# the data port the request names (test_chain_select checks the listing).
+ANY_HOP = {"chain": {"next_hops": "any"}}
 
 
 @pytest.fixture(scope="module")
 def sb():
-    bed = SlotBed({r: (10, 10) for r in RELAYS}, direct_rtt=80, other_rtt=10)
+    bed = SlotBed({r: (10, 10) for r in RELAYS}, direct_rtt=80, other_rtt=10,
+                  relay_conf=ANY_HOP)
     with bed:                           # nginx started by up(), for slot-libget
         bed.nginx.add_file("chain.bin", SIZE)
         yield bed
@@ -382,7 +386,8 @@ def test_chain_under_valgrind():
     (the forced chains) under valgrind: chains of two and three, a reset, a
     next relay that is down (NEXT_HOP), links closed when idle, a reload and
     a graceful stop, with no memory errors and no leaks."""
-    bed = SlotBed({r: (10, 10) for r in RELAYS}, direct_rtt=80, other_rtt=10, nginx=False)
+    bed = SlotBed({r: (10, 10) for r in RELAYS}, direct_rtt=80, other_rtt=10, nginx=False,
+                  relay_conf=ANY_HOP)
     with bed:
         logs_vg = {}
         for n in ("relay1", "relay2"):
@@ -492,6 +497,37 @@ def test_chain_hop_where_no_server_may_be(sb, slotd):
         lst.stdin.flush()
         out, _ = lst.communicate(timeout=10)
     assert out.strip() == "0", out
+
+
+def test_without_a_directory_listed_next_hops_refuse_every_chain(sb, slotd):
+    """[chain] next_hops = listed (the default) on a relay without a
+    [directory]: no listing names the next relays, so every chain is refused
+    (NEXT_HOP, ENOENT) before any connection, and the relay says why at
+    start (and on reload); next_hops = any takes the same chain again."""
+    r1, r2 = sb.relay("relay1"), sb.relay("relay2")
+    hop = "%s=%s:%d" % (r2.control, r2.ip, r2.data_port)
+
+    def ask():
+        return run_testclient(sb, r1, "--server", "%s:80" % sb.ip("server"), "--hop", hop,
+                              "--no-connect", "0")
+
+    rc, err = ask()
+    assert rc == 0 and any(l.startswith("pipe ok") for l in err), err
+    r1.reload({"chain": {"next_hops": "listed"}})
+    try:
+        assert "[chain] next_hops = listed and no [directory] urls" in r1.log()
+        c0 = r1.counters()
+        rc, err = ask()
+        assert any(l.startswith("pipe fail next-hop detail=%d " % errno.ENOENT)
+                   for l in err), err
+        d = deltas(c0, r1.counters())
+        assert d["chains_refused"] == 1 and d["pipes_total"] == 0, d
+        assert d["chain_links"] == 0, d
+        assert "no directory listing yet to find the next relays in" in r1.log()
+    finally:
+        r1.reload({"chain": {"next_hops": "any"}})
+    rc, err = ask()
+    assert rc == 0 and any(l.startswith("pipe ok") for l in err), err
 
 
 def test_chain_links_down_or_beyond_max_links_close(sb, slotd):

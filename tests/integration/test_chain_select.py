@@ -26,15 +26,20 @@ relay-b so configured still ends the chain through relay-a, which sends it a
 plain PIPE_ESTABLISH.
 """
 
+import errno
 import json
 import os
+import re
+import subprocess
 
 import pytest
 
 import slotbed
-from slotbed import BUILD
+from slotbed import BUILD, hostport
 
 LIBGET = os.path.join(BUILD, "tests", "slot-libget")
+TESTCLIENT = os.path.join(BUILD, "tests", "slot-testclient")
+PY = "/usr/bin/python3"
 
 PATHS = {"relay-a": (20, 200), "relay-b": (200, 5), "relay-c": (200, 5)}
 PAIRS = [("relay-a", "relay-b", 10), ("relay-b", "relay-c", 30), ("relay-a", "relay-c", 200)]
@@ -218,3 +223,107 @@ def test_chain_ends_at_a_relay_that_disallows_chains(bed):
         if s:
             s.stop()
         rb.reload({"chain": {"allow": "yes"}})
+
+
+def chain_request(bed, relay, hop_ctl, hop_data):
+    """One PIPE_ESTABLISH_CHAIN to relay (slot-testclient, a client
+    certificate) naming one next relay, to nginx in the server host: (the
+    PIPE_FAIL next-hop detail, an errno, or None if it went through; the
+    client's lines)."""
+    a = bed.auth_for("client", "chain-select-test")
+    r = subprocess.run(bed.bed.cmd("client", TESTCLIENT, "--id-key", a["key"], "--id-cert",
+                                   a["certificate"], "--ca", a["ca"], "--relay", relay.control,
+                                   "--timeout", "20", "--server", "%s:80" % bed.ip("server"),
+                                   "--hop", "%s=%s" % (hop_ctl, hop_data), "--no-connect", "0"),
+                       capture_output=True, text=True, timeout=60)
+    err = r.stderr.splitlines()
+    for line in err:
+        m = re.match(r"pipe fail next-hop detail=(\d+) ", line)
+        if m:
+            return int(m.group(1)), err
+    assert r.returncode == 0 and any(x.startswith("pipe ok") for x in err), (r.returncode, err)
+    return None, err
+
+
+# Run in relay-b's host: counts the connections to a port there that is not
+# relay-b's data port (a service of the host a chain must not reach).
+TRAP = r"""
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(8)
+print("ready", flush=True)
+while True:
+    c, peer = s.accept()
+    print("accepted %s" % (peer,), flush=True)
+    c.close()
+"""
+
+
+def test_next_hops_are_the_listed_relays(bed):
+    """[chain] next_hops = listed (the default): a next relay must be one
+    of the relay's directory listing, at the data port it registered. A
+    chain naming relay-b at another port of its host is refused (EINVAL)
+    and no connection reaches that port; relay-b moved to a port relay-a's
+    listing (list_interval 1h) does not have is refused (ENOENT), which
+    makes relay-a list again within 10 s, and then taken. Last in the
+    module: relay-b moves, and is put back."""
+    wait_for(lambda: measured(bed), 60, "every relay measured")
+    ra, rb = bed.relay("relay-a"), bed.relay("relay-b")
+    ra.stop()
+    ra.update({"directory": {"list_interval": "1h"}})
+    ra.start()
+    wait_for(lambda: ra.counters()["dir_lists"] >= 1 and ra.counters()["peers"] == 2, 20,
+             "relay-a's listing")
+    # the listed relay at its listed data port: taken
+    detail, err = chain_request(bed, ra, rb.control, hostport(rb.ip, rb.data_port))
+    assert detail is None, err
+
+    trap_port = 7650
+    trap = bed.bed.popen("relay-b", [PY, "-c", TRAP, rb.ip, str(trap_port)],
+                         stdout=subprocess.PIPE, text=True)
+    moved = False
+    try:
+        assert trap.stdout.readline().strip() == "ready"
+        c0 = ra.counters()
+        detail, err = chain_request(bed, ra, rb.control, hostport(rb.ip, trap_port))
+        assert detail == errno.EINVAL, err
+        assert "a data port not the one the directory lists" in ra.log()
+        d = slotbed.deltas(c0, ra.counters())
+        assert d["chains_refused"] == 1 and d["chain_links"] == 0, d
+
+        # relay-b registers again at ports 7700/7701, which relay-a's
+        # listing, an hour old by its schedule, does not have
+        rb.stop()
+        moved = True
+        rb.ctl_port, rb.probe_port, rb.data_port = 7700, 7700, 7701
+        rb.update({"relay": {"probe_listen": hostport(rb.ip, 7700),
+                             "control_listen": hostport(rb.ip, 7700),
+                             "data_listen": hostport(rb.ip, 7701)}})
+        rb.start()
+        wait_for(lambda: rb.control in bed.dird_measuring.listing(), 20,
+                 "the directory to list relay-b at 7700")
+        lists = ra.counters()["dir_lists"]
+        detail, err = chain_request(bed, ra, rb.control, hostport(rb.ip, rb.data_port))
+        assert detail == errno.ENOENT, err
+        assert "a next relay not in the directory's listing" in ra.log()
+        # listed again soon, not in an hour: then the chain is taken
+        wait_for(lambda: ra.counters()["dir_lists"] > lists, 15, "relay-a to list again")
+        detail, err = chain_request(bed, ra, rb.control, hostport(rb.ip, rb.data_port))
+        assert detail is None, err
+    finally:
+        trap.kill()
+        accepted = [x for x in trap.stdout.read().splitlines() if x.startswith("accepted")]
+        if moved:
+            rb.stop()
+            rb.ctl_port, rb.probe_port, rb.data_port = slotbed.RELAY_PORT, slotbed.RELAY_PORT, \
+                slotbed.RELAY_PORT + 1
+            rb.update({"relay": {"probe_listen": hostport(rb.ip, rb.probe_port),
+                                 "control_listen": hostport(rb.ip, rb.ctl_port),
+                                 "data_listen": hostport(rb.ip, rb.data_port)}})
+            rb.start()
+        ra.stop()
+        ra.update({"directory": {"list_interval": "500ms"}})
+        ra.start()
+    assert accepted == [], accepted

@@ -1,8 +1,9 @@
 /* The relay's checks of a chain request (src/relay/chain.c, chain_check):
  * chains allowed, each hop's data address its control address, no hop that
  * is this relay, no address twice, no address the destination policy
- * refuses. The chain itself, end to end, is
- * tests/integration/test_chain.py's. */
+ * refuses, and with [chain] next_hops = listed (the default) each hop a
+ * relay of the directory's listing at its listed data port (nexthops.c).
+ * The chain itself, end to end, is tests/integration/test_chain.py's. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 
 #include "../../src/relay/chain.h"
+#include "../../src/relay/nexthops.h"
 
 /* relayd.c's, which pipe.c calls: not linked into the tests. */
 void
@@ -57,6 +59,8 @@ setup(void **state)
 	char err[128];
 	assert_int_equal(cidr_list_parse("192.0.2.0/24,198.51.100.0/24,203.0.113.0/24,"
 	    "2001:db8::/32", &R.conf.policy.allow, err, sizeof(err)), 0);
+	/* The checks before the listing's: any relay of the CA. */
+	R.conf.chain_any_hop = true;
 	return 0;
 }
 
@@ -67,6 +71,8 @@ teardown(void **state)
 	R.conf.policy.self = NULL;
 	R.conf.policy.nself = 0;
 	rconf_free(&R.conf);
+	nexthops_free(R.nexthops);
+	R.nexthops = NULL;
 	return 0;
 }
 
@@ -174,6 +180,87 @@ test_public_address_is_self(void **state)
 	assert_int_equal(chain_check(&R, &s), EINVAL);
 }
 
+/* next_hops = listed: a hop must be a relay of the listing, at the data
+ * port it registered; without a listing, no chain. */
+static void
+test_listed_hops(void **state)
+{
+	struct chain_spec s = { .nhops = 1 };
+	const struct endpoint ctl[] = { ep("192.0.2.20:7600"), ep("[2001:db8::30]:7600"),
+	    ep("192.0.2.1:7700"), ep("192.0.2.20:7700") };
+	const uint16_t data[] = { 7601, 7601, 7701, 8000 };
+	(void)state;
+
+	R.conf.chain_any_hop = false;
+	s.hops[0] = hop("192.0.2.20:7600", "192.0.2.20:7601");
+	/* no listing yet (or no directory) */
+	assert_int_equal(chain_check(&R, &s), ENOENT);
+	assert_non_null(R.nexthops = nexthops_new());
+	assert_false(nexthops_have_listing(R.nexthops));
+	assert_int_equal(chain_check(&R, &s), ENOENT);
+	assert_int_equal(nexthops_set(R.nexthops, ctl, data, 4), 0);
+	assert_true(nexthops_have_listing(R.nexthops));
+	assert_int_equal(chain_check(&R, &s), 0);
+	/* another port of a listed relay's host: its ssh, its stats... */
+	s.hops[0] = hop("192.0.2.20:7600", "192.0.2.20:22");
+	assert_int_equal(chain_check(&R, &s), EINVAL);
+	/* the data port of the host's other relay is not this one's */
+	s.hops[0] = hop("192.0.2.20:7600", "192.0.2.20:8000");
+	assert_int_equal(chain_check(&R, &s), EINVAL);
+	s.hops[0] = hop("192.0.2.20:7700", "192.0.2.20:8000");
+	assert_int_equal(chain_check(&R, &s), 0);
+	/* a relay of the CA the listing does not name */
+	s.hops[0] = hop("192.0.2.21:7600", "192.0.2.21:7601");
+	assert_int_equal(chain_check(&R, &s), ENOENT);
+	/* both hops are checked */
+	s.nhops = 2;
+	s.hops[0] = hop("192.0.2.20:7600", "192.0.2.20:7601");
+	s.hops[1] = hop("[2001:db8::30]:7600", "[2001:db8::30]:7601");
+	assert_int_equal(chain_check(&R, &s), 0);
+	s.hops[1] = hop("[2001:db8::30]:7600", "[2001:db8::30]:7602");
+	assert_int_equal(chain_check(&R, &s), EINVAL);
+	s.hops[1] = hop("198.51.100.7:7600", "198.51.100.7:7601");
+	assert_int_equal(chain_check(&R, &s), ENOENT);
+	/* a new listing replaces the old one */
+	assert_int_equal(nexthops_set(R.nexthops, ctl + 1, data + 1, 1), 0);
+	s.nhops = 1;
+	s.hops[0] = hop("192.0.2.20:7600", "192.0.2.20:7601");
+	assert_int_equal(chain_check(&R, &s), ENOENT);
+	/* next_hops = any: the old rule, any data port */
+	R.conf.chain_any_hop = true;
+	assert_int_equal(chain_check(&R, &s), 0);
+}
+
+/* A relay listed twice (two registrations) is taken at either data port. */
+static void
+test_listed_twice(void **state)
+{
+	struct nexthops *h = nexthops_new();
+	struct endpoint ctl[6];
+	uint16_t data[6];
+	(void)state;
+
+	assert_non_null(h);
+	for (int i = 0; i < 6; i++) {
+		ctl[i] = ep(i % 2 ? "192.0.2.20:7600" : "192.0.2.10:7600");
+		ctl[i].addr.bytes[3] = (uint8_t)(i < 4 ? (i % 2 ? 20 : 10) : 30 + i);
+		data[i] = (uint16_t)(7601 + i);
+	}
+	assert_int_equal(nexthops_set(h, ctl, data, 6), 0);
+	/* 192.0.2.20:7600 at 7602 and 7604, 192.0.2.10:7600 at 7601 and 7603 */
+	assert_int_equal(nexthops_check(h, &ctl[1], 7602), NEXTHOP_LISTED);
+	assert_int_equal(nexthops_check(h, &ctl[1], 7604), NEXTHOP_LISTED);
+	assert_int_equal(nexthops_check(h, &ctl[1], 7601), NEXTHOP_OTHER_PORT);
+	assert_int_equal(nexthops_check(h, &ctl[0], 7603), NEXTHOP_LISTED);
+	assert_int_equal(nexthops_check(h, &ctl[4], 7605), NEXTHOP_LISTED);
+	assert_int_equal(nexthops_check(h, &ctl[5], 7605), NEXTHOP_OTHER_PORT);
+	/* an empty listing is a listing: nothing is listed */
+	assert_int_equal(nexthops_set(h, NULL, NULL, 0), 0);
+	assert_true(nexthops_have_listing(h));
+	assert_int_equal(nexthops_check(h, &ctl[1], 7602), NEXTHOP_UNLISTED);
+	nexthops_free(h);
+}
+
 int
 main(void)
 {
@@ -182,6 +269,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_refused_chains, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_public_address_is_self, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_policy_refused_hops, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_listed_hops, setup, teardown),
+		cmocka_unit_test(test_listed_twice),
 	};
 
 	return cmocka_run_group_tests_name("chain", tests, NULL, NULL);
