@@ -14,10 +14,10 @@
 
 #include "slot/log.h"
 #include "slot/replay.h"
-#include "dirlink.h"
-#include "nexthops.h"
 #include "slot/sock.h"
 #include "chain.h"
+#include "dirlink.h"
+#include "nexthops.h"
 #include "pipe.h"
 #include "rauth.h"
 
