@@ -574,7 +574,10 @@ def test_relay_cache_and_relays(bed, daemons):
         return rows if rows and rows[0]["rtt"] != "-" else None
     rows = slotbed.wait_for(measured, 15, "relay2 measured by relay1")
     assert [x["relay"] for x in rows] == [r2.control], rows
-    assert 9 <= ms(rows[0]["rtt"]) <= 30 and int(rows[0]["samples"]) >= 1, rows
+    # 10 ms emulated (a floor); the minimum of the last 3 samples, each of
+    # which a loaded machine's late loops can stretch: 60 ms is still not
+    # the 80 ms of any other pair here
+    assert 9 <= ms(rows[0]["rtt"]) <= 60 and int(rows[0]["samples"]) >= 1, rows
     # the first version's "peers" lines are unchanged: the same RTT as in
     # JSON. Two reads: a measurement round between them moves it, so the
     # pair is read again until it agrees (a real mismatch never does).
@@ -591,7 +594,7 @@ def test_relay_cache_and_relays(bed, daemons):
     except AssertionError:
         raise AssertionError("relays and peers disagree: %r" % (got,))
     j, peers = got
-    assert j[0]["relay"] == r2.control and 9000 <= j[0]["rtt_us"] <= 30000, j
+    assert j[0]["relay"] == r2.control and 9000 <= j[0]["rtt_us"] <= 60000, j
     assert peers[0] == r2.control, peers
 
 
