@@ -26,6 +26,10 @@ void replay_set_window(struct replay *r, uint64_t window_us);
 /* now_us and ts_us are wall-clock microseconds (clock_real_us()). */
 enum replay_verdict replay_check(struct replay *r, uint64_t ts_us, uint64_t nonce,
     uint64_t now_us);
+/* What replay_check would say (REPLAY_OK, _STALE or _DUP; never _FULL),
+ * recording nothing. */
+enum replay_verdict replay_peek(const struct replay *r, uint64_t ts_us, uint64_t nonce,
+    uint64_t now_us);
 
 size_t replay_count(const struct replay *r);
 const char *replay_verdict_str(enum replay_verdict v);

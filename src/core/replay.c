@@ -257,6 +257,17 @@ replay_purge(struct replay *r, uint64_t now)
 }
 
 enum replay_verdict
+replay_peek(const struct replay *r, uint64_t ts_us, uint64_t nonce, uint64_t now_us)
+{
+	if (replay_too_old(r, ts_us, now_us) || replay_too_new(r, ts_us, now_us) ||
+	    (r->has_floor && ts_us <= r->floor))
+		return REPLAY_STALE;
+	/* An entry not yet purged is one whose message is stale by now, which
+	 * the window check above already said. */
+	return r->tab[replay_slot(r, ts_us, nonce)] != 0 ? REPLAY_DUP : REPLAY_OK;
+}
+
+enum replay_verdict
 replay_check(struct replay *r, uint64_t ts_us, uint64_t nonce, uint64_t now_us)
 {
 	size_t slot;

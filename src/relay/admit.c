@@ -142,8 +142,21 @@ enum admit_verdict
 admit_message(struct admit *a, enum admit_kind k, const struct addr *src, uint64_t ts_us,
     uint64_t nonce, uint64_t mono_us, uint64_t real_us)
 {
-	if (!rl_allow(a->rl[k], src, mono_us))
-		return ADMIT_RATE;
+	if (!rl_allow(a->rl[k], src, mono_us)) {
+		/* Over the rate, a stale or replayed copy is still what it is:
+		 * an answer of RATE_LIMITED to each copy of one captured
+		 * request, from spoofed sources, would make the relay a
+		 * reflector. Looked up only, so that no source fills the cache
+		 * faster than its rate. */
+		switch (replay_peek(a->replay[k], ts_us, nonce, real_us)) {
+		case REPLAY_STALE:
+			return ADMIT_STALE;
+		case REPLAY_DUP:
+			return ADMIT_REPLAY;
+		default:
+			return ADMIT_RATE;
+		}
+	}
 	switch (replay_check(a->replay[k], ts_us, nonce, real_us)) {
 	case REPLAY_OK:
 		return ADMIT_OK;

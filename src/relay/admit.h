@@ -16,7 +16,9 @@
  *   The rate comes first so that no source can fill a replay cache faster
  *   than its rate, and each kind has its own cache so that a flood of probes
  *   cannot push out the nonces of control messages (or make their cache
- *   full, which refuses everything).
+ *   full, which refuses everything). A message over the rate is still
+ *   looked up (not recorded): a stale or replayed one is that, not RATE,
+ *   which the probe server answers.
  *
  * The caller verifies the MAC before admit_message: nothing unauthenticated
  * reaches a replay cache. */
@@ -31,7 +33,7 @@ enum admit_kind {
 
 enum admit_verdict {
 	ADMIT_OK = 0,		/* fresh and within the rate: now recorded */
-	ADMIT_RATE,		/* over its source's rate (not recorded) */
+	ADMIT_RATE,		/* over its source's rate, fresh and unseen (not recorded) */
 	ADMIT_STALE,		/* timestamp outside the window */
 	ADMIT_REPLAY,		/* seen before, or no room to remember it */
 };

@@ -92,8 +92,17 @@ test_rate_before_replay(void **state)
 	 * the cache faster than its rate. */
 	assert_int_equal(admit_message(a, ADMIT_CONTROL, &x, T0, 1, M0 + 2000000, T0),
 	    ADMIT_REPLAY);
-	assert_int_equal(admit_message(a, ADMIT_CONTROL, &x, T0, 1, M0 + 2000000, T0),
+	assert_int_equal(admit_message(a, ADMIT_CONTROL, &x, T0, 5, M0 + 2000000, T0),
 	    ADMIT_RATE);
+	/* Over the rate, a replay or a stale message is still one (never
+	 * RATE, which a probe would be answered), and is not recorded. */
+	assert_int_equal(admit_message(a, ADMIT_CONTROL, &x, T0, 1, M0 + 2000000, T0),
+	    ADMIT_REPLAY);
+	assert_int_equal(admit_message(a, ADMIT_CONTROL, &x, T0 - 2 * W, 9, M0 + 2000000, T0),
+	    ADMIT_STALE);
+	assert_int_equal(admit_message(a, ADMIT_CONTROL, &x, T0 + 2 * W, 9, M0 + 2000000, T0),
+	    ADMIT_STALE);
+	assert_int_equal(admit_remembered(a, ADMIT_CONTROL), 4);
 	assert_int_equal(admit_message(a, ADMIT_CONTROL, &x, T0 - 2 * W, 9, M0 + 3000000, T0),
 	    ADMIT_STALE);
 	/* Another source has its own bucket. */

@@ -40,6 +40,31 @@ test_fresh_and_dup(void **state)
 	replay_free(r);
 }
 
+/* replay_peek tells what replay_check would, and records nothing. */
+static void
+test_peek(void **state)
+{
+	struct replay *r = replay_new(2, W);
+
+	(void)state;
+	assert_non_null(r);
+	assert_int_equal(replay_peek(r, T0, 42, T0), REPLAY_OK);
+	assert_int_equal(replay_count(r), 0);
+	assert_int_equal(replay_check(r, T0, 42, T0), REPLAY_OK);
+	assert_int_equal(replay_peek(r, T0, 42, T0), REPLAY_DUP);
+	assert_int_equal(replay_peek(r, T0, 43, T0), REPLAY_OK);
+	assert_int_equal(replay_peek(r, T0 - 2 * W, 1, T0), REPLAY_STALE);
+	assert_int_equal(replay_peek(r, T0 + 2 * W, 1, T0), REPLAY_STALE);
+	/* past its window, the recorded pair is stale, not a duplicate */
+	assert_int_equal(replay_peek(r, T0, 42, T0 + 2 * W), REPLAY_STALE);
+	/* full: a peek says OK where the check would say FULL */
+	assert_int_equal(replay_check(r, T0, 44, T0), REPLAY_OK);
+	assert_int_equal(replay_peek(r, T0, 45, T0), REPLAY_OK);
+	assert_int_equal(replay_check(r, T0, 45, T0), REPLAY_FULL);
+	assert_int_equal(replay_count(r), 2);
+	replay_free(r);
+}
+
 static void
 test_window_bounds(void **state)
 {
@@ -318,6 +343,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fresh_and_dup),
+		cmocka_unit_test(test_peek),
 		cmocka_unit_test(test_window_bounds),
 		cmocka_unit_test(test_clock_edges),
 		cmocka_unit_test(test_full_then_freed),
