@@ -34,6 +34,13 @@
 /* Addresses with a bucket still refilling (about 2 s after use at the
  * default rates); beyond, new requesters or targets are refused. */
 #define PROBE_RL_SLOTS 16384
+/* HELLO signature checks on the probe port, all sources together: spoofed
+ * sources each get a fresh per-source bucket, and a forged HELLO costs an
+ * Ed25519 verification (~28 us), so 2,000/s bound them to ~6% of a core
+ * while peers' few HELLOs (one before the first probe, one after a probe
+ * unanswered) pass; one refused retries at its next probe. */
+#define PROBE_HELLO_RATE 2000.
+#define PROBE_HELLO_BURST 4000.
 #define PROBE_CACHE_SLOTS 65536
 
 struct waiter {
@@ -82,6 +89,7 @@ struct probe_srv {
 	struct rttcache *cache;
 	struct ratelimit *rl_dst;	/* requesters' rate: admit.h */
 	struct ratelimit *rl_hello;	/* other relays' HELLOs, per source */
+	struct ratelimit *rl_hello_all;	/* ... and all together (one key) */
 	struct synp_sock *synp;	/* NULL: connect measurements only */
 	struct htab ho;	/* struct handover by target */
 	TAILQ_HEAD(ho_list, handover) ho_fifo;	/* nearest deadline first */
@@ -601,10 +609,19 @@ probe_hello(struct probe_srv *ps, const uint8_t *buf, size_t n, const struct end
 	char err[256], b[EP_STRLEN];
 	int len;
 
-	/* The rate before the signature check, which costs more than a MAC;
+	static const struct addr all;
+
+	/* The rates before the signature check, which costs more than a MAC;
 	 * the replay cache once it is authentic. */
-	if (!rl_allow(ps->rl_hello, &from->addr, now) ||
-	    proto_decode_with(buf, n, rauth_key_fn, r, &m, &used, &why) != PROTO_OK ||
+	if (!rl_allow(ps->rl_hello, &from->addr, now)) {
+		r->ctr.probes_dropped++;
+		return;
+	}
+	if (!rl_allow(ps->rl_hello_all, &all, now)) {
+		r->ctr.hellos_throttled++;
+		return;
+	}
+	if (proto_decode_with(buf, n, rauth_key_fn, r, &m, &used, &why) != PROTO_OK ||
 	    used != n || admit_message(r->admit, ADMIT_PROBE, &from->addr, m.ts_us, m.nonce,
 	    now, clock_real_us()) != ADMIT_OK) {
 		r->ctr.probes_dropped++;
@@ -773,7 +790,8 @@ probe_start(struct relay *r, int fd, struct synp_sock *synp)
 	ps->cache = rttc_new(PROBE_CACHE_SLOTS);
 	ps->rl_dst = rl_new(PROBE_RL_SLOTS, r->conf.destination_rate, r->conf.destination_burst);
 	ps->rl_hello = rl_new(PROBE_RL_SLOTS, r->conf.requester_rate, r->conf.requester_burst);
-	if (!ps->cache || !ps->rl_dst || !ps->rl_hello)
+	ps->rl_hello_all = rl_new(1, PROBE_HELLO_RATE, PROBE_HELLO_BURST);
+	if (!ps->cache || !ps->rl_dst || !ps->rl_hello || !ps->rl_hello_all)
 		goto fail;
 	ev_io_init(&ps->io, probe_read_cb, fd, EV_READ);
 	ps->io.data = ps;
@@ -787,6 +805,7 @@ fail:
 		rttc_free(ps->cache);
 		rl_free(ps->rl_dst);
 		rl_free(ps->rl_hello);
+		rl_free(ps->rl_hello_all);
 		htab_destroy(&ps->jobs);
 		htab_destroy(&ps->ho);
 		free(ps);
@@ -837,6 +856,7 @@ probe_stop(struct probe_srv *ps)
 	rttc_free(ps->cache);
 	rl_free(ps->rl_dst);
 	rl_free(ps->rl_hello);
+	rl_free(ps->rl_hello_all);
 	free(ps);
 }
 

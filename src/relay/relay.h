@@ -66,6 +66,7 @@ struct relay_counters {
 	unsigned long long peer_probes_sent, peer_probes_answered, peer_probes_lost;
 	unsigned long long hellos_accepted;	/* peers authenticated (control, UDP) */
 	unsigned long long hellos_refused;	/* certificate, role, validity, revoked, replayed */
+	unsigned long long hellos_throttled;	/* probe-port HELLOs over the global rate */
 	unsigned long long peers_revoked;	/* dropped by relay_revoke */
 	unsigned long long chains_requested;	/* PIPE_ESTABLISH_CHAIN received */
 	unsigned long long chains_refused;	/* ... refused here: disabled, invalid hops */

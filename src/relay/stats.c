@@ -152,6 +152,8 @@ counters(void *user, struct ctl_counters *cs)
 	    "Peers authenticated by their HELLO (control connections, other relays).");
 	C("hellos_refused", c->hellos_refused, CTL_COUNTER,
 	    "HELLOs refused (certificate, role, validity, revoked, stale) or missing.");
+	C("hellos_throttled", c->hellos_throttled, CTL_COUNTER,
+	    "HELLOs on the probe port dropped unverified: over 2,000 signature checks a second.");
 	C("peers_known", r->known ? peertab_count(r->known) : 0, CTL_GAUGE,
 	    "Authenticated peers remembered (identity mode).");
 	C("peers_revoked", c->peers_revoked, CTL_COUNTER,

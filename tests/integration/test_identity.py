@@ -249,6 +249,78 @@ def test_relay_checks_the_hello(sb, case):
     slotbed.wait_for(lambda: want in r1.log(), 5, "the relay to log %r" % want)
 
 
+def test_forged_hellos_on_the_probe_port_are_throttled(sb):
+    """A flood of forged HELLOs on the probe port, each costing a signature
+    check, is cut at 2,000 checks a second for all sources together (here
+    one source whose own rate is lifted, as spoofed sources would each have
+    a fresh one): most are dropped unverified (hellos_throttled). Once it
+    is over, a peer's valid HELLO is answered."""
+    r2 = sb.relay("relay2")
+    r2.reload({"probe": {"requester_rate": "1000000", "requester_burst": "1000000"}})
+    try:
+        seed = os.urandom(32)
+        # a relay certificate of the CA, presented by another key: the
+        # signature check fails
+        forged = hello(os.urandom(32), client_cert(sb, seed, role="relay"))
+        n = 20000
+
+        def flood():
+            # about 10,000 a second: more than 2,000, and no more than the
+            # relay reads before its socket buffer overflows
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.connect((r2.ip, r2.probe_port))
+            t0 = time.monotonic()
+            for i in range(n):
+                s.send(forged)
+                if i % 50 == 49:
+                    time.sleep(0.005)
+            took = time.monotonic() - t0
+            s.close()
+            return took
+        c0 = r2.counters()
+        took = sb.bed.in_ns("client", flood)
+        # what the relay read of it (its socket buffer drops the rest)
+        last = [None]
+
+        def settled():
+            c = r2.counters()
+            v = (c["hellos_throttled"], c["probes_dropped"])
+            done, last[0] = v == last[0], v
+            return done
+        slotbed.wait_for(settled, 20, "the flood to be read", interval=0.5)
+        c1 = r2.counters()
+        verified = c1["probes_dropped"] - c0["probes_dropped"]
+        throttled = c1["hellos_throttled"] - c0["hellos_throttled"]
+        # the burst of 4,000 and 2,000 a second while it lasted (and was
+        # read, a little after): the rest never reached the check
+        print("forged HELLOs: %d verified, %d throttled, sent in %.2f s" % (verified, throttled,
+                                                                         took))
+        bound = 4000 + 2000 * (took + 2)
+        assert verified <= bound, (verified, throttled, took)
+        # what the relay read past the bound went unverified (a machine too
+        # slow to send faster than the rate would leave nothing past it)
+        assert throttled > 0 or verified + throttled <= bound, (verified, throttled, took)
+        assert c1["hellos_accepted"] == c0["hellos_accepted"], (c0, c1)
+        time.sleep(1.0)
+        # a valid relay HELLO now: answered with relay2's own
+        ok = hello(seed, client_cert(sb, seed, role="relay"))
+
+        def ask():
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.connect((r2.ip, r2.probe_port))
+            s.settimeout(3)
+            s.send(ok)
+            try:
+                return s.recv(2048)
+            finally:
+                s.close()
+        answer = sb.bed.in_ns("client", ask)
+        assert answer[3] == T_HELLO and answer[HDR + 4] == 2, answer.hex()
+        assert r2.counters()["hellos_accepted"] == c1["hellos_accepted"] + 1
+    finally:
+        r2.reload({"probe": {"requester_rate": "1000", "requester_burst": "2000"}})
+
+
 def test_first_message_must_be_hello(sb, slotds):
     """A shared-mode client (its KEEPALIVE first) is closed without an answer."""
     r1 = sb.relay("relay1")

@@ -1,9 +1,11 @@
 """Operating the relay: counters, pending expiry, probes, reload, drain, start-up checks."""
 
+import hmac
 import math
 import os
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -166,6 +168,57 @@ def test_probes(net, relays, key, wrong_key, port):
         assert relay.counters()["probes_dropped"] == d0 + 2
     finally:
         ls.close()
+
+
+def probe_request(key_path, ts_us, target_ip, target_port):
+    """A PROBE_REQUEST as slotd sends it in shared mode (docs/protocol.md),
+    MACed with the key in key_path."""
+    k = bytes.fromhex(open(key_path).read().strip())
+    target = bytes([4, 0]) + struct.pack("!H", target_port) + socket.inet_aton(target_ip) + \
+        bytes(12)
+    head = b"SL" + struct.pack("!BBHHQQI", 2, 0x01, 112, 0, ts_us,
+                               int.from_bytes(os.urandom(8), "big"), 9) + bytes(32) + target
+    return head + hmac.new(k, head, "sha256").digest()
+
+
+def test_copies_of_a_probe_are_never_answered(net, relays, key, port):
+    """Copies of one request, as anyone who captured it (or a spoofer
+    sending them as from a victim) could send: a stale one is never
+    answered, and of a fresh one's copies only the first, also once the
+    source is over its rate, where RATE_LIMITED used to go to each copy (a
+    reflector)."""
+    relay = relays({"probe": {"requester_rate": "1", "requester_burst": "2"}})
+    stale = probe_request(key, int((time.time() - 3600) * 1e6), net.server_ip, port())
+    fresh = probe_request(key, int(time.time() * 1e6), net.server_ip, port())
+
+    def flood(msg, n=300):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect((net.relay_cip, relay.probe_port))
+        s.settimeout(0.001)
+        got = []
+        for _ in range(n):
+            s.send(msg)
+            try:
+                got.append(s.recv(2048))
+            except (socket.timeout, BlockingIOError):
+                pass
+        s.settimeout(1.0)       # the fresh one's answer waits for its measurement
+        while True:
+            try:
+                got.append(s.recv(2048))
+            except socket.timeout:
+                break
+        s.close()
+        return got
+
+    c0 = relay.counters()
+    got = net.in_ns("client", lambda: flood(stale))
+    assert got == [], [g[60] for g in got]
+    got = net.in_ns("client", lambda: flood(fresh))
+    assert len(got) == 1, [g[60] for g in got]
+    c1 = relay.counters()
+    assert c1["probes_dropped"] - c0["probes_dropped"] == 599, (c0, c1)
+    assert c1["probes_refused"] == c0["probes_refused"], (c0, c1)
 
 
 def test_reload_applies_allowed_ports(net, relays, key, servers, port):
