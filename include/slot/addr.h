@@ -35,6 +35,11 @@ const char *addr_fmt(const struct addr *a, char *buf);
 const char *ep_fmt(const struct endpoint *e, char *buf);
 
 bool addr_eq(const struct addr *a, const struct addr *b);
+/* The source a per-source limit counts a as: the address itself, but for
+ * IPv6 its /64, since one host or subscriber commonly holds a whole /64
+ * and could otherwise take a fresh source for each connection or message
+ * (an IPv4-mapped address stays whole). */
+struct addr addr_source(const struct addr *a);
 /* How many leading bits a and b share: 0 when their families differ. */
 unsigned addr_common_bits(const struct addr *a, const struct addr *b);
 bool ep_eq(const struct endpoint *a, const struct endpoint *b);

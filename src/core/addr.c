@@ -173,6 +173,17 @@ ep_fmt(const struct endpoint *e, char *buf)
 	return buf;
 }
 
+struct addr
+addr_source(const struct addr *a)
+{
+	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	struct addr s = *a;
+
+	if (s.family == AF_INET6 && memcmp(s.bytes, mapped, sizeof(mapped)) != 0)
+		memset(s.bytes + 8, 0, 8);
+	return s;
+}
+
 bool
 addr_eq(const struct addr *a, const struct addr *b)
 {

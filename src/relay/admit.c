@@ -89,10 +89,11 @@ src_find(const struct admit *a, const struct addr *src, uint64_t h)
 }
 
 enum admit_conn
-admit_conn_open(struct admit *a, const struct addr *src)
+admit_conn_open(struct admit *a, const struct addr *from)
 {
-	uint64_t h = addr_hash(src, a->hkey);
-	struct admit_src *s = src_find(a, src, h);
+	struct addr src = addr_source(from);
+	uint64_t h = addr_hash(&src, a->hkey);
+	struct admit_src *s = src_find(a, &src, h);
 
 	if (s && s->n >= a->c.max_per_source)
 		return ADMIT_CONN_SOURCE;
@@ -102,7 +103,7 @@ admit_conn_open(struct admit *a, const struct addr *src)
 		/* Out of memory: refused like a full relay. */
 		if ((s = calloc(1, sizeof(*s))) == NULL)
 			return ADMIT_CONN_GLOBAL;
-		s->addr = *src;
+		s->addr = src;
 		htab_insert(&a->srcs, &s->hn, h);
 	}
 	s->n++;
@@ -111,9 +112,10 @@ admit_conn_open(struct admit *a, const struct addr *src)
 }
 
 void
-admit_conn_close(struct admit *a, const struct addr *src)
+admit_conn_close(struct admit *a, const struct addr *from)
 {
-	struct admit_src *s = src_find(a, src, addr_hash(src, a->hkey));
+	struct addr src = addr_source(from);
+	struct admit_src *s = src_find(a, &src, addr_hash(&src, a->hkey));
 
 	if (s == NULL)
 		return;
@@ -131,18 +133,21 @@ admit_conns(const struct admit *a)
 }
 
 size_t
-admit_conns_from(const struct admit *a, const struct addr *src)
+admit_conns_from(const struct admit *a, const struct addr *from)
 {
-	struct admit_src *s = src_find(a, src, addr_hash(src, a->hkey));
+	struct addr src = addr_source(from);
+	struct admit_src *s = src_find(a, &src, addr_hash(&src, a->hkey));
 
 	return s ? s->n : 0;
 }
 
 enum admit_verdict
-admit_message(struct admit *a, enum admit_kind k, const struct addr *src, uint64_t ts_us,
+admit_message(struct admit *a, enum admit_kind k, const struct addr *from, uint64_t ts_us,
     uint64_t nonce, uint64_t mono_us, uint64_t real_us)
 {
-	if (!rl_allow(a->rl[k], src, mono_us)) {
+	struct addr src = addr_source(from);
+
+	if (!rl_allow(a->rl[k], &src, mono_us)) {
 		/* Over the rate, a stale or replayed copy is still what it is:
 		 * an answer of RATE_LIMITED to each copy of one captured
 		 * request, from spoofed sources, would make the relay a

@@ -67,13 +67,16 @@ datahold_add(struct datahold *dh, int fd, const struct endpoint *peer,
     enum syntok_result tok, const uint8_t *token)
 {
 	struct held *h;
+	struct addr src = addr_source(&peer->addr), hs;
 	size_t same = 0;
 
 	if (dh->hold_s <= 0)
 		return -1;
-	TAILQ_FOREACH(h, &dh->q, link)
-		if (addr_eq(&h->peer.addr, &peer->addr) && ++same >= DATAHOLD_PER_ADDR)
+	TAILQ_FOREACH(h, &dh->q, link) {
+		hs = addr_source(&h->peer.addr);
+		if (addr_eq(&hs, &src) && ++same >= DATAHOLD_PER_ADDR)
 			return -1;
+	}
 	if ((h = calloc(1, sizeof(*h))) == NULL)
 		return -1;
 	if (dh->n >= DATAHOLD_MAX)

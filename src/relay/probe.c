@@ -610,10 +610,11 @@ probe_hello(struct probe_srv *ps, const uint8_t *buf, size_t n, const struct end
 	int len;
 
 	static const struct addr all;
+	struct addr src = addr_source(&from->addr);
 
 	/* The rates before the signature check, which costs more than a MAC;
 	 * the replay cache once it is authentic. */
-	if (!rl_allow(ps->rl_hello, &from->addr, now)) {
+	if (!rl_allow(ps->rl_hello, &src, now)) {
 		r->ctr.probes_dropped++;
 		return;
 	}

@@ -85,6 +85,24 @@ test_addr_common_bits(void **state)
 }
 
 static void
+test_addr_source(void **state)
+{
+	struct addr a, s, want;
+	(void)state;
+
+	assert_int_equal(addr_parse("2001:db8:1:2:3:4:5:6", &a), 0);
+	assert_int_equal(addr_parse("2001:db8:1:2::", &want), 0);
+	s = addr_source(&a);
+	assert_true(addr_eq(&s, &want));
+	assert_int_equal(addr_parse("192.0.2.7", &a), 0);
+	s = addr_source(&a);
+	assert_true(addr_eq(&s, &a));
+	assert_int_equal(addr_parse("::ffff:192.0.2.7", &a), 0);
+	s = addr_source(&a);
+	assert_true(addr_eq(&s, &a));
+}
+
+static void
 test_addr_parse_mapped(void **state)
 {
 	struct addr a, b;
@@ -773,6 +791,7 @@ main(void)
 		cmocka_unit_test(test_addr_parse_v4),
 		cmocka_unit_test(test_addr_parse_v6),
 		cmocka_unit_test(test_addr_parse_mapped),
+		cmocka_unit_test(test_addr_source),
 		cmocka_unit_test(test_addr_common_bits),
 		cmocka_unit_test(test_addr_parse_bad),
 		cmocka_unit_test(test_ep_parse_good),

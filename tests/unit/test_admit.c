@@ -111,6 +111,36 @@ test_rate_before_replay(void **state)
 	admit_free(a);
 }
 
+/* An IPv6 /64 is one source for every per-source limit: a host holding a
+ * /64 cannot take a fresh source for each connection or message. */
+static void
+test_ipv6_source_is_its_64(void **state)
+{
+	struct admit_conf c = conf();
+	struct admit *a = admit_new(&c, 64, 64);
+	struct addr x = ip("2001:db8:1:2::1"), y = ip("2001:db8:1:2:ffff::9"),
+	    z = ip("2001:db8:1:3::1"), m = ip("::ffff:192.0.2.1"), n = ip("::ffff:192.0.2.2");
+	(void)state;
+
+	assert_int_equal(admit_conn_open(a, &x), ADMIT_CONN_OK);
+	assert_int_equal(admit_conn_open(a, &y), ADMIT_CONN_OK);
+	assert_int_equal(admit_conn_open(a, &y), ADMIT_CONN_SOURCE);	/* max_per_source 2 */
+	assert_int_equal(admit_conns_from(a, &x), 2);
+	assert_int_equal(admit_conn_open(a, &z), ADMIT_CONN_OK);	/* another /64 */
+	admit_conn_close(a, &y);
+	assert_int_equal(admit_conns_from(a, &x), 1);
+	/* IPv4-mapped addresses stay whole */
+	assert_int_equal(admit_conn_open(a, &m), ADMIT_CONN_OK);
+	assert_int_equal(admit_conn_open(a, &n), ADMIT_CONN_OK);
+	/* one bucket for the /64: burst 3 */
+	assert_int_equal(admit_message(a, ADMIT_CONTROL, &x, T0, 1, M0, T0), ADMIT_OK);
+	assert_int_equal(admit_message(a, ADMIT_CONTROL, &y, T0, 2, M0, T0), ADMIT_OK);
+	assert_int_equal(admit_message(a, ADMIT_CONTROL, &x, T0, 3, M0, T0), ADMIT_OK);
+	assert_int_equal(admit_message(a, ADMIT_CONTROL, &y, T0, 4, M0, T0), ADMIT_RATE);
+	assert_int_equal(admit_message(a, ADMIT_CONTROL, &z, T0, 5, M0, T0), ADMIT_OK);
+	admit_free(a);
+}
+
 /* A relay's control messages (the chains of all its clients) have their own
  * rate: the client rate of its address is not spent by them. */
 static void
@@ -167,6 +197,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_connection_caps),
 		cmocka_unit_test(test_rate_before_replay),
+		cmocka_unit_test(test_ipv6_source_is_its_64),
 		cmocka_unit_test(test_kinds_have_their_own_caches),
 		cmocka_unit_test(test_relay_rate_is_its_own),
 	};

@@ -129,6 +129,19 @@ test_off_and_bounds(void **state)
 	assert_int_equal(datahold_add(&dh, fd, &x, SYNTOK_ABSENT, NULL), -1);
 	close(fd);
 	assert_int_equal(e.evicted, 0);
+	/* An IPv6 /64 is one source, whichever of its addresses is used. */
+	for (int i = 0; i < DATAHOLD_PER_ADDR; i++) {
+		snprintf(s, sizeof(s), "[2001:db8:1:2::%x]:2000", i + 1);
+		x = ep(s);
+		assert_int_equal(datahold_add(&dh, sock(), &x, SYNTOK_ABSENT, NULL), 0);
+	}
+	x = ep("[2001:db8:1:2:ffff::1]:3000");
+	fd = sock();
+	assert_int_equal(datahold_add(&dh, fd, &x, SYNTOK_ABSENT, NULL), -1);
+	close(fd);
+	x = ep("[2001:db8:1:3::1]:3000");
+	assert_int_equal(datahold_add(&dh, sock(), &x, SYNTOK_ABSENT, NULL), 0);
+	assert_int_equal(e.evicted, 0);
 	/* Many addresses: past DATAHOLD_MAX the oldest goes. */
 	for (int i = 0; dh.n < DATAHOLD_MAX; i++) {
 		snprintf(s, sizeof(s), "198.51.100.%d:%d", i % 200 + 1, 4000 + i);
@@ -140,6 +153,7 @@ test_off_and_bounds(void **state)
 	assert_int_equal(dh.n, DATAHOLD_MAX);
 	assert_int_equal(e.evicted, 1);
 	assert_int_equal(TAILQ_FIRST(&dh.q)->peer.port, 2001);	/* 2000 went */
+	assert_int_equal(TAILQ_FIRST(&dh.q)->peer.addr.family, AF_INET);
 	datahold_clear(&dh);
 	assert_int_equal(e.cleared, DATAHOLD_MAX);
 	assert_int_equal(dh.n, 0);
