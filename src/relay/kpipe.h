@@ -45,7 +45,7 @@ struct kpipe_budget {
 	size_t max_pipes;
 	size_t max_kernel_pipes;	/* 0: two per pipe */
 	size_t max_control;		/* control connections, one each */
-	size_t max_inflight;		/* probes by connect, one each */
+	size_t max_inflight;		/* measurements' descriptors, all told */
 	size_t max_links;		/* links to next relays, one each */
 	size_t max_free;		/* pooled kernel pipes, two each */
 };

@@ -22,6 +22,7 @@
 #include "slot/log.h"
 #include "slot/notify.h"
 #include "slot/sock.h"
+#include "slot/synprobe.h"
 #include "slot/dirclient.h"
 #include "ctrl.h"
 #include "chain.h"
@@ -171,7 +172,10 @@ relay_kpipe_limit(const struct rconf *c, size_t max_free)
 		.max_pipes = c->max_pipes,
 		.max_kernel_pipes = c->max_kernel_pipes,
 		.max_control = c->max_control_conns,
-		.max_inflight = c->max_inflight,
+		/* a measurement holds a port per SYN it sent (or its
+		 * connect), and a measurement's connection may be held for
+		 * handover besides, each under max_inflight */
+		.max_inflight = c->max_inflight * (SYNP_MAX_TX + 1),
 		.max_links = c->chain_max_links,
 		.max_free = max_free,
 	};
@@ -196,7 +200,7 @@ relay_kpipe_conf(struct relay *r)
 	pp->limit = relay_kpipe_limit(c, pp->max_free);
 	if (pp->limit < cap)
 		log_warnx("descriptor limit: %zu pipes at most, not %llu (each may take %d "
-		    "descriptors, besides max_control_connections, max_inflight, [chain] "
+		    "descriptors, besides max_control_connections, 5 x max_inflight, [chain] "
 		    "max_links and %zu more); new pipes past it get PIPE_FAIL limit: raise "
 		    "LimitNOFILE",
 		    pp->limit / 2, (unsigned long long)(cap / 2), KPIPE_FDS_PER_PIPE,
