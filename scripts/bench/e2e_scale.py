@@ -68,7 +68,8 @@ FDS_PER_PIPE = 6    # slot-relayd: two sockets, two kernel pipes accounted (docs
 RELAY_CTRL_MAX = 16
 RELAY_INFLIGHT_MAX = 16
 RELAY_LINKS_MAX = 16
-RELAY_FDS_ASIDE = (RELAY_CTRL_MAX + RELAY_INFLIGHT_MAX + RELAY_LINKS_MAX +
+# five per measurement: a port per SYN sent (SYNP_MAX_TX 4) and one held
+RELAY_FDS_ASIDE = (RELAY_CTRL_MAX + 5 * RELAY_INFLIGHT_MAX + RELAY_LINKS_MAX +
                    2 * (8 << 20) // (256 << 10) + 512)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SINK_PORT = 9000

@@ -606,9 +606,10 @@ def test_control_connection_flood(sb, slotd, loads):
     r1 = sb.relay("relay1")
     r1.stop()
     r1.wrapper = ["prlimit", "--nofile=%d:%d" % (NOFILE, NOFILE)]
-    # No chains here: the descriptors set aside for links to next relays
-    # go to pipes, as the test's scaled-down limit needs them.
-    r1.update({"chain": {"max_links": "16"}})
+    # No chains here and few measurements: the descriptors set aside for
+    # links to next relays and for measurements (five each) go to pipes, as
+    # the test's scaled-down limit needs them.
+    r1.update({"chain": {"max_links": "16"}, "probe": {"max_inflight": "64"}})
     try:
         r1.start()
         s = slotd(["relay1"])
@@ -647,7 +648,7 @@ def test_control_connection_flood(sb, slotd, loads):
     finally:
         r1.stop()
         r1.wrapper = []
-        r1.update({"chain": {"max_links": "256"}})
+        r1.update({"chain": {"max_links": "256"}, "probe": {"max_inflight": "1024"}})
         r1.start()
     report("control flood", transfers=LOAD_N, flood=flood, running_at_height=running_at_height, outcomes=counts, peers=ld.by_peer(),
            during=during.by_peer(), relay_fds=relay_fds, nofile=NOFILE,
