@@ -44,10 +44,13 @@ struct dir {
 	bool filled;		/* the destination's send buffer has been full */
 };
 
+struct pipe;
+
 struct owner {			/* pending pipes of one control peer */
 	struct hnode hn;
 	struct addr addr;
 	size_t n;
+	TAILQ_HEAD(, pipe) tok;	/* ... those with a token */
 };
 
 struct pipe {
@@ -64,6 +67,7 @@ struct pipe {
 	int tokened;		/* matched by token, not by client endpoint */
 	uint8_t token[PROTO_TOKEN_LEN];
 	TAILQ_ENTRY(pipe) link;	/* r->pipes */
+	TAILQ_ENTRY(pipe) tok_link;	/* owner->tok, while tokened and pending */
 	struct half cli, srv;
 	struct dir c2s, s2c;
 	ev_timer timer;		/* connect, pending, idle or half-closed timeout */
@@ -193,25 +197,27 @@ pending_tok_find(struct relay *r, const uint8_t token[PROTO_TOKEN_LEN])
  * still waiting for its data connection whose client's control connection
  * comes from the same address, if there is exactly one. NATs keep one
  * public address per host in practice (RFC 4787 "paired" pooling). */
+static struct owner *owner_get(struct relay *r, const struct addr *a, int create);
+
 static struct pipe *
 tokened_by_addr(struct relay *r, const struct addr *a)
 {
-	struct pipe *found = NULL;
+	struct owner *o = owner_get(r, a, 0);
+	struct pipe *p, *found = NULL;
 
-	/* Only the tokened pipes still pending are looked at, not every
-	 * pipe: anyone may connect to the data port, and each connection
-	 * without a token would otherwise cost a walk of all the pipes. */
-	for (size_t i = 0; i < r->pending_tok.nb; i++)
-		for (struct hnode *n = r->pending_tok.b[i]; n; n = n->next) {
-			struct pipe *p = container_of(n, struct pipe, hn);
-
-			if (p->state == PS_OPEN || p->cli.fd >= 0 || p->owner == NULL ||
-			    !addr_eq(&p->owner->addr, a))
-				continue;
-			if (found)
-				return NULL;
-			found = p;
-		}
+	/* Only that address's tokened pipes still pending are looked at:
+	 * anyone may connect to the data port, and each connection without a
+	 * token would otherwise cost a walk of many pipes (or of a table that
+	 * a burst of tokened pipes once grew). */
+	if (o == NULL)
+		return NULL;
+	TAILQ_FOREACH(p, &o->tok, tok_link) {
+		if (p->state == PS_OPEN || p->cli.fd >= 0)
+			continue;
+		if (found)
+			return NULL;
+		found = p;
+	}
 	return found;
 }
 
@@ -229,6 +235,7 @@ owner_get(struct relay *r, const struct addr *a, int create)
 	if (!create || (o = calloc(1, sizeof(*o))) == NULL)
 		return NULL;
 	o->addr = *a;
+	TAILQ_INIT(&o->tok);
 	htab_insert(&r->owners, &o->hn, h);
 	return o;
 }
@@ -242,6 +249,8 @@ pending_leave(struct pipe *p)
 	if (p->owner == NULL)
 		return;
 	htab_remove(p->tokened ? &r->pending_tok : &r->pending, &p->hn);
+	if (p->tokened)
+		TAILQ_REMOVE(&p->owner->tok, p, tok_link);
 	if (--p->owner->n == 0) {
 		htab_remove(&r->owners, &p->owner->hn);
 		free(p->owner);
@@ -936,6 +945,7 @@ establish(struct relay *r, struct ctrl_conn *c, uint32_t id,
 		memcpy(p->token, token, PROTO_TOKEN_LEN);
 		htab_insert(&r->pending_tok, &p->hn, bytes_hash(token, PROTO_TOKEN_LEN,
 		    r->hkey));
+		TAILQ_INSERT_TAIL(&o->tok, p, tok_link);
 		r->ctr.pipes_tokened++;
 	} else {
 		htab_insert(&r->pending, &p->hn, ep_hash(client, r->hkey));
