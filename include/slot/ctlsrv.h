@@ -21,9 +21,11 @@
  *
  * Answers of any size are written as the socket drains; clients are few and
  * short-lived (a bounded number, each with a deadline). When every slot is
- * taken, a unix client is refused (closed) while an HTTP client takes the
- * slot of the oldest client still sending its request, so slow senders
- * cannot lock scrapers out.
+ * taken, a unix client is refused (closed) while an HTTP client always
+ * takes the slot of another, closed for it (client_slot: from the peer
+ * holding most slots, then one lingering after its answer, one still
+ * sending its request, one not reading its answer; the oldest), so neither
+ * slow senders nor clients that never read or close can lock scrapers out.
  *
  * This header brings the parts with it: the answers (slot/ctlout.h), the
  * commands (slot/ctlcmd.h) and the HTTP of HTTP mode (slot/ctlhttp.h). */

@@ -193,6 +193,24 @@ write_all(int fd, const char *buf, size_t len)
 	return 0;
 }
 
+/* A new file where whatever was at tmp is removed first: the directory is
+ * group-writable, and a FIFO planted there would block the open (and the
+ * worker, and the stop that joins it) for good; a symlink would fail it at
+ * every listing. */
+static int
+open_tmp(const char *tmp, char *err, size_t errlen)
+{
+	int fd;
+
+	if (unlink(tmp) == -1 && errno != ENOENT) {
+		errbuf_set(err, errlen, "removing %s: %s", tmp, strerror(errno));
+		return -1;
+	}
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644)) == -1)
+		errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
+	return fd;
+}
+
 int
 dirsync_cache_write(const char *path, const char *version, const struct dirc_relay *r,
     size_t n, char *err, size_t errlen)
@@ -222,8 +240,7 @@ dirsync_cache_write(const char *path, const char *version, const struct dirc_rel
 		free(buf);
 		return -1;
 	}
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644)) == -1) {
-		errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
+	if ((fd = open_tmp(tmp, err, errlen)) == -1) {
 		free(buf);
 		return -1;
 	}
@@ -283,10 +300,8 @@ dirsync_cache_write_signed(const char *path, const struct dirc_listing *l, char 
 	    cert, sig, l->text_len);
 	if (make_parents(path, err, errlen) == -1)
 		return -1;
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644)) == -1) {
-		errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
+	if ((fd = open_tmp(tmp, err, errlen)) == -1)
 		return -1;
-	}
 	if (fchmod(fd, 0644) == -1 || write_all(fd, head, (size_t)hl) == -1 ||
 	    write_all(fd, l->text, l->text_len) == -1 || fsync(fd) == -1) {
 		errbuf_set(err, errlen, "%s: %s", tmp, strerror(errno));
@@ -302,45 +317,116 @@ dirsync_cache_write_signed(const char *path, const struct dirc_listing *l, char 
 	return 0;
 }
 
-/* The largest signed cache we read: the text of DIRC_MAX_RELAYS relays. */
-#define CACHE_SIGNED_MAX (64ull << 20)
+/* The largest cache file of either form we read. A signed one is the text
+ * of one directory answer (sent base64, so shorter than the DIRC_MAX_ANSWER
+ * the answer may take) behind a header of a few hundred bytes; the unsigned
+ * form is at most CACHE_MAX_RELAYS lines of CACHE_LINE_MAX (12.8 MB). */
+#define CACHE_FILE_MAX ((size_t)DIRC_MAX_ANSWER + 4096)
+
+static const char *
+file_kind(mode_t m)
+{
+	return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ?
+	    "a character device" : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" :
+	    "not a regular file";
+}
+
+int
+dirsync_cache_load(const char *path, char **out, size_t *outlen, char *err, size_t errlen)
+{
+	const char *why = NULL;
+	struct stat st;
+	size_t size, len = 0;
+	char *buf, extra;
+	int fd;
+
+	*out = NULL;
+	*outlen = 0;
+	/* slotd reads it as root, from a directory group slot may write: no
+	 * symlink (to /dev/zero, or to a file slot may not read), and
+	 * O_NONBLOCK so that a FIFO is refused below instead of blocking the
+	 * start for good. */
+	if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)) == -1) {
+		if (errno == ENOENT)
+			return 1;
+		if (errno == ELOOP && lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+			errbuf_set(err, errlen, "%s: a symbolic link, not followed (the cache "
+			    "file must be a regular file)", path);
+		else
+			errbuf_set(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) == -1) {
+		errbuf_set(err, errlen, "%s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		errbuf_set(err, errlen, "%s: %s, not read (the cache file must be a regular "
+		    "file)", path, file_kind(st.st_mode));
+		close(fd);
+		return -1;
+	}
+	if ((uint64_t)st.st_size > CACHE_FILE_MAX) {
+		errbuf_set(err, errlen, "%s: too large (%llu bytes, at most %zu)", path,
+		    (unsigned long long)st.st_size, CACHE_FILE_MAX);
+		close(fd);
+		return -1;
+	}
+	size = (size_t)st.st_size;
+	if ((buf = malloc(size + 1)) == NULL) {
+		errbuf_set(err, errlen, "%s: out of memory", path);
+		close(fd);
+		return -1;
+	}
+	/* Never more than fstat said: one byte past it means the file is still
+	 * growing, refused rather than followed. */
+	for (;;) {
+		ssize_t r = len < size ? read(fd, buf + len, size - len) : read(fd, &extra, 1);
+
+		if (r == -1 && errno == EINTR)
+			continue;
+		if (r == -1) {
+			why = strerror(errno);
+			break;
+		}
+		if (r == 0)
+			break;
+		if (len == size) {
+			why = "changed while being read";
+			break;
+		}
+		len += (size_t)r;
+	}
+	close(fd);
+	if (why != NULL) {
+		errbuf_set(err, errlen, "%s: %s", path, why);
+		free(buf);
+		return -1;
+	}
+	buf[len] = '\0';
+	*out = buf;
+	*outlen = len;
+	return 0;
+}
 
 /* Reads and checks a signed cache (dirc_listing_from_text: the directory's certificate
  * against ca_pk now, the signature, each relay's certificate). Returns 0
  * with *out, 1 if there is no file, -1 with the reason in err (a file of
  * format 1, unsigned, is refused). */
-static int
+int
 dirsync_cache_read_signed(const char *path, const uint8_t ca_pk[IDENT_PK_LEN], uint64_t now,
     struct dirc_listing *out, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "re");
 	uint8_t cert[IDENT_CERT_LEN], sig[IDENT_SIG_LEN];
-	char *buf = NULL, *p, *end, *line[4], e[512];
+	char *buf, *p, *end, *line[4], e[512];
 	const char *why = NULL;
-	size_t len = 0, cap = 0, tlen = 0;
-	struct stat st;
+	size_t len, tlen = 0;
+	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if (f == NULL) {
-		if (errno == ENOENT)
-			return 1;
-		errbuf_set(err, errlen, "%s: %s", path, strerror(errno));
-		return -1;
-	}
-	if (fstat(fileno(f), &st) == -1 || (uint64_t)st.st_size > CACHE_SIGNED_MAX) {
-		errbuf_set(err, errlen, "%s: %s", path, errno ? strerror(errno) : "too large");
-		fclose(f);
-		return -1;
-	}
-	cap = (size_t)st.st_size + 1;
-	if ((buf = malloc(cap)) == NULL) {
-		fclose(f);
-		errbuf_set(err, errlen, "%s: out of memory", path);
-		return -1;
-	}
-	len = fread(buf, 1, cap - 1, f);
-	fclose(f);
-	buf[len] = '\0';
+	if ((rc = dirsync_cache_load(path, &buf, &len, err, errlen)) != 0)
+		return rc;
 	p = buf;
 	end = buf + len;
 	for (int i = 0; i < 4; i++) {
@@ -438,39 +524,37 @@ int
 dirsync_cache_read(const char *path, char version[DIRC_VERSION_MAX],
     struct dirc_relay **out, size_t *n, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "re");
-	char *line = NULL;
-	size_t linecap = 0, cnt = 0, cap = 0, lineno = 0;
+	char *buf, *p, *end;
+	size_t len, cnt = 0, cap = 0, lineno = 0;
 	struct dirc_relay *v = NULL;
 	const char *why = NULL;
-	ssize_t len;
+	int rc;
 
 	*out = NULL;
 	*n = 0;
-	if (f == NULL) {
-		if (errno == ENOENT)
-			return 1;
-		errbuf_set(err, errlen, "%s: %s", path, strerror(errno));
-		return -1;
-	}
-	while ((len = getline(&line, &linecap, f)) != -1) {
+	if ((rc = dirsync_cache_load(path, &buf, &len, err, errlen)) != 0)
+		return rc;
+	for (p = buf, end = buf + len; why == NULL && p < end; ) {
+		char *line = p, *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t ll = nl != NULL ? (size_t)(nl - p) + 1 : (size_t)(end - p);
+
+		p += ll;
 		lineno++;
-		if (len > CACHE_LINE_MAX) {
+		if (ll > CACHE_LINE_MAX) {
 			why = "line too long";
 			break;
 		}
-		if ((size_t)len != strlen(line)) {
+		if (memchr(line, '\0', ll) != NULL) {
 			why = "NUL byte";
 			break;
 		}
-		if (line[len - 1] != '\n') {
+		if (nl == NULL) {
 			why = "truncated (no newline at the end)";
 			break;
 		}
-		line[len - 1] = '\0';
+		*nl = '\0';
 		if (lineno == 1) {
-			if ((why = parse_header(line, version)) != NULL)
-				break;
+			why = parse_header(line, version);
 			continue;
 		}
 		if (cnt == CACHE_MAX_RELAYS) {
@@ -491,17 +575,13 @@ dirsync_cache_read(const char *path, char version[DIRC_VERSION_MAX],
 			break;
 		cnt++;
 	}
-	if (why == NULL && ferror(f)) {
-		errbuf_set(err, errlen, "%s: %s", path, strerror(errno));
-		why = "";
-	} else if (why == NULL && lineno == 0) {
+	free(buf);
+	if (why == NULL && lineno == 0) {
 		errbuf_set(err, errlen, "%s: empty file", path);
 		why = "";
 	} else if (why != NULL) {
 		errbuf_set(err, errlen, "%s:%zu: %s", path, lineno, why);
 	}
-	free(line);
-	fclose(f);
 	if (why != NULL) {
 		free(v);
 		return -1;

@@ -69,13 +69,23 @@ int dirsync_merge(const struct cconf_relay *st, size_t nst, const struct dirc_re
     size_t ndr, size_t max, struct cconf_relay **out, size_t *n, size_t *dropped);
 
 /* The cache file: "slot-relays 1 <version>", then "<relay> <data_port>
- * <group>" per relay. Written to path.tmp, fsynced, renamed (mode 0644; the
- * directory is made, 0755, if missing). Returns 0, or -1 with err. */
+ * <group>" per relay. Written to path.tmp (whatever was there removed first),
+ * fsynced, renamed (mode 0644; the directory is made, 0755, if missing).
+ * Returns 0, or -1 with err. */
 int dirsync_cache_write(const char *path, const char *version, const struct dirc_relay *r,
     size_t n, char *err, size_t errlen);
 /* Returns 0 with *out (malloc'ed, NULL if empty), *n and version; 1 if there
  * is no file; -1 with "path:line: reason" (or "path: reason") in err. */
 int dirsync_cache_read(const char *path, char version[DIRC_VERSION_MAX],
     struct dirc_relay **out, size_t *n, char *err, size_t errlen);
+/* The same for the signed form (identity mode): "slot-relays 2" and what the
+ * directory signed, checked again (against ca_pk, at now) into *out. */
+int dirsync_cache_read_signed(const char *path, const uint8_t ca_pk[IDENT_PK_LEN],
+    uint64_t now, struct dirc_listing *out, char *err, size_t errlen);
+/* Both read the file through this: a regular file only, not through a
+ * symlink, at most 32 MiB + 4 KiB, never blocking; anything else is refused
+ * with what it is ("path: a FIFO, not read ..."). Returns 0 with *buf
+ * (malloc'ed, NUL-terminated) and *len, 1 if there is no file, -1 with err. */
+int dirsync_cache_load(const char *path, char **buf, size_t *len, char *err, size_t errlen);
 
 #endif

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "slot/addr.h"
 #include "slot/ctlsrv.h"
 
 #define CTL_MAX_CLIENTS 16
@@ -30,6 +31,8 @@ struct ctl_client {
 	ev_io io;
 	ev_timer timeout;
 	ev_tstamp accepted;
+	bool has_peer;
+	struct addr peer;	/* HTTP: where it connects from */
 	enum ctl_phase phase;
 	size_t len, cap;	/* of req, the terminating NUL excluded */
 	struct ctl_out out;
@@ -222,25 +225,56 @@ client_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 
 /* ---------------------------------------------------------------- accepting */
 
-/* A free slot; in HTTP mode, failing that, the slot of the oldest client
- * still sending its request. -1 if none. */
-static int
-client_slot(struct ctlsrv *s)
+/* Whether a and b come from one peer: one IPv4 address, one IPv6 /64 (a
+ * host gets a whole /64 as easily as one address). */
+static bool
+same_peer(const struct ctl_client *a, const struct addr *b)
 {
-	int oldest = -1;
+	if (!a->has_peer || b == NULL || a->peer.family != b->family)
+		return false;
+	return addr_common_bits(&a->peer, b) >= (b->family == AF_INET ? 32u : 64u);
+}
+
+/* Which client goes first when an HTTP client finds every slot taken: one
+ * whose answer is sent (it only lingers to read what it sent too much),
+ * then one still sending its request, then one being written to (stalled,
+ * but a new request matters more than a reader that does not read). */
+static int
+phase_rank(enum ctl_phase p)
+{
+	return p == CTL_LINGERING ? 0 : p == CTL_READING ? 1 : 2;
+}
+
+/* A free slot. Failing that, in HTTP mode, the slot of a client closed for
+ * the newcomer (from peer, may be NULL): one of the peer holding most slots
+ * (the newcomer counted), so that one peer's clients make room among
+ * themselves rather than push out others'; among those, by phase_rank,
+ * then the oldest. -1 if none (line mode). */
+static int
+client_slot(struct ctlsrv *s, const struct addr *peer)
+{
+	int best = -1, best_n = 0, best_rank = 0;
 
 	for (int i = 0; i < CTL_MAX_CLIENTS; i++)
 		if (s->clients[i] == NULL)
 			return i;
 	if (s->mode != CTL_MODE_HTTP)
 		return -1;
-	for (int i = 0; i < CTL_MAX_CLIENTS; i++)
-		if (s->clients[i]->phase == CTL_READING && (oldest < 0 ||
-		    s->clients[i]->accepted < s->clients[oldest]->accepted))
-			oldest = i;
-	if (oldest >= 0)
-		client_close(s->clients[oldest]);
-	return oldest;
+	for (int i = 0; i < CTL_MAX_CLIENTS; i++) {
+		struct ctl_client *c = s->clients[i];
+		int n = same_peer(c, peer), rank = phase_rank(c->phase);
+
+		for (int j = 0; j < CTL_MAX_CLIENTS; j++)
+			n += j == i || (c->has_peer && same_peer(s->clients[j], &c->peer));
+		if (best < 0 || n > best_n || (n == best_n && (rank < best_rank ||
+		    (rank == best_rank && c->accepted < s->clients[best]->accepted)))) {
+			best = i;
+			best_n = n;
+			best_rank = rank;
+		}
+	}
+	client_close(s->clients[best]);
+	return best;
 }
 
 static void
@@ -250,7 +284,10 @@ accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 	size_t cap = s->mode == CTL_MODE_HTTP ? CTL_HTTP_HEAD_MAX : CTL_LINE_MAX - 1;
 	(void)revents;
 
-	int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	struct endpoint from;
+	int fd = accept4(s->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd == -1) {
 		/* The pending connection stays readable: pause rather than
 		 * spin until a descriptor frees up. */
@@ -260,13 +297,18 @@ accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 		}
 		return;
 	}
-	int slot = client_slot(s);
+	bool has_peer = s->mode == CTL_MODE_HTTP &&
+	    ep_from_sockaddr((struct sockaddr *)&ss, sl, &from) == 0;
+	int slot = client_slot(s, has_peer ? &from.addr : NULL);
 	struct ctl_client *c = slot < 0 ? NULL : calloc(1, sizeof(*c) + cap + 1);
 	if (c == NULL) {
 		close(fd);
 		return;
 	}
 	c->s = s;
+	c->has_peer = has_peer;
+	if (has_peer)
+		c->peer = from.addr;
 	c->fd = fd;
 	c->cap = cap;
 	c->phase = CTL_READING;

@@ -654,10 +654,11 @@ def test_metrics_over_the_socket_and_http(bed, daemons):
 
 
 def test_hostile_http_leaves_every_daemon_serving(bed, daemons):
-    """Garbage, oversized headers, a request cut short, and more slow
-    senders than there are client slots, dribbling a byte a second: each
-    gets its answer or is cut by the deadline, scrapes go on meanwhile, and
-    the daemon serves its socket and its metrics afterwards."""
+    """Garbage, oversized headers, a request cut short, more slow senders
+    than there are client slots, dribbling a byte a second, and as many
+    clients that send a whole request and never read nor close: each gets
+    its answer or is cut by the deadline, scrapes go on meanwhile, and the
+    daemon serves its socket and its metrics afterwards."""
     slow_n = 20                 # more than ctlsrv's 16 slots
 
     def hostile(d):
@@ -719,6 +720,19 @@ def test_hostile_http_leaves_every_daemon_serving(bed, daemons):
         assert timed_out and all(a == b"" or a.startswith(b"HTTP/1.0 408 ")
                                  for a in answers.values()), answers
         for s in slow:
+            s.close()
+
+        # complete requests whose answers are never read, on connections
+        # never closed: they held every slot until their deadline, and a
+        # scrape meanwhile was reset; now it takes the slot of one of them
+        held = [in_ns_connect(bed, d.host, d.port) for _ in range(slow_n)]
+        for s in held:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        assert http_get(bed, d.host, d.port)[0] == 200
+        assert time.monotonic() - t0 < DEADLINE - 1, "the scrape waited for a deadline"
+        for s in held:
             s.close()
 
     for d in daemons.values():

@@ -16,6 +16,7 @@ checked by sha256; the waits are generous and no test measures time.
 
 import os
 import re
+import stat
 import subprocess
 import threading
 
@@ -454,6 +455,33 @@ def test_corrupt_cache_file_is_ignored(sb, dird, slotd, request):
     # replaced by the directory's listing
     assert read(cache) == "slot-relays 1 %s\n%s %d %d\n" % (
         d.list("")["version"], r1.control, r1.data_port, d.listing()[r1.control])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
+def test_cache_file_not_a_regular_file_is_skipped(sb, dird, slotd, request, kind):
+    """slotd reads the cache file as root, from a directory group slot may
+    write: a FIFO there blocked its start for good, a symlink to /dev/zero
+    grew its memory without bound. Both are skipped, saying what they are,
+    and the directory's listing replaces them."""
+    r1 = sb.relay("relay1")
+    d = dird()
+    register(d, r1)
+    cache = cache_path(sb, request.node.name)
+    os.makedirs(os.path.dirname(cache))
+    if kind == "fifo":
+        os.mkfifo(cache, 0o644)
+        why = "%s: a FIFO, not read" % cache
+    else:
+        os.symlink("/dev/zero", cache)
+        why = "%s: a symbolic link, not followed" % cache
+    s = slotd({"urls": d.url, "cache_file": cache})
+    wait_relays(s, {r1.control: "directory"})
+    log = s.log()
+    assert "ignoring the cache file: " + why in log, log
+    assert s.counters()["dir_cache_loaded"] == 0
+    assert read(cache) == "slot-relays 1 %s\n%s %d %d\n" % (
+        d.list("")["version"], r1.control, r1.data_port, d.listing()[r1.control])
+    assert stat.S_ISREG(os.lstat(cache).st_mode)
 
 
 # ---------------------------------------------------------------- static and directory, reload

@@ -12,9 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -30,9 +32,14 @@ static struct ev_loop *loop;
 static struct ctlsrv *srv;
 static char dir[64], path[128];
 static uint16_t http_port;	/* non-zero: clients connect there over TCP */
+static int http_fd;		/* the server's listening socket */
 static bool expired;
 static ev_timer deadline;
 static bool metrics_fail;	/* the handler refuses "metrics" */
+static bool metrics_small;	/* "metrics" gets a one-line answer */
+static const char *bind_from;	/* HTTP clients connect from this address */
+static int rcvbuf;		/* non-zero: HTTP clients' SO_RCVBUF */
+static bool hold_answers;	/* new clients read nothing (cli_read_now) */
 
 /* What the handler saw. */
 static int calls;
@@ -48,6 +55,7 @@ struct cli {
 	char *rx;
 	size_t rxlen, rxcap;
 	bool eof;
+	bool hold;		/* reads nothing once its request is sent */
 };
 
 static void
@@ -63,7 +71,9 @@ handler(void *user, const char *cmd, struct ctl_out *out)
 	calls++;
 	snprintf(last_cmd, sizeof(last_cmd), "%s", cmd);
 	/* "metrics" is what the HTTP mode asks for. */
-	if (strcmp(cmd, "ping") == 0 || (strcmp(cmd, "metrics") == 0 && !metrics_fail)) {
+	if (strcmp(cmd, "metrics") == 0 && metrics_small)
+		ctl_printf(out, "m 1\n");
+	else if (strcmp(cmd, "ping") == 0 || (strcmp(cmd, "metrics") == 0 && !metrics_fail)) {
 		for (int i = 0; i < BIG_LINES; i++)
 			big_line(out, i);
 	} else
@@ -105,7 +115,8 @@ cli_cb(struct ev_loop *l, ev_io *w, int revents)
 		if (c->sent == c->txlen) {
 			ev_io_stop(l, &c->io);
 			ev_io_set(&c->io, c->fd, EV_READ);
-			ev_io_start(l, &c->io);
+			if (!c->hold)
+				ev_io_start(l, &c->io);
 		}
 		return;
 	}
@@ -146,6 +157,16 @@ cli_connect(struct cli *c)
 		socklen_t len = ep_to_sockaddr(&ep, &ss);
 		c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		assert_true(c->fd >= 0);
+		if (rcvbuf)
+			assert_int_equal(setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf,
+			    sizeof(rcvbuf)), 0);
+		if (bind_from) {
+			struct sockaddr_storage bs;
+			struct endpoint b = { .port = 0 };
+			assert_int_equal(addr_parse(bind_from, &b.addr), 0);
+			socklen_t bl = ep_to_sockaddr(&b, &bs);
+			assert_int_equal(bind(c->fd, (struct sockaddr *)&bs, bl), 0);
+		}
 		/* Blocking for the connect: the loopback handshake is done
 		 * by the kernel, the server need not run. */
 		assert_int_equal(connect(c->fd, (struct sockaddr *)&ss, len), 0);
@@ -158,6 +179,7 @@ cli_connect(struct cli *c)
 	}
 	ev_io_init(&c->io, cli_cb, c->fd, EV_READ);
 	c->io.data = c;
+	c->hold = hold_answers;
 }
 
 /* Connects and, from the loop, sends tx (may be NULL: nothing), then reads
@@ -508,11 +530,16 @@ setup_http(void **state)
 	    ep_from_sockaddr((struct sockaddr *)&ss, sl, &ep) == -1)
 		return -1;
 	http_port = ep.port;
+	http_fd = fd;
 	if ((srv = ctlsrv_start_http(loop, fd, handler, NULL)) == NULL)
 		return -1;
 	calls = 0;
 	last_cmd[0] = '\0';
 	metrics_fail = false;
+	metrics_small = false;
+	bind_from = NULL;
+	rcvbuf = 0;
+	hold_answers = false;
 	return 0;
 }
 
@@ -805,6 +832,188 @@ test_http_full_server_evicts_oldest_sender(void **state)
 		assert_true(cli_idle(&idle[i]));
 	for (int i = 0; i < NCLIENTS; i++)
 		cli_close(&idle[i]);
+	cli_close(&late);
+}
+
+/* Opens c (from bind_from if set) and lets the server accept it, a little
+ * apart in time from the one before, so that "oldest" is well defined. */
+static void
+cli_open_apart(struct cli *c, const char *tx)
+{
+	cli_open(c, tx);
+	for (int k = 0; k < 3; k++)
+		ev_run(loop, EVRUN_NOWAIT);
+	usleep(2000);
+}
+
+/* A held client starts reading. */
+static void
+cli_read_now(struct cli *c)
+{
+	assert_int_equal(c->sent, c->txlen);
+	ev_io_stop(loop, &c->io);
+	ev_io_set(&c->io, c->fd, EV_READ);
+	ev_io_start(loop, &c->io);
+}
+
+/* The server has sent its whole answer and shut its half: c lingers. */
+static bool
+cli_got_fin(const struct cli *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLRDHUP };
+
+	return poll(&p, 1, 0) == 1 && (p.revents & POLLRDHUP);
+}
+
+/* After a byte from c: reset if the server had closed c, read away if not. */
+static bool
+cli_was_closed(struct cli *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLIN };
+
+	(void)send(c->fd, "x", 1, MSG_NOSIGNAL);
+	for (int k = 0; k < 20; k++) {
+		ev_run(loop, EVRUN_NOWAIT);
+		usleep(1000);
+	}
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP));
+}
+
+/* Sixteen clients that sent their request and neither read their answer
+ * nor close (the answer sent, they linger): a seventeenth scrape still gets
+ * its answer, in the slot of the oldest of them. They were not evicted
+ * before, so every new client was refused until the deadline. */
+static void
+test_http_full_of_lingering_clients(void **state)
+{
+	struct cli held[NCLIENTS], late;
+	const char *body;
+	(void)state;
+
+	hold_answers = true;
+
+	metrics_small = true;
+	for (int i = 0; i < NCLIENTS; i++)
+		cli_open_apart(&held[i], "GET /metrics HTTP/1.1\r\n\r\n");
+	for (int i = 0; i < NCLIENTS; i++)
+		WAIT_FOR(cli_got_fin(&held[i]));
+	metrics_small = false;
+	hold_answers = false;
+	cli_open(&late, "GET /metrics HTTP/1.1\r\n\r\n");
+	WAIT_FOR(late.eof);
+	assert_int_equal(http_parse(&late, NULL, NULL, 0, &body), 200);
+	assert_int_equal(late.rxlen - (size_t)(body - late.rx), expected_big_len);
+	assert_true(cli_was_closed(&held[0]));
+	for (int i = 1; i < NCLIENTS; i++)
+		assert_false(cli_was_closed(&held[i]));
+	for (int i = 0; i < NCLIENTS; i++)
+		cli_close(&held[i]);
+	cli_close(&late);
+}
+
+/* The same with clients that stall their answer (they do not read, and
+ * their receive buffer is small): the oldest writer is cut short, the
+ * others are still served whole. */
+static void
+test_http_full_of_stalled_readers(void **state)
+{
+	struct cli held[NCLIENTS], late;
+	const char *body;
+	(void)state;
+
+	hold_answers = true;
+
+	/* Small buffers both ways (the server's inherited from its listening
+	 * socket): loopback's autotuning would take a whole answer. */
+	int sndbuf = 16384;
+	assert_int_equal(setsockopt(http_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)), 0);
+	rcvbuf = 4096;
+	for (int i = 0; i < NCLIENTS; i++)
+		cli_open_apart(&held[i], "GET /metrics HTTP/1.1\r\n\r\n");
+	rcvbuf = 0;
+	/* Each has some of its answer: the server is writing to all. */
+	for (int i = 0; i < NCLIENTS; i++) {
+		int avail = 0;
+		WAIT_FOR(ioctl(held[i].fd, FIONREAD, &avail) == 0 && avail > 0);
+	}
+	for (int k = 0; k < 20; k++)
+		ev_run(loop, EVRUN_NOWAIT);
+	hold_answers = false;
+	cli_open(&late, "GET /metrics HTTP/1.1\r\n\r\n");
+	WAIT_FOR(late.eof);
+	assert_int_equal(http_parse(&late, NULL, NULL, 0, &body), 200);
+	assert_int_equal(late.rxlen - (size_t)(body - late.rx), expected_big_len);
+
+	/* Read now: the oldest got part of its answer, the newest all of it. */
+	cli_read_now(&held[0]);
+	cli_read_now(&held[NCLIENTS - 1]);
+	WAIT_FOR(held[0].eof && held[NCLIENTS - 1].eof);
+	assert_true(held[0].rxlen < late.rxlen);
+	assert_int_equal(held[NCLIENTS - 1].rxlen, late.rxlen);
+	for (int i = 0; i < NCLIENTS; i++)
+		cli_close(&held[i]);
+	cli_close(&late);
+}
+
+/* A client still sending its request goes after every lingering one, even
+ * when it is the oldest. */
+static void
+test_http_evicts_lingering_before_sender(void **state)
+{
+	struct cli held[NCLIENTS], late;
+	(void)state;
+
+	hold_answers = true;
+
+	metrics_small = true;
+	cli_open_apart(&held[0], NULL);
+	for (int i = 1; i < NCLIENTS; i++)
+		cli_open_apart(&held[i], "GET /metrics HTTP/1.1\r\n\r\n");
+	for (int i = 1; i < NCLIENTS; i++)
+		WAIT_FOR(cli_got_fin(&held[i]));
+	hold_answers = false;
+	cli_open(&late, "GET /metrics HTTP/1.1\r\n\r\n");
+	WAIT_FOR(late.eof);
+	assert_http_status(&late, 200);
+	assert_true(cli_idle(&held[0]));
+	assert_true(cli_was_closed(&held[1]));
+	for (int i = 2; i < NCLIENTS; i++)
+		assert_false(cli_was_closed(&held[i]));
+	for (int i = 0; i < NCLIENTS; i++)
+		cli_close(&held[i]);
+	cli_close(&late);
+}
+
+/* One peer's clients make room among themselves: the peer holding most
+ * slots loses its oldest, not the older client of another peer. */
+static void
+test_http_evicts_from_busiest_peer(void **state)
+{
+	struct cli held[NCLIENTS], late;
+	(void)state;
+
+	hold_answers = true;
+
+	metrics_small = true;
+	bind_from = "127.0.0.3";
+	cli_open_apart(&held[0], "GET /metrics HTTP/1.1\r\n\r\n");
+	bind_from = "127.0.0.2";
+	for (int i = 1; i < NCLIENTS; i++)
+		cli_open_apart(&held[i], "GET /metrics HTTP/1.1\r\n\r\n");
+	for (int i = 0; i < NCLIENTS; i++)
+		WAIT_FOR(cli_got_fin(&held[i]));
+	bind_from = "127.0.0.4";
+	hold_answers = false;
+	cli_open(&late, "GET /metrics HTTP/1.1\r\n\r\n");
+	bind_from = NULL;
+	WAIT_FOR(late.eof);
+	assert_http_status(&late, 200);
+	assert_false(cli_was_closed(&held[0]));
+	assert_true(cli_was_closed(&held[1]));
+	for (int i = 2; i < NCLIENTS; i++)
+		assert_false(cli_was_closed(&held[i]));
+	for (int i = 0; i < NCLIENTS; i++)
+		cli_close(&held[i]);
 	cli_close(&late);
 }
 
@@ -1266,6 +1475,14 @@ main(void)
 		    teardown_http),
 		cmocka_unit_test_setup_teardown(test_http_full_server_evicts_oldest_sender,
 		    setup_http, teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_full_of_lingering_clients, setup_http,
+		    teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_full_of_stalled_readers, setup_http,
+		    teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_evicts_lingering_before_sender, setup_http,
+		    teardown_http),
+		cmocka_unit_test_setup_teardown(test_http_evicts_from_busiest_peer, setup_http,
+		    teardown_http),
 		cmocka_unit_test(test_req_parse),
 		cmocka_unit_test(test_req_parse_arg),
 		cmocka_unit_test(test_error_and_json_str),

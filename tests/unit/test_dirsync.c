@@ -1,6 +1,6 @@
 /* slotd's directory side (src/client/dirsync.c), its pure parts: the merge
  * of static and directory relays, and the cache file (round trip, every
- * kind of damage named by file and line). */
+ * kind of damage named by file and line, what else may sit at its path). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -421,6 +422,127 @@ test_cache_too_many(void **state)
 	assert_non_null(strstr(err, ":100002: too many relays"));
 }
 
+/* slotd reads the cache as root before it drops privileges, from a
+ * directory group slot may write: what a member could plant there is
+ * refused at once, with what it is, and with no more memory than a file
+ * of the largest size allowed. Without the checks a FIFO blocked the start
+ * for good and /dev/zero grew getline's buffer without bound. */
+static void
+test_cache_hostile_files(void **state)
+{
+	struct dirc_relay dr[] = { drelay("192.0.2.1:7600", 7601, 0) };
+	struct dirc_relay *out;
+	struct dirc_listing l;
+	struct rusage ru0, ru1;
+	uint8_t ca_pk[IDENT_PK_LEN] = { 0 };
+	char version[DIRC_VERSION_MAX], err[256], path[128], good[128];
+	size_t n;
+	(void)state;
+
+	/* A read that blocks kills the test instead of hanging it. */
+	alarm(20);
+	assert_int_equal(getrusage(RUSAGE_SELF, &ru0), 0);
+	snprintf(path, sizeof(path), "%s", file_in("hostile.relays"));
+	snprintf(good, sizeof(good), "%s", file_in("good.relays"));
+	assert_int_equal(dirsync_cache_write(good, "v1", dr, 1, err, sizeof(err)), 0);
+
+	static const struct {
+		const char *what;
+		const char *want;
+	} cases[] = {
+		{ "fifo", ": a FIFO, not read (the cache file must be a regular file)" },
+		{ "zero", ": a symbolic link, not followed" },
+		{ "link", ": a symbolic link, not followed" },	/* even to a good file */
+		{ "dir", ": a directory, not read" },
+		{ "huge", ": too large (33558529 bytes, at most 33558528)" },
+		{ "line", ":1: line too long" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *w = cases[i].what;
+		char want[300];
+
+		(void)unlink(path);
+		(void)rmdir(path);
+		if (strcmp(w, "fifo") == 0)
+			assert_int_equal(mkfifo(path, 0644), 0);
+		else if (strcmp(w, "zero") == 0)
+			assert_int_equal(symlink("/dev/zero", path), 0);
+		else if (strcmp(w, "link") == 0)
+			assert_int_equal(symlink(good, path), 0);
+		else if (strcmp(w, "dir") == 0)
+			assert_int_equal(mkdir(path, 0755), 0);
+		else if (strcmp(w, "huge") == 0) {
+			/* Sparse: refused by its size, never read. */
+			write_text(path, "slot-relays 1 v\n", 16);
+			assert_int_equal(truncate(path, (32 << 20) + 4097), 0);
+		} else {
+			/* One megabyte without a newline. */
+			size_t big = 1 << 20;
+			char *b = malloc(big);
+			assert_non_null(b);
+			memset(b, '1', big);
+			write_text(path, b, big);
+			free(b);
+		}
+		snprintf(want, sizeof(want), "%s%s", path, cases[i].want);
+		err[0] = '\0';
+		out = (void *)1;
+		if (dirsync_cache_read(path, version, &out, &n, err, sizeof(err)) != -1)
+			fail_msg("%s: read", w);
+		assert_null(out);
+		assert_int_equal(n, 0);
+		if (strncmp(err, want, strlen(want)) != 0)
+			fail_msg("%s: error \"%s\", want \"%s...\"", w, err, want);
+		if (strcmp(w, "line") == 0)
+			continue;	/* the signed form has no line limit */
+		err[0] = '\0';
+		if (dirsync_cache_read_signed(path, ca_pk, 0, &l, err, sizeof(err)) != -1)
+			fail_msg("%s: read signed", w);
+		if (strncmp(err, want, strlen(want)) != 0)
+			fail_msg("%s: signed: error \"%s\", want \"%s...\"", w, err, want);
+	}
+	alarm(0);
+	/* The megabyte line, read whole, is the most any case took. */
+	assert_int_equal(getrusage(RUSAGE_SELF, &ru1), 0);
+	if (ru1.ru_maxrss - ru0.ru_maxrss > 16 * 1024)
+		fail_msg("peak RSS grew by %ld KiB", ru1.ru_maxrss - ru0.ru_maxrss);
+
+	/* The good file is still read. */
+	assert_int_equal(dirsync_cache_read(good, version, &out, &n, err, sizeof(err)), 0);
+	assert_string_equal(version, "v1");
+	assert_int_equal(n, 1);
+	free(out);
+	(void)unlink(path);
+}
+
+/* What was left at cache_file.tmp is replaced, not opened: a FIFO there
+ * blocked the worker's open for good, a symlink failed every write. */
+static void
+test_cache_write_over_planted_tmp(void **state)
+{
+	struct dirc_relay dr[] = { drelay("192.0.2.1:7600", 7601, 0) };
+	char err[256], path[128], tmp[140], target[128];
+	struct stat st;
+	(void)state;
+
+	alarm(20);
+	snprintf(path, sizeof(path), "%s", file_in("planted.relays"));
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	snprintf(target, sizeof(target), "%s", file_in("planted.target"));
+	assert_int_equal(mkfifo(tmp, 0644), 0);
+	assert_int_equal(dirsync_cache_write(path, "v1", dr, 1, err, sizeof(err)), 0);
+	assert_string_equal(read_text(path), "slot-relays 1 v1\n192.0.2.1:7600 7601 0\n");
+
+	write_text(target, "x", 1);
+	assert_int_equal(symlink(target, tmp), 0);
+	assert_int_equal(dirsync_cache_write(path, "v2", dr, 1, err, sizeof(err)), 0);
+	assert_string_equal(read_text(path), "slot-relays 1 v2\n192.0.2.1:7600 7601 0\n");
+	assert_string_equal(read_text(target), "x");
+	assert_int_equal(lstat(path, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	alarm(0);
+}
+
 int
 main(void)
 {
@@ -435,6 +557,8 @@ main(void)
 		cmocka_unit_test(test_cache_missing),
 		cmocka_unit_test(test_cache_bad_files),
 		cmocka_unit_test(test_cache_too_many),
+		cmocka_unit_test(test_cache_hostile_files),
+		cmocka_unit_test(test_cache_write_over_planted_tmp),
 	};
 	return cmocka_run_group_tests_name("dirsync", tests, setup, teardown);
 }
