@@ -14,6 +14,7 @@
 #include "slot/clock.h"
 #include "slot/log.h"
 #include "client.h"
+#include "closer.h"
 #include "hold.h"
 #include "libsrv.h"
 #include "relays.h"
@@ -22,6 +23,13 @@
 #define CLIENTS_MAX 64		/* connections answered at once */
 #define PENDING_MAX 4096	/* offered sockets whose SYN has not come */
 #define CLIENT_TIMEOUT_S 2.
+/* Every descriptor one recvmsg may bring (the kernel's SCM_MAX_FD): any the
+ * control buffer had no room for, the kernel would close in slotd's thread,
+ * and that close may block (closer.h). */
+#define FDS_MAX 253
+/* Passed descriptors waiting for the closing thread; beyond, they stay open. */
+#define CLOSER_MAX 256
+#define DRAIN_MAX 1024		/* reads of what a client left, at its close */
 /* An offered socket's options wait this long for its SYN. */
 #define PENDING_US (30ull * 1000000)
 
@@ -38,6 +46,7 @@ struct lclient {
 	struct libsrv *s;
 	int fd;
 	int passed;			/* the descriptor that came with the line; -1 */
+	bool more_fds;			/* ...and others with it (dropped) */
 	ev_io io;
 	ev_timer timer;
 	char buf[REQ_MAX];
@@ -54,6 +63,8 @@ struct libsrv {
 	size_t nclients;
 	struct pending_list pending;
 	size_t npending;
+	struct closer *closer;		/* passed descriptors' last close */
+	uint64_t closer_logged_us;	/* last "left open" warning */
 	char cgroup[CCONF_PATH_MAX];	/* as the rules name it */
 	char cgroup_dir[PATH_MAX];	/* "": no run cgroup */
 	int procs_fd;			/* its cgroup.procs, opened as root; -1 */
@@ -87,6 +98,11 @@ static struct libsrv *
 srv_of(struct slotd *d)
 {
 	if (d->lib == NULL && (d->lib = calloc(1, sizeof(*d->lib))) != NULL) {
+		if ((d->lib->closer = closer_new(CLOSER_MAX)) == NULL) {
+			free(d->lib);
+			d->lib = NULL;
+			return NULL;
+		}
 		d->lib->d = d;
 		d->lib->fd = -1;
 		d->lib->procs_fd = -1;
@@ -498,6 +514,82 @@ do_attach(struct lclient *c)
 	answer(c, "ok");
 }
 
+/* A descriptor a program passed: closed without blocking the loop. */
+static void
+drop_fd(struct libsrv *s, int fd)
+{
+	switch (closer_close(s->closer, fd)) {
+	case CLOSER_NOW:
+		break;
+	case CLOSER_QUEUED:
+		s->d->ctr.lib_close_deferred++;
+		break;
+	case CLOSER_FULL: {
+		uint64_t now = clock_mono_us();
+		s->d->ctr.lib_close_overflow++;
+		if (s->closer_logged_us == 0 || now - s->closer_logged_us >= 10000000) {
+			s->closer_logged_us = now;
+			log_warnx("lib socket: %llu passed descriptors left open so far: the "
+			    "thread that closes them is stuck in a close (%zu waiting)",
+			    s->d->ctr.lib_close_overflow, closer_queued(s->closer));
+		}
+		break;
+	}
+	}
+}
+
+union ctlbuf {
+	struct cmsghdr h;
+	char b[CMSG_SPACE(FDS_MAX * sizeof(int))];
+};
+
+/* Each descriptor of a message recvmsg took, to drop_fd. */
+static void
+drop_fds(struct libsrv *s, struct msghdr *mh)
+{
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < nfd; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			drop_fd(s, fd);
+		}
+	}
+}
+
+/* Closes a client's connection. What it left unread goes first: closed
+ * with bytes unread a unix socket resets its peer, which may then lose the
+ * answer; and descriptors still queued on it would get their last close in
+ * this thread, inside close(2) (closer.h). */
+static void
+conn_close(struct libsrv *s, int fd)
+{
+	char buf[2048];
+	union ctlbuf cb;
+
+	/* Nothing more may come in while we read what is there. */
+	(void)shutdown(fd, SHUT_RD);
+	for (int i = 0; i < DRAIN_MAX; i++) {
+		struct iovec iov = { buf, sizeof(buf) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b,
+		    .msg_controllen = sizeof(cb.b) };
+		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (n == -1 && errno == EINTR)
+			continue;
+		if (n >= 0)
+			drop_fds(s, &mh);
+		if (n <= 0) {
+			/* Empty (EAGAIN, EOF, or an error, which comes only
+			 * once the queue is empty). */
+			close(fd);
+			return;
+		}
+	}
+	drop_fd(s, fd);
+}
+
 static void
 client_free(struct lclient *c)
 {
@@ -505,13 +597,9 @@ client_free(struct lclient *c)
 
 	ev_io_stop(s->d->loop, &c->io);
 	ev_timer_stop(s->d->loop, &c->timer);
-	/* Closed with bytes unread (an over-long request), a unix socket
-	 * resets its peer, which may then lose the answer: read them first. */
-	for (int i = 0; i < 8 && recv(c->fd, c->buf, sizeof(c->buf), MSG_DONTWAIT) > 0; i++)
-		;
-	close(c->fd);
+	conn_close(s, c->fd);
 	if (c->passed >= 0)
-		close(c->passed);
+		drop_fd(s, c->passed);
 	TAILQ_REMOVE(&s->clients, c, link);
 	s->nclients--;
 	free(c);
@@ -544,8 +632,10 @@ take_fds(struct lclient *c, struct msghdr *mh)
 			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
 			if (c->passed < 0)
 				c->passed = fd;
-			else
-				close(fd);
+			else {
+				c->more_fds = true;
+				drop_fd(c->s, fd);
+			}
 		}
 	}
 }
@@ -554,10 +644,7 @@ static void
 client_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct lclient *c = w->data;
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(4 * sizeof(int))];
-	} cbuf;
+	union ctlbuf cbuf;
 	struct iovec iov = { c->buf + c->len, sizeof(c->buf) - 1 - c->len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.b,
 	    .msg_controllen = sizeof(cbuf.b) };
@@ -585,7 +672,7 @@ client_cb(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	}
 	*nl = '\0';
-	if (mh.msg_flags & MSG_CTRUNC)
+	if ((mh.msg_flags & MSG_CTRUNC) || c->more_fds)
 		answer(c, "err EINVAL one descriptor at most");
 	else
 		handle(c, c->buf);
@@ -612,7 +699,7 @@ accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 		if (s->nclients >= CLIENTS_MAX || (c = calloc(1, sizeof(*c))) == NULL) {
 			static const char busy[] = "err EAGAIN slotd is busy, try again\n";
 			(void)send(fd, busy, sizeof(busy) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-			close(fd);
+			conn_close(s, fd);
 			continue;
 		}
 		c->s = s;
@@ -665,6 +752,8 @@ libsrv_stop(struct slotd *d)
 	 * still run in it, and the next start takes it again. */
 	if (s->procs_fd >= 0)
 		close(s->procs_fd);
+	if (closer_free(s->closer, 2000) == -1)
+		log_warnx("lib socket: a passed descriptor's close still blocks; left to the exit");
 	free(s);
 	d->lib = NULL;
 }

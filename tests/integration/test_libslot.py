@@ -17,11 +17,16 @@ cgroup v2 mounted in its mount namespace ("ip netns exec" mounts a fresh
 - slotctl run -- curl, -- rsync over ssh (port 22 of the server), and
   -- iperf3 -c on port 5301 go through the relay; the same commands outside
   slotctl run go direct. A slotd without a run cgroup refuses slotctl run.
+- A passed socket whose last close would block (SO_LINGER, a FIN that cannot
+  leave), passed alone, among others, after the request, or queued inside a
+  passed unix socket, does not stall slotd.
 """
 
 import json
 import os
 import subprocess
+import textwrap
+import time
 
 import pytest
 
@@ -277,3 +282,101 @@ def test_slotctl_run_refused_without_cgroup(sb, slotd):
     finally:
         s.stop()
         slotd.start()
+
+
+# A TCP socket whose close(2) blocks for LINGER s: SO_LINGER on, and a FIN
+# that cannot leave (its peer never reads: zero window behind queued data).
+# Handed to slotd in each way a program may, our own copy closed so that
+# slotd's is the last; after each, another lib request must be answered long
+# before LINGER (slotd's loop would be in that close otherwise).
+LINGER = 20
+LINGER_PROBE = textwrap.dedent(r"""
+    import json, socket, struct, sys, time
+    lib, linger = sys.argv[1], int(sys.argv[2])
+    keep = []
+
+    def lingering():
+        l = socket.socket()
+        l.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        l.bind(("127.0.0.1", 0))
+        l.listen(1)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+        s.connect(l.getsockname())
+        a, _ = l.accept()
+        keep.extend((l, a))             # a never reads
+        s.setblocking(False)
+        try:
+            while True:
+                s.send(b"x" * 65536)
+        except BlockingIOError:
+            pass
+        time.sleep(0.2)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, linger))
+        return s
+
+    def ask(msgs):
+        c = socket.socket(socket.AF_UNIX)
+        c.settimeout(3 * linger)
+        c.connect(lib)
+        for data, fds in msgs:
+            try:
+                socket.send_fds(c, [data], [f.fileno() for f in fds])
+            except OSError:             # slotd answered and shut its side
+                pass
+        for data, fds in msgs:
+            for f in fds:
+                f.close()
+        a = c.recv(512).decode()
+        c.close()
+        return a
+
+    def prompt():
+        t = time.monotonic()
+        a = ask([(b"decision 10.0.0.1:1 10.0.0.2:2\n", [])])
+        return a, time.monotonic() - t
+
+    out = {}
+    for how in ("passed", "among_others", "after_the_line", "in_a_unix_socket"):
+        s = lingering()
+        if how == "passed":
+            msgs = [(b"hello\n", [s])]
+        elif how == "among_others":         # beyond the 4 the old buffer held
+            extra = [socket.socket() for _ in range(4)]
+            msgs = [(b"hello\n", extra + [s])]
+        elif how == "after_the_line":
+            msgs = [(b"hello\n", []), (b"x", [s])]
+        else:
+            u, v = socket.socketpair()
+            socket.send_fds(u, [b"x"], [s.fileno()])
+            s.close()
+            u.close()
+            msgs = [(b"hello\n", [v])]
+        answer = ask(msgs)
+        a, took = prompt()
+        out[how] = {"answer": answer, "next": a, "took": took}
+    print(json.dumps(out))
+""")
+
+
+def test_lingering_passed_socket_does_not_stall_slotd(sb, slotd):
+    s0 = slotd.counters()
+    t = time.monotonic()
+    r = sb.run_client("python3", "-c", LINGER_PROBE, slotd.lib_sock, str(LINGER), check=False,
+                      timeout=20 * LINGER)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    for how, x in res.items():
+        assert x["answer"].startswith("err EINVAL"), (how, x)
+        assert x["next"].startswith("err ENOENT"), (how, x)
+        # stalled, the answer would take the whole LINGER
+        assert x["took"] < LINGER / 4, (how, x, slotd.log()[-2000:])
+    assert time.monotonic() - t < 2 * LINGER, res
+    ds = deltas(s0, slotd.counters())
+    # the unix socket went to the closing thread, which now waits out its
+    # TCP socket's linger
+    assert ds["lib_close_deferred"] >= 1 and ds["lib_close_overflow"] == 0, ds
+    # slotd itself answers at once as well
+    t = time.monotonic()
+    slotd.counters()
+    assert time.monotonic() - t < LINGER / 4
