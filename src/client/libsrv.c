@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <netinet/in.h>
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,6 +69,7 @@ struct libsrv {
 	uint64_t closer_logged_us;	/* last "left open" warning */
 	char cgroup[CCONF_PATH_MAX];	/* as the rules name it */
 	char cgroup_dir[PATH_MAX];	/* "": no run cgroup */
+	char mnt[PATH_MAX];		/* the cgroup v2 mount */
 	int procs_fd;			/* its cgroup.procs, opened as root; -1 */
 };
 
@@ -146,6 +149,7 @@ libsrv_cgroup_open(struct slotd *d)
 			p++;
 	}
 	snprintf(s->cgroup_dir, sizeof(s->cgroup_dir), "%s", path);
+	snprintf(s->mnt, sizeof(s->mnt), "%s", mnt);
 	snprintf(s->cgroup, sizeof(s->cgroup), "%s", cg);
 	if ((size_t)snprintf(path, sizeof(path), "%s/cgroup.procs", s->cgroup_dir) >= sizeof(path) ||
 	    (s->procs_fd = open(path, O_WRONLY | O_CLOEXEC)) == -1) {
@@ -482,6 +486,172 @@ do_decision(struct lclient *c, const char *args)
 	    a.cached ? 1 : 0, a.why && a.why[0] ? a.why : "-");
 }
 
+int
+libsrv_attach_from_ok(const char *list, char *err, size_t errlen)
+{
+	const char *sep = ", \t";
+	size_t n = 0;
+
+	for (const char *p = list + strspn(list, sep); *p; p += strspn(p, sep)) {
+		char t[CCONF_PATH_MAX], *save = NULL;
+		size_t len = strcspn(p, sep);
+		bool ok = p[0] == '/';
+
+		snprintf(t, sizeof(t), "%.*s", (int)len, p);
+		for (char *part = strtok_r(t, "/", &save); ok && part;
+		    part = strtok_r(NULL, "/", &save))
+			ok = strcmp(part, ".") != 0 && strcmp(part, "..") != 0;
+		if (!ok) {
+			snprintf(err, errlen, "'%.*s': expected a cgroup path from '/' (as "
+			    "/proc/PID/cgroup shows it), without . or ..", (int)len, p);
+			return -1;
+		}
+		if (++n > LIB_ATTACH_FROM_MAX) {
+			snprintf(err, errlen, "at most %d cgroups", LIB_ATTACH_FROM_MAX);
+			return -1;
+		}
+		p += len;
+	}
+	return 0;
+}
+
+/* Whether path is prefix (of plen bytes) or below it, part by part. */
+static bool
+path_under(const char *path, const char *prefix, size_t plen)
+{
+	while (plen > 1 && prefix[plen - 1] == '/')
+		plen--;		/* "/a/" is "/a"; "/" stays */
+	if (plen == 1)
+		return path[0] == '/';
+	return strncmp(path, prefix, plen) == 0 && (path[plen] == '\0' || path[plen] == '/');
+}
+
+bool
+libsrv_cgroup_under(const char *cg, const char *list)
+{
+	const char *sep = ", \t";
+
+	/* Outside our namespace the kernel writes the way up: "/../..". */
+	if (cg[0] != '/' || strstr(cg, "/..") != NULL)
+		return false;
+	for (const char *p = list + strspn(list, sep); *p; p += strspn(p, sep)) {
+		size_t len = strcspn(p, sep);
+		if (path_under(cg, p, len))
+			return true;
+		p += len;
+	}
+	return false;
+}
+
+int
+libsrv_proc_cgroup(int pid, char *out, size_t len)
+{
+	char path[64], line[PATH_MAX + 8];
+	FILE *f;
+	int rc = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return -1;
+	errno = ENOENT;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "0::", 3) != 0)
+			continue;
+		line[strcspn(line, "\n")] = '\0';
+		if ((size_t)snprintf(out, len, "%s", line + 3) < len)
+			rc = 0;
+		else
+			errno = ENAMETOOLONG;
+		break;
+	}
+	fclose(f);
+	return rc;
+}
+
+/* The kernel's pidfd interfaces, which Debian 12's headers lack. */
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+struct lib_pidfd_info {			/* struct pidfd_info, PIDFD_INFO_SIZE_VER0 */
+	uint64_t mask;
+	uint64_t cgroupid;
+	uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+	uint32_t spare0[1];
+};
+#define LIB_PIDFD_GET_INFO _IOWR(0xFF, 11, struct lib_pidfd_info)
+#define LIB_PIDFD_INFO_CGROUPID (1ull << 2)
+
+/* nftw() has no argument for its callback: the loop's thread alone uses
+ * these. */
+static uint64_t cg_want;
+static char cg_found[PATH_MAX];
+
+static int
+cg_visit(const char *path, const struct stat *sb, int flag, struct FTW *f)
+{
+	(void)f;
+	/* A cgroup's id is its directory's inode number on cgroup2. */
+	if (flag == FTW_D && (uint64_t)sb->st_ino == cg_want) {
+		snprintf(cg_found, sizeof(cg_found), "%s", path);
+		return 1;
+	}
+	return 0;
+}
+
+/* Whether cgroup id is one of list's cgroups or below one; its path, from
+ * the mount's root, into out. */
+static bool
+cg_id_under(const struct libsrv *s, uint64_t id, const char *list, char *out, size_t len)
+{
+	const char *sep = ", \t";
+	size_t ml = strlen(s->mnt);
+
+	for (const char *p = list + strspn(list, sep); *p; p += strspn(p, sep)) {
+		char top[PATH_MAX];
+		size_t n = strcspn(p, sep), k = n;
+		while (k > 0 && p[k - 1] == '/')
+			k--;	/* "/" is the mount itself; "/a/" is "/a" */
+		cg_want = id;
+		if ((size_t)snprintf(top, sizeof(top), "%s%.*s", s->mnt, (int)k, p) < sizeof(top) &&
+		    nftw(top, cg_visit, 16, FTW_PHYS | FTW_MOUNT) == 1) {
+			snprintf(out, len, "%s", cg_found[ml] ? cg_found + ml : "/");
+			return true;
+		}
+		p += n;
+	}
+	return false;
+}
+
+/* The caller's cgroup: whether the operator lets it attach (under
+ * [lib] attach_from, or in the run cgroup already: a nested slotctl run),
+ * and its path for the messages. By the peer's pidfd where the kernel has
+ * PIDFD_GET_INFO: /proc/PID is hidden from slotd's user for other users'
+ * processes under the unit's ProtectProc=invisible. Else by
+ * /proc/PID/cgroup. Returns 0, or -1 with errno set. */
+static int
+peer_cgroup(const struct libsrv *s, int pidfd, int pid, char *cg, size_t len, bool *ok)
+{
+	struct lib_pidfd_info pi = { .mask = LIB_PIDFD_INFO_CGROUPID };
+	char run[CCONF_PATH_MAX + 2];
+
+	snprintf(run, sizeof(run), "/%s", s->cgroup);
+	if (pidfd >= 0 && ioctl(pidfd, LIB_PIDFD_GET_INFO, &pi) == 0 &&
+	    (pi.mask & LIB_PIDFD_INFO_CGROUPID)) {
+		*ok = cg_id_under(s, pi.cgroupid, s->d->conf.attach_from, cg, len) ||
+		    cg_id_under(s, pi.cgroupid, run, cg, len);
+		/* Named for the refusal where /proc lets us. */
+		if (!*ok && libsrv_proc_cgroup(pid, cg, len) == -1)
+			snprintf(cg, len, "(id %llu)", (unsigned long long)pi.cgroupid);
+		return 0;
+	}
+	if (pidfd >= 0 && errno == ESRCH)
+		return -1;
+	if (libsrv_proc_cgroup(pid, cg, len) == -1)
+		return -1;
+	*ok = libsrv_cgroup_under(cg, s->d->conf.attach_from) || libsrv_cgroup_under(cg, run);
+	return 0;
+}
+
 /* The caller's own process into the run cgroup: by the pid the kernel
  * gives for the socket's peer, never one named in the request. */
 static void
@@ -490,28 +660,56 @@ do_attach(struct lclient *c)
 	struct libsrv *s = c->s;
 	struct ucred cr;
 	socklen_t l = sizeof(cr);
-	char buf[32];
-	int n;
+	char buf[32], cg[PATH_MAX];
+	int n, pidfd = -1;
+	bool ok;
 
 	if (s->procs_fd < 0) {
 		answer(c, "err EOPNOTSUPP slotd has no run cgroup (no cgroup v2, or [lib] cgroup "
 		    "is empty); only the hijacked ports go through slot");
 		return;
 	}
+	if (s->d->conf.attach_from[strspn(s->d->conf.attach_from, ", \t")] == '\0') {
+		answer(c, "err EPERM attach is off: [lib] attach_from is empty");
+		return;
+	}
 	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) == -1 || cr.pid <= 0) {
 		answer(c, "err EPROTO cannot tell the caller's process");
 		return;
+	}
+	l = sizeof(pidfd);
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &l) == -1)
+		pidfd = -1;
+	/* Moving a process out of its cgroup lifts that cgroup's limits and
+	 * filters (a service's, a container's): only from where the operator
+	 * allows. */
+	if (peer_cgroup(s, pidfd, (int)cr.pid, cg, sizeof(cg), &ok) == -1) {
+		answer(c, "err EPERM cannot tell process %d's cgroup: %s", (int)cr.pid,
+		    strerror(errno));
+		goto out;
+	}
+	if (!ok) {
+		log_info("attach refused: process %d (uid %u) is in cgroup %s, not under "
+		    "[lib] attach_from (%s)", (int)cr.pid, (unsigned)cr.uid, cg,
+		    s->d->conf.attach_from);
+		answer(c, "err EPERM process %d is in cgroup %s, which [lib] attach_from (%s) "
+		    "does not list: slotd moves no process out of another cgroup", (int)cr.pid, cg,
+		    s->d->conf.attach_from);
+		goto out;
 	}
 	n = snprintf(buf, sizeof(buf), "%d\n", (int)cr.pid);
 	if (write(s->procs_fd, buf, (size_t)n) != n) {
 		answer(c, "err EPERM moving process %d into %s: %s", (int)cr.pid, s->cgroup_dir,
 		    strerror(errno));
-		return;
+		goto out;
 	}
 	s->d->ctr.lib_attached++;
 	log_info("process %d (uid %u) attached to %s", (int)cr.pid, (unsigned)cr.uid,
 	    s->cgroup_dir);
 	answer(c, "ok");
+out:
+	if (pidfd >= 0)
+		close(pidfd);
 }
 
 /* A descriptor a program passed: closed without blocking the loop. */

@@ -59,4 +59,18 @@ bool lib_opts_avoids(const struct lib_opts *o, const struct endpoint *relay);
 int libsrv_parse_connect(const char *args, struct endpoint *server, struct lib_opts *o,
     char *err, size_t errlen);
 
+/* [lib] attach_from: cgroup v2 paths as /proc/PID/cgroup shows them (from
+ * '/'), separated by commas or blanks, at most LIB_ATTACH_FROM_MAX. Returns
+ * 0, or -1 with a reason in err. */
+#define LIB_ATTACH_FROM_MAX 8
+int libsrv_attach_from_ok(const char *list, char *err, size_t errlen);
+/* Whether cgroup cg (a /proc/PID/cgroup path) is one of list's or below
+ * one, part by part: "/user.slice" takes "/user.slice/x", not
+ * "/user.slicex". A path outside slotd's cgroup namespace ("/..") is under
+ * none. */
+bool libsrv_cgroup_under(const char *cg, const char *list);
+/* The cgroup v2 path of process pid (its /proc/PID/cgroup "0::" line) into
+ * out. Returns 0, or -1 with errno set. */
+int libsrv_proc_cgroup(int pid, char *out, size_t len);
+
 #endif

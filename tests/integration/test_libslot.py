@@ -17,6 +17,8 @@ cgroup v2 mounted in its mount namespace ("ip netns exec" mounts a fresh
 - slotctl run -- curl, -- rsync over ssh (port 22 of the server), and
   -- iperf3 -c on port 5301 go through the relay; the same commands outside
   slotctl run go direct. A slotd without a run cgroup refuses slotctl run.
+- slotctl run from a cgroup outside [lib] attach_from is refused, from one
+  under it goes through; attach_from empty refuses every one.
 - A passed socket whose last close would block (SO_LINGER, a FIN that cannot
   leave), passed alone, among others, after the request, or queued inside a
   passed unix socket, does not stall slotd.
@@ -24,12 +26,14 @@ cgroup v2 mounted in its mount namespace ("ip netns exec" mounts a fresh
 
 import json
 import os
+import re
 import subprocess
 import textwrap
 import time
 
 import pytest
 
+import netns
 from slotbed import BUILD, ROOT, SlotBed, deltas, sha256_file
 
 KiB = 1024
@@ -380,3 +384,57 @@ def test_lingering_passed_socket_does_not_stall_slotd(sb, slotd):
     t = time.monotonic()
     slotd.counters()
     assert time.monotonic() - t < LINGER / 4
+
+
+def test_slotctl_run_only_from_attach_from(sb, slotd):
+    """attach moves a process out of its cgroup, which lifts that cgroup's
+    limits: slotd refuses it unless the caller's cgroup is under one of
+    [lib] attach_from (taken on SIGHUP)."""
+    mnt = netns.cgroup2_mounts()[0]
+    base = "sltit%d-attach" % os.getpid()
+    # "-out" shares the allowed path's first characters, not its part
+    inside, outside = base + "/in", base + "-out"
+    made = []
+
+    def run_from(cg, tag):
+        marker = os.path.join(sb.dir, "ran-" + tag)
+        r = sb.run_client(*netns.cgroup_join_argv(cg), SLOTCTL, "run", "-L", slotd.lib_sock,
+                          "--", "sh", "-c", "cat /proc/self/cgroup; touch " + marker,
+                          check=False, timeout=30)
+        return r, os.path.exists(marker)
+
+    try:
+        for name in (base, inside, outside):
+            os.mkdir(os.path.join(mnt, name))
+            made.append(os.path.join(mnt, name))
+        slotd.update({"lib": {"attach_from": "/" + base}})
+        slotd.hup()
+        s0 = slotd.counters()
+
+        r, ran = run_from(outside, "out")
+        assert r.returncode == 1 and not ran, (r.stdout, r.stderr)
+        assert "is in cgroup /%s, which [lib] attach_from (/%s) does not list" % (
+            outside, base) in r.stderr, r.stderr
+        assert "attach refused: process" in slotd.log()
+
+        r, ran = run_from(inside, "in")
+        assert r.returncode == 0 and ran, (r.stdout, r.stderr, slotd.log()[-2000:])
+        assert re.search(r"^0::/%s$" % re.escape(slotd.cgroup), r.stdout, re.M), r.stdout
+        ds = deltas(s0, slotd.counters())
+        assert ds["lib_attached"] == 1 and ds["lib_errors"] == 1, ds
+
+        slotd.update({"lib": {"attach_from": ""}})
+        slotd.hup()
+        r, ran = run_from(inside, "off")
+        assert r.returncode == 1 and not ran, (r.stdout, r.stderr)
+        assert "attach is off: [lib] attach_from is empty" in r.stderr, r.stderr
+    finally:
+        slotd.update({"lib": {"attach_from": "/"}})
+        if slotd.running:
+            slotd.hup()
+        # their processes have exited (run_client waits): empty now
+        for path in reversed(made):
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass

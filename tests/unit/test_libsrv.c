@@ -8,6 +8,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "../../src/client/libsrv.h"
 
@@ -104,12 +105,50 @@ test_parse_connect_refusals(void **state)
 	assert_non_null(strstr(err, "too long"));
 }
 
+/* [lib] attach_from: which cgroups' processes may leave for the run cgroup. */
+static void
+test_attach_from(void **state)
+{
+	char err[200], cg[4096];
+	(void)state;
+
+	assert_int_equal(libsrv_attach_from_ok("/user.slice", err, sizeof(err)), 0);
+	assert_int_equal(libsrv_attach_from_ok("", err, sizeof(err)), 0);
+	assert_int_equal(libsrv_attach_from_ok("/, /a/b.scope\t/c/", err, sizeof(err)), 0);
+	assert_int_equal(libsrv_attach_from_ok("user.slice", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "'user.slice': expected a cgroup path from '/'"));
+	assert_int_equal(libsrv_attach_from_ok("/a/../b", err, sizeof(err)), -1);
+	assert_int_equal(libsrv_attach_from_ok("/a/.", err, sizeof(err)), -1);
+	assert_int_equal(libsrv_attach_from_ok("/1 /2 /3 /4 /5 /6 /7 /8 /9", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "at most 8"));
+
+	assert_true(libsrv_cgroup_under("/user.slice", "/user.slice"));
+	assert_true(libsrv_cgroup_under("/user.slice/user-1000.slice/session-2.scope",
+	    "/system.slice,/user.slice"));
+	assert_true(libsrv_cgroup_under("/user.slice/x", "/user.slice/"));
+	assert_false(libsrv_cgroup_under("/user.slicex", "/user.slice"));
+	assert_false(libsrv_cgroup_under("/system.slice/sshd.service", "/user.slice"));
+	assert_false(libsrv_cgroup_under("/user.slice", ""));
+	assert_true(libsrv_cgroup_under("/", "/"));
+	assert_true(libsrv_cgroup_under("/system.slice/a.service", "/"));
+	/* outside slotd's cgroup namespace: under nothing, "/" included */
+	assert_false(libsrv_cgroup_under("/../../x", "/"));
+	assert_false(libsrv_cgroup_under("/user.slice/../../x", "/user.slice"));
+
+	/* our own: the "0::" line, whatever the v1 lines before it */
+	assert_int_equal(libsrv_proc_cgroup((int)getpid(), cg, sizeof(cg)), 0);
+	assert_int_equal(cg[0], '/');
+	assert_null(strchr(cg, '\n'));
+	assert_int_equal(libsrv_proc_cgroup(-5, cg, sizeof(cg)), -1);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_connect),
 		cmocka_unit_test(test_parse_connect_refusals),
+		cmocka_unit_test(test_attach_from),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
