@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "slot/clock.h"
@@ -579,7 +581,73 @@ struct lib_pidfd_info {			/* struct pidfd_info, PIDFD_INFO_SIZE_VER0 */
 	uint32_t spare0[1];
 };
 #define LIB_PIDFD_GET_INFO _IOWR(0xFF, 11, struct lib_pidfd_info)
+#define LIB_PIDFD_INFO_CREDS (1ull << 1)
 #define LIB_PIDFD_INFO_CGROUPID (1ull << 2)
+
+/* Whether the process is still there (a zombie counts: its pid is still
+ * its own). pidfd -1: by pid, which may have been reused. */
+static bool
+peer_alive(int pidfd, int pid)
+{
+	int rc = pidfd >= 0 ? (int)syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) :
+	    kill(pid, 0);
+
+	/* EPERM: there, and not ours to signal. */
+	return rc == 0 || errno == EPERM;
+}
+
+/* The effective uid of process pid from /proc/PID/status; -1: unknown. */
+static long long
+proc_euid(int pid)
+{
+	char path[64], line[256];
+	long long uid = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Uid: %*u %lld", &uid) == 1)
+			break;
+	fclose(f);
+	return uid;
+}
+
+int
+libsrv_peer_check(int pidfd, int pid, unsigned uid, char *err, size_t errlen)
+{
+	struct lib_pidfd_info pi = { .mask = LIB_PIDFD_INFO_CREDS };
+	long long euid;
+
+	if (!peer_alive(pidfd, pid)) {
+		snprintf(err, errlen, "process %d has exited (its pid may name another process "
+		    "now)", pid);
+		return -1;
+	}
+	/* The pidfd's own view where the kernel has it (/proc/PID is hidden
+	 * from slotd's user under ProtectProc=invisible); /proc/PID/status
+	 * after a liveness check else, so that the pid is still the peer's. */
+	if (pidfd >= 0 && ioctl(pidfd, LIB_PIDFD_GET_INFO, &pi) == 0 &&
+	    (pi.mask & LIB_PIDFD_INFO_CREDS))
+		euid = pi.euid;
+	else
+		euid = proc_euid(pid);
+	if (!peer_alive(pidfd, pid)) {
+		snprintf(err, errlen, "process %d has exited", pid);
+		return -1;
+	}
+	if (euid == -1) {
+		snprintf(err, errlen, "cannot read process %d's uid (/proc/%d/status)", pid, pid);
+		return -1;
+	}
+	if (euid != (long long)uid) {
+		snprintf(err, errlen, "process %d runs as uid %lld now, not %u as when it "
+		    "connected", pid, euid, uid);
+		return -1;
+	}
+	return 0;
+}
 
 /* nftw() has no argument for its callback: the loop's thread alone uses
  * these. */
@@ -660,7 +728,7 @@ do_attach(struct lclient *c)
 	struct libsrv *s = c->s;
 	struct ucred cr;
 	socklen_t l = sizeof(cr);
-	char buf[32], cg[PATH_MAX];
+	char buf[32], cg[PATH_MAX], why[160];
 	int n, pidfd = -1;
 	bool ok;
 
@@ -677,9 +745,24 @@ do_attach(struct lclient *c)
 		answer(c, "err EPROTO cannot tell the caller's process");
 		return;
 	}
+	/* The peer's pidfd names the process itself, not a number that a new
+	 * process may take once it exits (SO_PEERCRED's pid). ENOPROTOOPT
+	 * (before Linux 6.5): by the pid alone, see peer_check. Any other
+	 * error: the peer is gone. */
 	l = sizeof(pidfd);
-	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &l) == -1)
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &l) == -1) {
 		pidfd = -1;
+		if (errno != ENOPROTOOPT) {
+			answer(c, "err EPERM process %d has exited (%s)", (int)cr.pid,
+			    strerror(errno));
+			return;
+		}
+	}
+	if (libsrv_peer_check(pidfd, (int)cr.pid, (unsigned)cr.uid, why, sizeof(why)) == -1) {
+		log_info("attach refused: %s", why);
+		answer(c, "err EPERM %s", why);
+		goto out;
+	}
 	/* Moving a process out of its cgroup lifts that cgroup's limits and
 	 * filters (a service's, a container's): only from where the operator
 	 * allows. */
@@ -701,6 +784,16 @@ do_attach(struct lclient *c)
 	if (write(s->procs_fd, buf, (size_t)n) != n) {
 		answer(c, "err EPERM moving process %d into %s: %s", (int)cr.pid, s->cgroup_dir,
 		    strerror(errno));
+		goto out;
+	}
+	/* Still there: the pid we wrote was its own all along (a process's
+	 * pid is not reused before it is reaped). Gone: the pid may have
+	 * named another process when we wrote it. */
+	if (!peer_alive(pidfd, (int)cr.pid)) {
+		log_warnx("attach: process %d (uid %u) exited while it was being moved; had its "
+		    "pid been reused at once, another process would be in %s now", (int)cr.pid,
+		    (unsigned)cr.uid, s->cgroup_dir);
+		answer(c, "err EPERM process %d has exited", (int)cr.pid);
 		goto out;
 	}
 	s->d->ctr.lib_attached++;

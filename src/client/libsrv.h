@@ -73,4 +73,11 @@ bool libsrv_cgroup_under(const char *cg, const char *list);
  * out. Returns 0, or -1 with errno set. */
 int libsrv_proc_cgroup(int pid, char *out, size_t len);
 
+/* Before a process is moved: it is still the peer that connected with uid
+ * (its effective uid), and alive, so that pid is its own. pidfd: the
+ * peer's (SO_PEERPIDFD), or -1 where the kernel has none, which leaves a
+ * race: the peer may exit and its pid be taken by a new process between
+ * this check and the move. Returns 0, or -1 with a reason in err. */
+int libsrv_peer_check(int pidfd, int pid, unsigned uid, char *err, size_t errlen);
+
 #endif

@@ -18,7 +18,9 @@ cgroup v2 mounted in its mount namespace ("ip netns exec" mounts a fresh
   -- iperf3 -c on port 5301 go through the relay; the same commands outside
   slotctl run go direct. A slotd without a run cgroup refuses slotctl run.
 - slotctl run from a cgroup outside [lib] attach_from is refused, from one
-  under it goes through; attach_from empty refuses every one.
+  under it goes through; attach_from empty refuses every one. An attach
+  whose sender has exited (SO_PEERCRED still names its pid, which another
+  process may hold by then) is refused.
 - A passed socket whose last close would block (SO_LINGER, a FIN that cannot
   leave), passed alone, among others, after the request, or queued inside a
   passed unix socket, does not stall slotd.
@@ -438,3 +440,28 @@ def test_slotctl_run_only_from_attach_from(sb, slotd):
                 os.rmdir(path)
             except OSError:
                 pass
+
+
+def test_attach_from_a_process_that_has_exited(sb, slotd):
+    """SO_PEERCRED keeps the pid of a peer that has exited, and a new
+    process may take that pid: slotd checks the peer itself (its pidfd) and
+    refuses."""
+    code = textwrap.dedent("""
+        import os, socket, sys
+        s = socket.socket(socket.AF_UNIX)
+        pid = os.fork()
+        if pid == 0:                    # connects (its pid is the peer's), then exits
+            s.connect(sys.argv[1])
+            s.send(b"attach")
+            os._exit(0)
+        os.waitpid(pid, 0)
+        s.send(b"\\n")                 # the same socket: the request completes now
+        s.settimeout(10)
+        print(pid, s.recv(512).decode().strip())
+    """)
+    s0 = slotd.counters()
+    r = sb.run_client("python3", "-c", code, slotd.lib_sock, check=False, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pid, answer = r.stdout.strip().split(" ", 1)
+    assert answer.startswith("err EPERM process %s has exited" % pid), answer
+    assert deltas(s0, slotd.counters())["lib_attached"] == 0

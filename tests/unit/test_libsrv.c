@@ -8,6 +8,8 @@
 #include <string.h>
 #include <cmocka.h>
 #include <sys/socket.h>
+#include <sys/pidfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../../src/client/libsrv.h"
@@ -142,6 +144,38 @@ test_attach_from(void **state)
 	assert_int_equal(libsrv_proc_cgroup(-5, cg, sizeof(cg)), -1);
 }
 
+/* attach moves a pid: it must still be the peer's, of the peer's uid. */
+static void
+test_peer_check(void **state)
+{
+	char err[200];
+	int me = pidfd_open(getpid(), 0), pidfd;
+	pid_t kid;
+	(void)state;
+
+	assert_true(me >= 0);
+	assert_int_equal(libsrv_peer_check(me, getpid(), geteuid(), err, sizeof(err)), 0);
+	assert_int_equal(libsrv_peer_check(-1, getpid(), geteuid(), err, sizeof(err)), 0);
+	assert_int_equal(libsrv_peer_check(me, getpid(), geteuid() + 1, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "runs as uid"));
+	assert_int_equal(libsrv_peer_check(-1, getpid(), geteuid() + 1, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "runs as uid"));
+	close(me);
+
+	/* A peer that has exited, as SO_PEERCRED still names it. */
+	assert_true((kid = fork()) >= 0);
+	if (kid == 0)
+		_exit(0);
+	assert_true((pidfd = pidfd_open(kid, 0)) >= 0);
+	assert_int_equal(waitpid(kid, NULL, 0), kid);
+	assert_int_equal(libsrv_peer_check(pidfd, kid, geteuid(), err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "has exited"));
+	/* by the pid alone (no SO_PEERPIDFD): as long as it is not reused */
+	assert_int_equal(libsrv_peer_check(-1, kid, geteuid(), err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "has exited"));
+	close(pidfd);
+}
+
 int
 main(void)
 {
@@ -149,6 +183,7 @@ main(void)
 		cmocka_unit_test(test_parse_connect),
 		cmocka_unit_test(test_parse_connect_refusals),
 		cmocka_unit_test(test_attach_from),
+		cmocka_unit_test(test_peer_check),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
