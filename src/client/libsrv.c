@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,48 +360,64 @@ sock_int(int fd, int level, int name)
 	return getsockopt(fd, level, name, &v, &l) == -1 ? -1 : v;
 }
 
-/* The descriptor of a "connect": a TCP socket of the server's family (or a
- * dual-stack one for an IPv4 server), not connected, with a local port.
- * Returns the port, or 0 with an answer sent. */
-static uint16_t
-check_socket(struct lclient *c, const struct endpoint *server)
+uint16_t
+libsrv_check_socket(int fd, const struct endpoint *server, char *err, size_t errlen)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
-	int fd = c->passed, dom;
+	struct tcp_info ti;
+	socklen_t tl = sizeof(ti);
+	int dom;
 
-	if (fd < 0) {
-		answer(c, "err EINVAL connect needs the socket, passed with the request");
-		return 0;
-	}
 	if ((dom = sock_int(fd, SOL_SOCKET, SO_DOMAIN)) == -1) {
-		answer(c, "err ENOTSOCK not a socket");
+		snprintf(err, errlen, "ENOTSOCK not a socket");
 		return 0;
 	}
 	if ((dom != AF_INET && dom != AF_INET6) || sock_int(fd, SOL_SOCKET, SO_TYPE) != SOCK_STREAM ||
 	    sock_int(fd, SOL_SOCKET, SO_PROTOCOL) != IPPROTO_TCP) {
-		answer(c, "err ENOTSOCK not a TCP socket");
+		snprintf(err, errlen, "ENOTSOCK not a TCP socket");
 		return 0;
 	}
 	if ((server->addr.family == AF_INET6 && dom != AF_INET6) ||
 	    (server->addr.family == AF_INET && dom == AF_INET6 &&
 	    sock_int(fd, IPPROTO_IPV6, IPV6_V6ONLY) == 1)) {
-		answer(c, "err EAFNOSUPPORT the socket cannot reach the server's family");
+		snprintf(err, errlen, "EAFNOSUPPORT the socket cannot reach the server's family");
 		return 0;
 	}
-	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 || errno != ENOTCONN) {
-		answer(c, "err EISCONN the socket is connected (or connecting) already");
+	/* getpeername says ENOTCONN for a socket whose SYN is out (SYN_SENT)
+	 * and for a listening one: the kernel's state tells them apart. */
+	if ((getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 || errno != ENOTCONN) ||
+	    getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == -1 || ti.tcpi_state != TCP_CLOSE) {
+		snprintf(err, errlen, "EISCONN the socket is connected (or connecting, or "
+		    "listening) already");
 		return 0;
 	}
 	sl = sizeof(ss);
 	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == -1) {
-		answer(c, "err EPROTO getsockname: %s", strerror(errno));
+		snprintf(err, errlen, "EPROTO getsockname: %s", strerror(errno));
 		return 0;
 	}
 	uint16_t port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) :
 	    ntohs(((struct sockaddr_in *)&ss)->sin_port);
 	if (port == 0)
-		answer(c, "err EINVAL bind the socket to a local port first (port 0 does)");
+		snprintf(err, errlen, "EINVAL bind the socket to a local port first (port 0 does)");
+	return port;
+}
+
+/* The descriptor of a "connect" (libsrv_check_socket). Returns its port, or
+ * 0 with an answer sent. */
+static uint16_t
+check_socket(struct lclient *c, const struct endpoint *server)
+{
+	char why[160];
+	uint16_t port;
+
+	if (c->passed < 0) {
+		answer(c, "err EINVAL connect needs the socket, passed with the request");
+		return 0;
+	}
+	if ((port = libsrv_check_socket(c->passed, server, why, sizeof(why))) == 0)
+		answer(c, "err %s", why);
 	return port;
 }
 

@@ -73,6 +73,12 @@ bool libsrv_cgroup_under(const char *cg, const char *list);
  * out. Returns 0, or -1 with errno set. */
 int libsrv_proc_cgroup(int pid, char *out, size_t len);
 
+/* The descriptor of a "connect": a TCP socket of server's family (or a
+ * dual-stack one for an IPv4 server), in state CLOSE (neither connected,
+ * connecting nor listening), with a local port. Returns the port, or 0 with
+ * "ERRNAME text" for the answer in err. */
+uint16_t libsrv_check_socket(int fd, const struct endpoint *server, char *err, size_t errlen);
+
 /* Before a process is moved: it is still the peer that connected with uid
  * (its effective uid), and alive, so that pid is its own. pidfd: the
  * peer's (SO_PEERPIDFD), or -1 where the kernel has none, which leaves a

@@ -7,6 +7,10 @@
 #include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/pidfd.h>
 #include <sys/wait.h>
@@ -144,6 +148,58 @@ test_attach_from(void **state)
 	assert_int_equal(libsrv_proc_cgroup(-5, cg, sizeof(cg)), -1);
 }
 
+/* A "connect" socket must be fresh: neither connected, connecting (its SYN
+ * out: getpeername says ENOTCONN then too) nor listening. */
+static void
+test_check_socket(void **state)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sin);
+	struct endpoint server;
+	char err[160];
+	int l = socket(AF_INET, SOCK_STREAM, 0), fresh = socket(AF_INET, SOCK_STREAM, 0);
+	int first = socket(AF_INET, SOCK_STREAM, 0), syn = socket(AF_INET, SOCK_STREAM, 0);
+	struct tcp_info ti;
+	socklen_t tl = sizeof(ti);
+	(void)state;
+
+	/* A backlog of 0 holds one connection: the next one's SYN is
+	 * dropped, and that socket stays in SYN_SENT. */
+	assert_int_equal(bind(l, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(l, 0), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&sin, &sl), 0);
+	assert_int_equal(ep_parse("192.0.2.1:80", 0, &server), 0);
+
+	sin.sin_port = 0;
+	assert_int_equal(bind(fresh, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_not_equal(libsrv_check_socket(fresh, &server, err, sizeof(err)), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&sin, &sl), 0);
+
+	assert_int_equal(connect(first, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(libsrv_check_socket(first, &server, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "EISCONN"));
+
+	assert_int_equal(fcntl(syn, F_SETFL, O_NONBLOCK), 0);
+	assert_int_equal(connect(syn, (struct sockaddr *)&sin, sizeof(sin)), -1);
+	assert_int_equal(errno, EINPROGRESS);
+	usleep(100000);
+	assert_int_equal(getsockopt(syn, IPPROTO_TCP, TCP_INFO, &ti, &tl), 0);
+	assert_int_equal(ti.tcpi_state, TCP_SYN_SENT);
+	assert_int_equal(libsrv_check_socket(syn, &server, err, sizeof(err)), 0);
+	assert_string_equal(err, "EISCONN the socket is connected (or connecting, or listening) "
+	    "already");
+
+	assert_int_equal(libsrv_check_socket(l, &server, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "EISCONN"));
+
+	assert_int_equal(libsrv_check_socket(0 + STDERR_FILENO + 100, &server, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "ENOTSOCK"));
+	close(l);
+	close(fresh);
+	close(first);
+	close(syn);
+}
+
 /* attach moves a pid: it must still be the peer's, of the peer's uid. */
 static void
 test_peer_check(void **state)
@@ -184,6 +240,7 @@ main(void)
 		cmocka_unit_test(test_parse_connect_refusals),
 		cmocka_unit_test(test_attach_from),
 		cmocka_unit_test(test_peer_check),
+		cmocka_unit_test(test_check_socket),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
