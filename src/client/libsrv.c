@@ -241,6 +241,13 @@ libsrv_parse_connect(const char *args, struct endpoint *server, struct lib_opts 
 			return -1;
 		}
 		*v++ = '\0';
+		/* A second relay= would replace the first relay of a chain and
+		 * escape parse_chain's "each once" (relay=A,B relay=B: B>B). */
+		if (strcmp(t, "relay") == 0 && o->has_relay) {
+			snprintf(err, errlen, "relay= twice: one relay=, with a relay or a chain "
+			    "RELAY1,RELAY2[,RELAY3]");
+			return -1;
+		}
 		if (strcmp(t, "relay") == 0 && strchr(v, ',') != NULL) {
 			if (parse_chain(v, o, err, errlen) == -1)
 				return -1;

@@ -88,6 +88,12 @@ test_parse_connect_refusals(void **state)
 		{ "192.0.2.1:80 relay=192.0.2.9:7600,192.0.2.8:7600,192.0.2.7:7600,"
 		  "192.0.2.6:7600", "at most 3 relays" },
 		{ "192.0.2.1:80 relay=192.0.2.9:7600,192.0.2.9:7600", "twice in the chain" },
+		/* a second relay= would make the chain 192.0.2.8 > 192.0.2.8 */
+		{ "192.0.2.1:80 relay=192.0.2.9:7600,192.0.2.8:7600 relay=192.0.2.8:7600",
+		  "relay= twice" },
+		{ "192.0.2.1:80 relay=192.0.2.9:7600 relay=192.0.2.8:7600", "relay= twice" },
+		{ "192.0.2.1:80 relay=192.0.2.9:7600 relay=192.0.2.8:7600,192.0.2.7:7600",
+		  "relay= twice" },
 		{ "192.0.2.1:80 relay=192.0.2.9:7600,", "expected ADDRESS:PORT[,ADDRESS:PORT]" },
 		{ "192.0.2.1:80 relay=192.0.2.9:7600,nowhere", "expected a relay's ADDRESS:PORT" },
 		{ "192.0.2.1:80 avoid=192.0.2.1:1 avoid=192.0.2.1:2 avoid=192.0.2.1:3 "
