@@ -858,20 +858,35 @@ union ctlbuf {
 	char b[CMSG_SPACE(FDS_MAX * sizeof(int))];
 };
 
-/* Each descriptor of a message recvmsg took, to drop_fd. */
-static void
-drop_fds(struct libsrv *s, struct msghdr *mh)
+size_t
+libsrv_msg_fds(struct msghdr *mh, ssize_t n, int *fds, size_t max)
 {
+	size_t k = 0;
+
+	/* A failed recvmsg leaves the control buffer and msg_controllen as
+	 * they were: uninitialised bytes, not descriptors. */
+	if (n < 0)
+		return 0;
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+		    cm->cmsg_len < CMSG_LEN(0))
 			continue;
 		size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < nfd; i++) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			drop_fd(s, fd);
-		}
+		for (size_t i = 0; i < nfd && k < max; i++)
+			memcpy(&fds[k++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
 	}
+	return k;
+}
+
+/* Each descriptor of a message recvmsg took (n: its result), to drop_fd. */
+static void
+drop_fds(struct libsrv *s, struct msghdr *mh, ssize_t n)
+{
+	int fds[FDS_MAX];
+	size_t k = libsrv_msg_fds(mh, n, fds, FDS_MAX);
+
+	for (size_t i = 0; i < k; i++)
+		drop_fd(s, fds[i]);
 }
 
 /* Closes a client's connection. What it left unread goes first: closed
@@ -893,8 +908,7 @@ conn_close(struct libsrv *s, int fd)
 		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (n == -1 && errno == EINTR)
 			continue;
-		if (n >= 0)
-			drop_fds(s, &mh);
+		drop_fds(s, &mh, n);
 		if (n <= 0) {
 			/* Empty (EAGAIN, EOF, or an error, which comes only
 			 * once the queue is empty). */
@@ -934,23 +948,20 @@ handle(struct lclient *c, char *line)
 		answer(c, "err EINVAL unknown request (connect, decision, attach)");
 }
 
-/* Keeps one descriptor that came with the data; any other is closed. */
+/* Keeps one descriptor that came with the data (n: recvmsg's result);
+ * any other is closed. */
 static void
-take_fds(struct lclient *c, struct msghdr *mh)
+take_fds(struct lclient *c, struct msghdr *mh, ssize_t n)
 {
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < nfd; i++) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			if (c->passed < 0)
-				c->passed = fd;
-			else {
-				c->more_fds = true;
-				drop_fd(c->s, fd);
-			}
+	int fds[FDS_MAX];
+	size_t k = libsrv_msg_fds(mh, n, fds, FDS_MAX);
+
+	for (size_t i = 0; i < k; i++) {
+		if (c->passed < 0)
+			c->passed = fds[i];
+		else {
+			c->more_fds = true;
+			drop_fd(c->s, fds[i]);
 		}
 	}
 }
@@ -971,8 +982,7 @@ client_cb(struct ev_loop *loop, ev_io *w, int revents)
 	n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 	if (n == -1 && (errno == EAGAIN || errno == EINTR))
 		return;
-	if (n > 0 || mh.msg_controllen > 0)
-		take_fds(c, &mh);
+	take_fds(c, &mh, n);
 	if (n <= 0) {
 		client_free(c);
 		return;

@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "slot/addr.h"
 
@@ -78,6 +79,11 @@ int libsrv_proc_cgroup(int pid, char *out, size_t len);
  * connecting nor listening), with a local port. Returns the port, or 0 with
  * "ERRNAME text" for the answer in err. */
 uint16_t libsrv_check_socket(int fd, const struct endpoint *server, char *err, size_t errlen);
+
+/* The descriptors (up to max, into fds) that came with a message recvmsg
+ * returned n for: none when n < 0. Returns their number. */
+struct msghdr;
+size_t libsrv_msg_fds(struct msghdr *mh, ssize_t n, int *fds, size_t max);
 
 /* Before a process is moved: it is still the peer that connected with uid
  * (its effective uid), and alive, so that pid is its own. pidfd: the

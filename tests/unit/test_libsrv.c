@@ -206,6 +206,47 @@ test_check_socket(void **state)
 	close(syn);
 }
 
+/* A failed recvmsg leaves the control buffer as it was: stale bytes that
+ * may look like SCM_RIGHTS, naming descriptors slotd would then close. */
+static void
+test_msg_fds(void **state)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(2 * sizeof(int))];
+	} cb;
+	char data[16];
+	struct iovec iov = { data, sizeof(data) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b,
+	    .msg_controllen = sizeof(cb.b) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	int stale[2] = { 7, 9 }, fds[4], p[2];
+	ssize_t n;
+	(void)state;
+
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(stale));
+	memcpy(CMSG_DATA(cm), stale, sizeof(stale));
+
+	/* recvmsg on a pipe fails (ENOTSOCK), msg_controllen untouched */
+	assert_int_equal(pipe(p), 0);
+	n = recvmsg(p[0], &mh, MSG_DONTWAIT);
+	assert_int_equal(n, -1);
+	assert_int_equal(mh.msg_controllen, sizeof(cb.b));
+	assert_int_equal(libsrv_msg_fds(&mh, n, fds, 4), 0);
+	close(p[0]);
+	close(p[1]);
+
+	/* as the kernel writes it (n >= 0, EOF included): taken, up to max */
+	assert_int_equal(libsrv_msg_fds(&mh, 0, fds, 4), 2);
+	assert_int_equal(fds[0], 7);
+	assert_int_equal(fds[1], 9);
+	assert_int_equal(libsrv_msg_fds(&mh, 5, fds, 1), 1);
+	mh.msg_controllen = 0;
+	assert_int_equal(libsrv_msg_fds(&mh, 5, fds, 4), 0);
+}
+
 /* attach moves a pid: it must still be the peer's, of the peer's uid. */
 static void
 test_peer_check(void **state)
@@ -247,6 +288,7 @@ main(void)
 		cmocka_unit_test(test_attach_from),
 		cmocka_unit_test(test_peer_check),
 		cmocka_unit_test(test_check_socket),
+		cmocka_unit_test(test_msg_fds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
