@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <netinet/in.h>
@@ -613,11 +614,17 @@ struct lib_pidfd_info {			/* struct pidfd_info, PIDFD_INFO_SIZE_VER0 */
 static bool
 peer_alive(int pidfd, int pid)
 {
-	int rc = pidfd >= 0 ? (int)syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) :
-	    kill(pid, 0);
+	struct pollfd pfd = { .fd = pidfd, .events = POLLIN };
 
-	/* EPERM: there, and not ours to signal. */
-	return rc == 0 || errno == EPERM;
+	if (pidfd < 0)
+		return kill(pid, 0) == 0 || errno == EPERM;
+	if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0 || errno == EPERM)
+		return true;	/* EPERM: there, and not ours to signal */
+	if (errno == ESRCH)
+		return false;
+	/* No pidfd_send_signal (valgrind lacks it): a pidfd turns readable
+	 * once its process has exited. */
+	return poll(&pfd, 1, 0) == 0;
 }
 
 /* The effective uid of process pid from /proc/PID/status; -1: unknown. */
