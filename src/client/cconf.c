@@ -9,6 +9,7 @@
 #include "slot/confkeys.h"
 #include "slot/ident.h"
 #include "cconf.h"
+#include "libsrv.h"
 
 /* LAN, loopback, link-local and multicast traffic is never hijacked unless
  * the operator says so: a relay cannot reach it anyway. */
@@ -78,6 +79,7 @@ cconf_defaults(struct cconf *c)
 	c->lib_socket_mode = 0666;
 	c->lib_mark = 0x20000000;
 	snprintf(c->run_cgroup, sizeof(c->run_cgroup), "slot.run");
+	snprintf(c->attach_from, sizeof(c->attach_from), "/user.slice");
 
 	c->dir_refresh_ms = 2 * HOUR_MS;
 	c->dir_retry_ms = 30000;
@@ -281,6 +283,7 @@ static const struct conf_key keys[] = {
 	{ F("lib", "socket_mode", CK_FMODE, lib_socket_mode) },
 	{ F("lib", "mark", CK_BIT, lib_mark) },
 	{ F("lib", "cgroup", CK_STR, run_cgroup) },
+	{ F("lib", "attach_from", CK_STR, attach_from) },
 	{ F("directory", "urls", CK_URLS, dir_urls) },
 	{ F("directory", "refresh", CK_MS, dir_refresh_ms), .min = 100, .max = 7 * DAY_MS },
 	{ F("directory", "retry", CK_MS, dir_retry_ms), .min = 100, .max = 7 * DAY_MS },
@@ -420,6 +423,11 @@ cconf_load(struct cconf *c, const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "%s: [lib] cgroup '%s': expected a relative cgroup v2 path "
 		    "of letters, digits and ._-, its parts separated by single '/', or empty "
 		    "(off)", path, c->run_cgroup);
+		goto fail;
+	}
+	char sub[160];
+	if (libsrv_attach_from_ok(c->attach_from, sub, sizeof(sub)) == -1) {
+		snprintf(err, errlen, "%s: [lib] attach_from: %s", path, sub);
 		goto fail;
 	}
 	/* Relay i gets mark (i + 1) << shift. */

@@ -111,6 +111,9 @@ struct cconf {
 	uint32_t lib_socket_mode;
 	uint32_t lib_mark;		/* one bit: sockets offered to slotd, any port */
 	char run_cgroup[CCONF_PATH_MAX];	/* cgroup v2 path of slotctl run; "": off */
+	/* cgroups whose processes may attach (libsrv_cgroup_under); "": none.
+	 * Also on reload. */
+	char attach_from[CCONF_PATH_MAX];
 
 	/* [directory] */
 	struct conf_urls dir_urls;	/* none: no directory */

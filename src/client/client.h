@@ -70,6 +70,8 @@ struct client_counters {
 	unsigned long long lib_offered;		/* sockets offered by programs (libslot) */
 	unsigned long long lib_matched;		/* ...whose SYN came with their options */
 	unsigned long long lib_attached;	/* processes moved into the run cgroup */
+	unsigned long long lib_close_deferred;	/* passed fds closed by the closing thread */
+	unsigned long long lib_close_overflow;	/* ...left open: its queue was full */
 	unsigned long long reloads, reload_failures, rules_applied;
 	unsigned long long decide_us_max;
 };

@@ -128,6 +128,10 @@ counters(void *user, struct ctl_counters *cs)
 	    "SYNs of offered sockets that came with their program's options.");
 	C("lib_attached", c->lib_attached, CTL_COUNTER,
 	    "Processes moved into the run cgroup (slotctl run).");
+	C("lib_close_deferred", c->lib_close_deferred, CTL_COUNTER,
+	    "Passed descriptors other than TCP sockets, closed by the closing thread.");
+	C("lib_close_overflow", c->lib_close_overflow, CTL_COUNTER,
+	    "Passed descriptors left open: the closing thread's queue was full.");
 	C("held_overflow", c->held_overflow, CTL_COUNTER,
 	    "SYNs sent direct because max_held were held.");
 	C("relays_configured", d->nrelays, CTL_GAUGE, "Relays in the set.");

@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "slot/addr.h"
 
@@ -58,5 +59,37 @@ bool lib_opts_avoids(const struct lib_opts *o, const struct endpoint *relay);
  * Returns 0, or -1 with a reason in err. */
 int libsrv_parse_connect(const char *args, struct endpoint *server, struct lib_opts *o,
     char *err, size_t errlen);
+
+/* [lib] attach_from: cgroup v2 paths as /proc/PID/cgroup shows them (from
+ * '/'), separated by commas or blanks, at most LIB_ATTACH_FROM_MAX. Returns
+ * 0, or -1 with a reason in err. */
+#define LIB_ATTACH_FROM_MAX 8
+int libsrv_attach_from_ok(const char *list, char *err, size_t errlen);
+/* Whether cgroup cg (a /proc/PID/cgroup path) is one of list's or below
+ * one, part by part: "/user.slice" takes "/user.slice/x", not
+ * "/user.slicex". A path outside slotd's cgroup namespace ("/..") is under
+ * none. */
+bool libsrv_cgroup_under(const char *cg, const char *list);
+/* The cgroup v2 path of process pid (its /proc/PID/cgroup "0::" line) into
+ * out. Returns 0, or -1 with errno set. */
+int libsrv_proc_cgroup(int pid, char *out, size_t len);
+
+/* The descriptor of a "connect": a TCP socket of server's family (or a
+ * dual-stack one for an IPv4 server), in state CLOSE (neither connected,
+ * connecting nor listening), with a local port. Returns the port, or 0 with
+ * "ERRNAME text" for the answer in err. */
+uint16_t libsrv_check_socket(int fd, const struct endpoint *server, char *err, size_t errlen);
+
+/* The descriptors (up to max, into fds) that came with a message recvmsg
+ * returned n for: none when n < 0. Returns their number. */
+struct msghdr;
+size_t libsrv_msg_fds(struct msghdr *mh, ssize_t n, int *fds, size_t max);
+
+/* Before a process is moved: it is still the peer that connected with uid
+ * (its effective uid), and alive, so that pid is its own. pidfd: the
+ * peer's (SO_PEERPIDFD), or -1 where the kernel has none, which leaves a
+ * race: the peer may exit and its pid be taken by a new process between
+ * this check and the move. Returns 0, or -1 with a reason in err. */
+int libsrv_peer_check(int pidfd, int pid, unsigned uid, char *err, size_t errlen);
 
 #endif

@@ -829,7 +829,8 @@ class Slotd:
                       "log_level": "debug", "queue": 7600, "user": "root"},
             # the default exclude has 10.0.0.0/8, the test bed's network
             "hijack": {"ports": "80, 5201", "include": "", "exclude": ""},
-            "lib": {"socket": self.lib_sock, "cgroup": self.cgroup},
+            # attach_from /: the tests' processes run in the root cgroup
+            "lib": {"socket": self.lib_sock, "cgroup": self.cgroup, "attach_from": "/"},
             "select": {"strategy": "cover", "k": 20, "c_wait": 1.25, "min_gain": 1.1,
                        "repair_timeout": "3s", "hold_timeout": "5s",
                        "establish_timeout": "3s", "cache_ttl": "10m", "max_held": 4096,

@@ -17,14 +17,25 @@ cgroup v2 mounted in its mount namespace ("ip netns exec" mounts a fresh
 - slotctl run -- curl, -- rsync over ssh (port 22 of the server), and
   -- iperf3 -c on port 5301 go through the relay; the same commands outside
   slotctl run go direct. A slotd without a run cgroup refuses slotctl run.
+- slotctl run from a cgroup outside [lib] attach_from is refused, from one
+  under it goes through; attach_from empty refuses every one. An attach
+  whose sender has exited (SO_PEERCRED still names its pid, which another
+  process may hold by then) is refused.
+- A passed socket whose last close would block (SO_LINGER, a FIN that cannot
+  leave), passed alone, among others, after the request, or queued inside a
+  passed unix socket, does not stall slotd.
 """
 
 import json
 import os
+import re
 import subprocess
+import textwrap
+import time
 
 import pytest
 
+import netns
 from slotbed import BUILD, ROOT, SlotBed, deltas, sha256_file
 
 KiB = 1024
@@ -277,3 +288,180 @@ def test_slotctl_run_refused_without_cgroup(sb, slotd):
     finally:
         s.stop()
         slotd.start()
+
+
+# A TCP socket whose close(2) blocks for LINGER s: SO_LINGER on, and a FIN
+# that cannot leave (its peer never reads: zero window behind queued data).
+# Handed to slotd in each way a program may, our own copy closed so that
+# slotd's is the last; after each, another lib request must be answered long
+# before LINGER (slotd's loop would be in that close otherwise).
+LINGER = 20
+LINGER_PROBE = textwrap.dedent(r"""
+    import json, socket, struct, sys, time
+    lib, linger = sys.argv[1], int(sys.argv[2])
+    keep = []
+
+    def lingering():
+        l = socket.socket()
+        l.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        l.bind(("127.0.0.1", 0))
+        l.listen(1)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+        s.connect(l.getsockname())
+        a, _ = l.accept()
+        keep.extend((l, a))             # a never reads
+        s.setblocking(False)
+        try:
+            while True:
+                s.send(b"x" * 65536)
+        except BlockingIOError:
+            pass
+        time.sleep(0.2)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, linger))
+        return s
+
+    def ask(msgs):
+        c = socket.socket(socket.AF_UNIX)
+        c.settimeout(3 * linger)
+        c.connect(lib)
+        for data, fds in msgs:
+            try:
+                socket.send_fds(c, [data], [f.fileno() for f in fds])
+            except OSError:             # slotd answered and shut its side
+                pass
+        for data, fds in msgs:
+            for f in fds:
+                f.close()
+        a = c.recv(512).decode()
+        c.close()
+        return a
+
+    def prompt():
+        t = time.monotonic()
+        a = ask([(b"decision 10.0.0.1:1 10.0.0.2:2\n", [])])
+        return a, time.monotonic() - t
+
+    out = {}
+    for how in ("passed", "among_others", "after_the_line", "in_a_unix_socket"):
+        s = lingering()
+        if how == "passed":
+            msgs = [(b"hello\n", [s])]
+        elif how == "among_others":         # beyond the 4 the old buffer held
+            extra = [socket.socket() for _ in range(4)]
+            msgs = [(b"hello\n", extra + [s])]
+        elif how == "after_the_line":
+            msgs = [(b"hello\n", []), (b"x", [s])]
+        else:
+            u, v = socket.socketpair()
+            socket.send_fds(u, [b"x"], [s.fileno()])
+            s.close()
+            u.close()
+            msgs = [(b"hello\n", [v])]
+        answer = ask(msgs)
+        a, took = prompt()
+        out[how] = {"answer": answer, "next": a, "took": took}
+    print(json.dumps(out))
+""")
+
+
+def test_lingering_passed_socket_does_not_stall_slotd(sb, slotd):
+    s0 = slotd.counters()
+    t = time.monotonic()
+    r = sb.run_client("python3", "-c", LINGER_PROBE, slotd.lib_sock, str(LINGER), check=False,
+                      timeout=20 * LINGER)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    for how, x in res.items():
+        assert x["answer"].startswith("err EINVAL"), (how, x)
+        assert x["next"].startswith("err ENOENT"), (how, x)
+        # stalled, the answer would take the whole LINGER
+        assert x["took"] < LINGER / 4, (how, x, slotd.log()[-2000:])
+    assert time.monotonic() - t < 2 * LINGER, res
+    ds = deltas(s0, slotd.counters())
+    # the unix socket went to the closing thread, which now waits out its
+    # TCP socket's linger
+    assert ds["lib_close_deferred"] >= 1 and ds["lib_close_overflow"] == 0, ds
+    # slotd itself answers at once as well
+    t = time.monotonic()
+    slotd.counters()
+    assert time.monotonic() - t < LINGER / 4
+
+
+def test_slotctl_run_only_from_attach_from(sb, slotd):
+    """attach moves a process out of its cgroup, which lifts that cgroup's
+    limits: slotd refuses it unless the caller's cgroup is under one of
+    [lib] attach_from (taken on SIGHUP)."""
+    mnt = netns.cgroup2_mounts()[0]
+    base = "sltit%d-attach" % os.getpid()
+    # "-out" shares the allowed path's first characters, not its part
+    inside, outside = base + "/in", base + "-out"
+    made = []
+
+    def run_from(cg, tag):
+        marker = os.path.join(sb.dir, "ran-" + tag)
+        r = sb.run_client(*netns.cgroup_join_argv(cg), SLOTCTL, "run", "-L", slotd.lib_sock,
+                          "--", "sh", "-c", "cat /proc/self/cgroup; touch " + marker,
+                          check=False, timeout=30)
+        return r, os.path.exists(marker)
+
+    try:
+        for name in (base, inside, outside):
+            os.mkdir(os.path.join(mnt, name))
+            made.append(os.path.join(mnt, name))
+        slotd.update({"lib": {"attach_from": "/" + base}})
+        slotd.hup()
+        s0 = slotd.counters()
+
+        r, ran = run_from(outside, "out")
+        assert r.returncode == 1 and not ran, (r.stdout, r.stderr)
+        assert "is in cgroup /%s, which [lib] attach_from (/%s) does not list" % (
+            outside, base) in r.stderr, r.stderr
+        assert "attach refused: process" in slotd.log()
+
+        r, ran = run_from(inside, "in")
+        assert r.returncode == 0 and ran, (r.stdout, r.stderr, slotd.log()[-2000:])
+        assert re.search(r"^0::/%s$" % re.escape(slotd.cgroup), r.stdout, re.M), r.stdout
+        ds = deltas(s0, slotd.counters())
+        assert ds["lib_attached"] == 1 and ds["lib_errors"] == 1, ds
+
+        slotd.update({"lib": {"attach_from": ""}})
+        slotd.hup()
+        r, ran = run_from(inside, "off")
+        assert r.returncode == 1 and not ran, (r.stdout, r.stderr)
+        assert "attach is off: [lib] attach_from is empty" in r.stderr, r.stderr
+    finally:
+        slotd.update({"lib": {"attach_from": "/"}})
+        if slotd.running:
+            slotd.hup()
+        # their processes have exited (run_client waits): empty now
+        for path in reversed(made):
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+
+
+def test_attach_from_a_process_that_has_exited(sb, slotd):
+    """SO_PEERCRED keeps the pid of a peer that has exited, and a new
+    process may take that pid: slotd checks the peer itself (its pidfd) and
+    refuses."""
+    code = textwrap.dedent("""
+        import os, socket, sys
+        s = socket.socket(socket.AF_UNIX)
+        pid = os.fork()
+        if pid == 0:                    # connects (its pid is the peer's), then exits
+            s.connect(sys.argv[1])
+            s.send(b"attach")
+            os._exit(0)
+        os.waitpid(pid, 0)
+        s.send(b"\\n")                 # the same socket: the request completes now
+        s.settimeout(10)
+        print(pid, s.recv(512).decode().strip())
+    """)
+    s0 = slotd.counters()
+    r = sb.run_client("python3", "-c", code, slotd.lib_sock, check=False, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pid, answer = r.stdout.strip().split(" ", 1)
+    assert answer.startswith("err EPERM process %s has exited" % pid), answer
+    assert deltas(s0, slotd.counters())["lib_attached"] == 0

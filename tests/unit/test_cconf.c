@@ -436,7 +436,8 @@ test_exclude_empty(void **state)
 	cconf_free(&c);
 }
 
-/* [lib]: the socket, its mode (octal), the mark, the run cgroup. */
+/* [lib]: the socket, its mode (octal), the mark, the run cgroup, who may
+ * attach. */
 static void
 test_lib(void **state)
 {
@@ -449,6 +450,14 @@ test_lib(void **state)
 	assert_int_equal(c.lib_socket_mode, 0666);
 	assert_int_equal(c.lib_mark, 0x20000000);
 	assert_string_equal(c.run_cgroup, "slot.run");
+	assert_string_equal(c.attach_from, "/user.slice");
+	cconf_free(&c);
+	assert_int_equal(load(&c, "[lib]\nattach_from = /user.slice, /system.slice/x.service\n",
+	    err, sizeof(err)), 0);
+	assert_string_equal(c.attach_from, "/user.slice, /system.slice/x.service");
+	cconf_free(&c);
+	assert_int_equal(load(&c, "[lib]\nattach_from =\n", err, sizeof(err)), 0);
+	assert_string_equal(c.attach_from, "");
 	cconf_free(&c);
 	assert_int_equal(load(&c, "[lib]\nsocket = /tmp/x.sock\nsocket_mode = 0660\n"
 	    "mark = 0x40000000\ncgroup = system.slice/slot-run\n", err, sizeof(err)), 0);
@@ -470,6 +479,8 @@ test_lib(void **state)
 	assert_non_null(strstr(err, "overlaps"));
 	assert_int_equal(load(&c, "[lib]\ncgroup = ../escape\n", err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "expected a relative cgroup v2 path"));
+	assert_int_equal(load(&c, "[lib]\nattach_from = user.slice\n", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "[lib] attach_from: 'user.slice': expected a cgroup path"));
 }
 
 static void
