@@ -14,19 +14,23 @@ import pytest
 from conftest import MiB, make_client, recv_all
 
 
-def slow_reader(c):
-    """Reads nothing for a while, so that the relay's leg to it fills, then
-    everything."""
-    time.sleep(1.0)
-    return recv_all(c)
-
-
-def upload(net, relay, key, servers, port):
+def upload(net, relay, key, servers, port, wait_raised=True):
     """4 MiB through relay to a server that reads late: the relay sends on
-    the server leg only. Returns the relay's counter deltas."""
+    the server leg only. The server reads nothing until the relay raised
+    that leg's send buffer (10 s at most), so that the leg fills however
+    slowly a loaded machine sends; wait_raised False: for 1 s. Returns the
+    relay's counter deltas."""
     p = port()
-    srv = servers(p, slow_reader)
     before = relay.counters()
+
+    def slow_reader(c):
+        end = time.monotonic() + (10 if wait_raised else 1)
+        while time.monotonic() < end and (not wait_raised or relay.counters()[
+                "send_buffers_raised"] == before["send_buffers_raised"]):
+            time.sleep(0.05)
+        return recv_all(c)
+
+    srv = servers(p, slow_reader)
     proc = make_client(net, relay, key).start(p, stdin=subprocess.PIPE)
     data = os.urandom(4 * MiB)
     proc.stdin.write(data)
@@ -50,7 +54,7 @@ def test_a_full_leg_is_raised_once(net, relays, key, servers, port, conf):
 
 def test_off_leaves_the_kernels(net, relays, key, servers, port):
     relay = relays({"pipe": {"send_buffer": "off"}})
-    d = upload(net, relay, key, servers, port)
+    d = upload(net, relay, key, servers, port, wait_raised=False)
     assert d["send_buffers_raised"] == 0, d
 
 
